@@ -1,0 +1,100 @@
+//! The one place where failures become errnos.
+
+use crate::store::StoreError;
+
+/// A filesystem-level failure. Each variant is one errno; `Io` carries the
+/// cause for the log and becomes EIO.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("name too long")]
+    NameTooLong,
+    #[error("invalid argument")]
+    Invalid,
+    #[error("operation not permitted")]
+    NotPermitted,
+    #[error("permission denied")]
+    Access,
+    #[error("no such attribute")]
+    NoXattr,
+    #[error("result too large")]
+    Range,
+    #[error("file too large")]
+    TooBig,
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("bad file handle")]
+    BadHandle,
+    #[error("resource busy")]
+    Busy,
+    #[error("try again")]
+    Again,
+    #[error("operation not supported")]
+    NotSupported,
+    #[error("no space left")]
+    NoSpace,
+    #[error("I/O error: {0}")]
+    Io(String),
+}
+
+pub type FsResult<T> = Result<T, FsError>;
+
+impl FsError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound => libc::ENOENT,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::Invalid => libc::EINVAL,
+            FsError::NotPermitted => libc::EPERM,
+            FsError::Access => libc::EACCES,
+            FsError::NoXattr => libc::ENODATA,
+            FsError::Range => libc::ERANGE,
+            FsError::TooBig => libc::EFBIG,
+            FsError::TooManyLinks => libc::EMLINK,
+            FsError::BadHandle => libc::EBADF,
+            FsError::Busy => libc::EBUSY,
+            FsError::Again => libc::EAGAIN,
+            FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::NoSpace => libc::ENOSPC,
+            FsError::Io(_) => libc::EIO,
+        }
+    }
+}
+
+/// Store errors that reach the filesystem unhandled are I/O errors: the
+/// namespace layer interprets `Conflict`/`NotFound` itself where they mean
+/// something (EEXIST, a retry, ...), so anything left over is unexpected.
+impl From<StoreError> for FsError {
+    fn from(e: StoreError) -> Self {
+        FsError::Io(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for FsError {
+    fn from(e: std::io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => FsError::NoSpace,
+            Some(libc::EFBIG) => FsError::TooBig,
+            _ => FsError::Io(e.to_string()),
+        }
+    }
+}
+
+impl From<serde_json::Error> for FsError {
+    fn from(e: serde_json::Error) -> Self {
+        FsError::Io(format!("corrupt document: {e}"))
+    }
+}

@@ -1,0 +1,147 @@
+//! Directory listing.
+//!
+//! The readdir offset of an entry is its `cookie`, a filesystem-unique id
+//! fixed when the name is created; listing is a search on `parent` sorted by
+//! cookie with `search_after` = the offset. So offsets stay valid while the
+//! directory changes (entries never shift), any offset can be resumed after
+//! seekdir, and memory is bounded by one page whatever the directory's size.
+//! "." and ".." take offsets 1 and 2; cookies start above them.
+//!
+//! The kernel asks for a page-sized buffer at a time (a few dozen entries
+//! for readdirplus), so each open directory keeps the last fetched page and
+//! serves consecutive calls from it.
+
+use super::*;
+use crate::store::{Query, SearchRequest, Sort};
+use std::sync::atomic::Ordering;
+
+#[derive(Clone, Debug)]
+pub struct DirItem {
+    /// Offset of the *next* item (what the kernel passes back to resume).
+    pub offset: u64,
+    pub ino: u64,
+    pub kind: Kind,
+    pub name: Vec<u8>,
+    /// Attributes, for readdirplus.
+    pub attr: Option<Inode>,
+}
+
+#[derive(Default)]
+pub(super) struct DirHandle {
+    /// The offset the page was fetched after, and the page.
+    after: u64,
+    page: Vec<DirItem>,
+    plus: bool,
+}
+
+const PAGE: usize = 512;
+
+impl Fs {
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let (inode, _) = self.get_inode(ino)?;
+        if inode.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dir_handles.lock().insert(fh, Default::default());
+        Ok(fh)
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dir_handles.lock().remove(&fh);
+    }
+
+    /// Items after `offset`, at most one page; an empty result is the end.
+    pub fn readdir(&self, ino: u64, fh: u64, offset: u64, plus: bool) -> FsResult<Vec<DirItem>> {
+        let handle = self.dir_handles.lock().get(&fh).cloned();
+        let Some(handle) = handle else {
+            return self.fetch_dir(ino, offset, plus);
+        };
+        let mut h = handle.lock();
+        // Serve from the cached page when the offset falls inside it.
+        let start =
+            if h.plus == plus && (offset == h.after || h.page.iter().any(|i| i.offset == offset)) {
+                let pos = h.page.partition_point(|i| i.offset <= offset);
+                (pos < h.page.len()).then_some(pos)
+            } else {
+                None
+            };
+        if let Some(pos) = start {
+            return Ok(h.page[pos..].to_vec());
+        }
+        let page = self.fetch_dir(ino, offset, plus)?;
+        h.after = offset;
+        h.page = page.clone();
+        h.plus = plus;
+        Ok(page)
+    }
+
+    fn fetch_dir(&self, ino: u64, offset: u64, plus: bool) -> FsResult<Vec<DirItem>> {
+        let (dir, _) = self.get_inode(ino)?;
+        if dir.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        let mut items = Vec::new();
+        let dot = |offset, ino, name: &[u8], attr: Option<Inode>| DirItem {
+            offset,
+            ino,
+            kind: Kind::Dir,
+            name: name.to_vec(),
+            attr,
+        };
+        if offset < 1 {
+            let mut d = dir.clone();
+            self.overlay(&mut d);
+            items.push(dot(1, ino, b".", plus.then_some(d)));
+        }
+        if offset < 2 {
+            let parent = dir.parent().unwrap_or(ROOT_INO);
+            let attr = if plus {
+                Some(self.getattr(parent)?)
+            } else {
+                None
+            };
+            items.push(dot(2, parent, b"..", attr));
+        }
+        let hits = self.store.search(&SearchRequest {
+            index: Idx::Entries,
+            query: Query::term("parent", ino),
+            sort: vec![Sort::asc("cookie")],
+            search_after: Some(vec![offset.max(2).into()]),
+            size: PAGE,
+        })?;
+        let mut entries = Vec::with_capacity(hits.len());
+        for h in hits {
+            let e: Entry = serde_json::from_value(h.doc.source)?;
+            entries.push(e);
+        }
+        let attrs = if plus {
+            let ids: Vec<String> = entries.iter().map(|e| inode_id(e.ino)).collect();
+            self.store.mget(Idx::Inodes, &ids)?
+        } else {
+            vec![]
+        };
+        for (i, e) in entries.into_iter().enumerate() {
+            let attr = if plus {
+                match attrs.get(i).cloned().flatten() {
+                    Some(doc) => {
+                        let mut inode: Inode = serde_json::from_value(doc.source)?;
+                        self.overlay(&mut inode);
+                        Some(inode)
+                    }
+                    None => continue, // removed since the search
+                }
+            } else {
+                None
+            };
+            items.push(DirItem {
+                offset: e.cookie,
+                ino: e.ino,
+                kind: e.kind,
+                name: decode_bytes(&e.name),
+                attr,
+            });
+        }
+        Ok(items)
+    }
+}

@@ -1,0 +1,234 @@
+//! Open files: handles, reads and writes against the data store, and the
+//! in-memory size/times of files being written.
+//!
+//! Writes go straight to the data store (so a killed mount loses nothing the
+//! kernel handed over), but the inode document is only rewritten on flush,
+//! fsync, close and setattr: one store write per close instead of one per
+//! write(2). Until then `getattr` overlays the in-memory size and times.
+
+use super::*;
+use std::sync::atomic::Ordering;
+
+/// Per-inode state while at least one handle is open.
+pub(super) struct OpenState {
+    count: u32,
+    key: Option<String>,
+    size: u64,
+    atime_ns: i64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    /// Size/times differ from the stored inode.
+    dirty: bool,
+    /// Bumped by every change, so a persist only clears `dirty` if nothing
+    /// happened while it was writing.
+    epoch: u64,
+}
+
+pub(super) struct Handle {
+    ino: u64,
+}
+
+/// relatime: atime moves on read only if it is older than mtime/ctime or a day.
+const RELATIME_NS: i64 = 24 * 3600 * 1_000_000_000;
+
+impl Fs {
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
+        let (inode, _) = self.get_inode(ino)?;
+        if inode.kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(FsError::IsDir);
+        }
+        Ok(self.register_open(&inode))
+    }
+
+    /// create(2): make the file and open it in one step.
+    pub fn create(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<(Inode, u64)> {
+        let inode = self.make_node(ctx, parent, name, namespace::NewNode::File, mode, umask)?;
+        let fh = self.register_open(&inode);
+        Ok((inode, fh))
+    }
+
+    fn register_open(&self, inode: &Inode) -> u64 {
+        let mut open = self.open.lock();
+        let st = open.entry(inode.ino).or_insert_with(|| OpenState {
+            count: 0,
+            key: inode.content.clone(),
+            size: inode.size,
+            atime_ns: inode.atime_ns,
+            mtime_ns: inode.mtime_ns,
+            ctime_ns: inode.ctime_ns,
+            dirty: false,
+            epoch: 0,
+        });
+        st.count += 1;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, Handle { ino: inode.ino });
+        fh
+    }
+
+    pub(super) fn is_open(&self, ino: u64) -> bool {
+        self.open.lock().contains_key(&ino)
+    }
+
+    fn check_handle(&self, ino: u64, fh: u64) -> FsResult<()> {
+        match self.handles.lock().get(&fh) {
+            Some(h) if h.ino == ino => Ok(()),
+            _ => Err(FsError::BadHandle),
+        }
+    }
+
+    /// Content key and current size of an open file.
+    fn open_file(&self, ino: u64, fh: u64) -> FsResult<(String, u64)> {
+        self.check_handle(ino, fh)?;
+        let open = self.open.lock();
+        let st = open.get(&ino).ok_or(FsError::BadHandle)?;
+        let key = st.key.clone().ok_or(FsError::Invalid)?;
+        Ok((key, st.size))
+    }
+
+    pub fn read(&self, ino: u64, fh: u64, off: u64, size: u32) -> FsResult<Vec<u8>> {
+        let (key, fsize) = self.open_file(ino, fh)?;
+        if off >= fsize {
+            return Ok(Vec::new());
+        }
+        let n = (fsize - off).min(size as u64) as usize;
+        let mut buf = vec![0u8; n];
+        // Bytes past what the store holds are a hole: they stay zero.
+        self.data.read(&key, off, &mut buf)?;
+        let now = now_ns();
+        if let Some(st) = self.open.lock().get_mut(&ino)
+            && (st.atime_ns <= st.mtime_ns
+                || st.atime_ns <= st.ctime_ns
+                || now - st.atime_ns > RELATIME_NS)
+        {
+            st.atime_ns = now;
+            st.dirty = true;
+            st.epoch += 1;
+        }
+        Ok(buf)
+    }
+
+    pub fn write(&self, ino: u64, fh: u64, off: u64, data: &[u8]) -> FsResult<u32> {
+        let (key, _) = self.open_file(ino, fh)?;
+        let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
+        if end > i64::MAX as u64 {
+            return Err(FsError::TooBig);
+        }
+        self.data.write(&key, off, data)?;
+        let now = now_ns();
+        if let Some(st) = self.open.lock().get_mut(&ino) {
+            st.size = st.size.max(end);
+            st.mtime_ns = now;
+            st.ctime_ns = now;
+            st.dirty = true;
+            st.epoch += 1;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// close(2) of one descriptor: make size and times visible in the store.
+    pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
+        self.check_handle(ino, fh)?;
+        self.persist(ino)
+    }
+
+    pub fn fsync(&self, ino: u64, fh: u64) -> FsResult<()> {
+        self.check_handle(ino, fh)?;
+        let key = self.open.lock().get(&ino).and_then(|s| s.key.clone());
+        if let Some(key) = key {
+            self.data.sync(&key)?;
+        }
+        self.persist(ino)?;
+        self.store.sync()?;
+        Ok(())
+    }
+
+    /// Last close of a handle; the last handle of an unlinked file deletes it.
+    pub fn release(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if self.handles.lock().remove(&fh).is_none() {
+            return Err(FsError::BadHandle);
+        }
+        let last = match self.open.lock().get_mut(&ino) {
+            Some(st) => {
+                st.count -= 1;
+                st.count == 0
+            }
+            None => false,
+        };
+        if !last {
+            return Ok(());
+        }
+        self.persist(ino)?;
+        let gone = {
+            let mut open = self.open.lock();
+            match open.get(&ino) {
+                Some(st) if st.count == 0 => open.remove(&ino),
+                _ => None, // reopened meanwhile
+            }
+        };
+        if let Some(st) = gone {
+            if let Some(key) = &st.key {
+                self.data.release(key);
+            }
+            match self.get_inode(ino) {
+                Ok((inode, _)) if inode.nlink == 0 && !self.in_use(ino) => {
+                    self.destroy_inode(&inode)?
+                }
+                Ok(_) | Err(FsError::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Write the in-memory size/times of an open file to its inode document.
+    pub(super) fn persist(&self, ino: u64) -> FsResult<()> {
+        let (size, atime, mtime, ctime, epoch) = match self.open.lock().get(&ino) {
+            Some(st) if st.dirty => (st.size, st.atime_ns, st.mtime_ns, st.ctime_ns, st.epoch),
+            _ => return Ok(()),
+        };
+        let inode = self.update_inode(ino, |i| {
+            i.size = size;
+            i.atime_ns = atime;
+            i.mtime_ns = mtime;
+            i.ctime_ns = ctime;
+            Ok(())
+        })?;
+        if let Some(st) = self.open.lock().get_mut(&ino)
+            && st.epoch == epoch
+        {
+            st.dirty = false;
+        }
+        self.sync_entries(&inode)
+    }
+
+    /// Show not-yet-persisted size/times of an open file.
+    pub(super) fn overlay(&self, inode: &mut Inode) {
+        if let Some(st) = self.open.lock().get(&inode.ino)
+            && st.dirty
+        {
+            inode.size = st.size;
+            inode.atime_ns = st.atime_ns;
+            inode.mtime_ns = st.mtime_ns;
+            inode.ctime_ns = st.ctime_ns;
+        }
+    }
+
+    /// After setattr: the open state follows the stored inode.
+    pub(super) fn refresh_open(&self, inode: &Inode) {
+        if let Some(st) = self.open.lock().get_mut(&inode.ino) {
+            st.size = inode.size;
+            st.atime_ns = inode.atime_ns;
+            st.mtime_ns = inode.mtime_ns;
+            st.ctime_ns = inode.ctime_ns;
+            st.epoch += 1;
+            st.dirty = false;
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! The filesystem core: POSIX semantics over the document model, written once
+//! above the [`MetaStore`] and [`DataStore`] traits. Every operation returns
+//! `FsResult`; the FUSE adapter (`crate::fuse`) only translates.
+//!
+//! Concurrency: namespace changes take [`NamespaceLocks`]; attribute updates
+//! are optimistic (read, change, write-if-version, retry on conflict), which
+//! is also what keeps several mounts of one Elasticsearch index safe.
+
+mod dir;
+mod io;
+pub mod namespace;
+mod xattr;
+
+pub use dir::DirItem;
+pub use namespace::NewNode;
+
+use crate::data::DataStore;
+use crate::error::{FsError, FsResult};
+use crate::locks::NamespaceLocks;
+use crate::model::*;
+use crate::store::{BulkOp, Idx, MetaStore, StoreError, Version};
+use parking_lot::{Mutex, RwLock};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// The caller of an operation.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Ctx {
+    pub const ROOT: Ctx = Ctx {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
+}
+
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    /// This mount is the only writer of the store (embedded store): stale
+    /// orphans can be reclaimed at start and the kernel may keep page caches.
+    pub exclusive: bool,
+    /// Owner of the root directory when the store is first formatted.
+    pub root_uid: u32,
+    pub root_gid: u32,
+}
+
+/// Changes requested by setattr; `None` leaves the attribute alone.
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSpec>,
+    pub mtime: Option<TimeSpec>,
+    pub ctime: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum TimeSpec {
+    Now,
+    At(i64),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+pub const BLOCK_SIZE: u64 = 4096;
+/// Optimistic updates retry this often before reporting EAGAIN.
+const MAX_RETRIES: usize = 200;
+/// Ids are reserved from the store in batches (one store write per batch).
+const ID_BATCH: u64 = 1024;
+const FORMAT_VERSION: u64 = 1;
+
+pub struct Fs {
+    store: Arc<dyn MetaStore>,
+    data: Arc<dyn DataStore>,
+    cfg: FsConfig,
+    locks: NamespaceLocks,
+    ids: Mutex<(u64, u64)>,
+    /// Directory inode -> (parent inode, encoded name): paths are composed
+    /// from this. Only a rename of that directory changes its row.
+    dirs: RwLock<HashMap<u64, (u64, String)>>,
+    open: Mutex<HashMap<u64, io::OpenState>>,
+    /// Kernel lookup counts: an inode whose last name is gone stays until
+    /// the kernel forgets it (a process may still open it by a cached name).
+    lookups: Mutex<HashMap<u64, u64>>,
+    handles: Mutex<HashMap<u64, io::Handle>>,
+    dir_handles: Mutex<HashMap<u64, Arc<Mutex<dir::DirHandle>>>>,
+    next_fh: AtomicU64,
+}
+
+fn encode_name(name: &[u8]) -> FsResult<String> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Invalid);
+    }
+    Ok(encode_bytes(name))
+}
+
+fn to_doc<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("documents serialize")
+}
+
+impl Fs {
+    pub fn new(store: Arc<dyn MetaStore>, data: Arc<dyn DataStore>, cfg: FsConfig) -> FsResult<Fs> {
+        let fs = Fs {
+            store,
+            data,
+            cfg,
+            locks: NamespaceLocks::default(),
+            ids: Mutex::new((0, 0)),
+            dirs: RwLock::new(HashMap::new()),
+            open: Mutex::new(HashMap::new()),
+            lookups: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            dir_handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        };
+        fs.format_if_new()?;
+        if fs.cfg.exclusive {
+            fs.reclaim_orphans()?;
+        }
+        Ok(fs)
+    }
+
+    pub fn store(&self) -> &Arc<dyn MetaStore> {
+        &self.store
+    }
+
+    /// First mount of an empty store: root inode, id allocator, then the
+    /// superblock last, so an interrupted format is simply redone.
+    fn format_if_new(&self) -> FsResult<()> {
+        if let Some(sb) = self.store.get(Idx::Meta, "fs")? {
+            let v = sb.source["format"].as_u64().unwrap_or(0);
+            if v != FORMAT_VERSION {
+                return Err(FsError::Io(format!(
+                    "store has format {v}, this esfs reads format {FORMAT_VERSION}"
+                )));
+            }
+            return Ok(());
+        }
+        let now = now_ns();
+        let root = Inode {
+            ino: ROOT_INO,
+            kind: Kind::Dir,
+            mode: 0o755,
+            uid: self.cfg.root_uid,
+            gid: self.cfg.root_gid,
+            size: 0,
+            nlink: 2,
+            rdev: 0,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            btime_ns: now,
+            target: None,
+            xattrs: Default::default(),
+            content: None,
+            links: vec![],
+            orphan: false,
+        };
+        for (idx, id, doc) in [
+            (Idx::Inodes, inode_id(ROOT_INO), to_doc(&root)),
+            (Idx::Meta, "ids".to_string(), json!({ "next": 16 })),
+        ] {
+            match self.store.create(idx, &id, &doc) {
+                Ok(_) | Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let sb = json!({ "format": FORMAT_VERSION, "created_ns": now, "block_size": BLOCK_SIZE });
+        match self.store.create(Idx::Meta, "fs", &sb) {
+            Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Inodes unlinked while open by a mount that then died.
+    fn reclaim_orphans(&self) -> FsResult<()> {
+        let q = crate::store::Query::term("orphan", true);
+        let mut orphans = Vec::new();
+        crate::store::scan(&*self.store, Idx::Inodes, q, vec![], 1000, |hits| {
+            orphans.extend(hits.into_iter().map(|h| h.doc));
+            Ok(true)
+        })?;
+        for doc in orphans {
+            let inode: Inode = serde_json::from_value(doc.source)?;
+            log::info!("reclaiming inode {} unlinked while open", inode.ino);
+            self.destroy_inode(&inode)?;
+        }
+        Ok(())
+    }
+
+    /// The kernel now holds one more reference to `ino` (an entry reply).
+    pub fn remember(&self, ino: u64) {
+        *self.lookups.lock().entry(ino).or_insert(0) += 1;
+    }
+
+    /// The kernel dropped `n` references; the last one of an unlinked inode
+    /// that nothing has open deletes it.
+    pub fn forget(&self, ino: u64, n: u64) {
+        {
+            let mut l = self.lookups.lock();
+            match l.get_mut(&ino) {
+                Some(c) if *c > n => {
+                    *c -= n;
+                    return;
+                }
+                Some(_) => {
+                    l.remove(&ino);
+                }
+                None => return,
+            }
+        }
+        if self.is_open(ino) {
+            return;
+        }
+        match self.get_inode(ino) {
+            Ok((inode, _)) if inode.nlink == 0 => {
+                if let Err(e) = self.destroy_inode(&inode) {
+                    log::error!("deleting unlinked inode {ino}: {e}");
+                }
+            }
+            Ok(_) | Err(FsError::NotFound) => {}
+            Err(e) => log::error!("forget {ino}: {e}"),
+        }
+    }
+
+    /// Whether the kernel or an open handle still references `ino`.
+    fn in_use(&self, ino: u64) -> bool {
+        self.is_open(ino) || self.lookups.lock().contains_key(&ino)
+    }
+
+    /// A fresh id (inode numbers and readdir cookies share the sequence).
+    fn alloc(&self) -> FsResult<u64> {
+        let mut ids = self.ids.lock();
+        if ids.0 >= ids.1 {
+            for _ in 0..MAX_RETRIES {
+                let doc = self
+                    .store
+                    .get(Idx::Meta, "ids")?
+                    .ok_or_else(|| FsError::Io("id allocator missing".into()))?;
+                let next = doc.source["next"].as_u64().unwrap_or(16);
+                let end = next + ID_BATCH;
+                match self
+                    .store
+                    .put(Idx::Meta, "ids", &json!({ "next": end }), Some(doc.version))
+                {
+                    Ok(_) => {
+                        *ids = (next, end);
+                        break;
+                    }
+                    Err(StoreError::Conflict(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if ids.0 >= ids.1 {
+                return Err(FsError::Again);
+            }
+        }
+        ids.0 += 1;
+        Ok(ids.0 - 1)
+    }
+
+    // ---- documents ----
+
+    fn get_inode(&self, ino: u64) -> FsResult<(Inode, Version)> {
+        let doc = self
+            .store
+            .get(Idx::Inodes, &inode_id(ino))?
+            .ok_or(FsError::NotFound)?;
+        Ok((serde_json::from_value(doc.source)?, doc.version))
+    }
+
+    /// The inode as callers should see it: stored attributes plus the
+    /// not-yet-persisted size/times of open files.
+    pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
+        let (mut inode, _) = self.get_inode(ino)?;
+        self.overlay(&mut inode);
+        Ok(inode)
+    }
+
+    /// Read-modify-write of an inode with optimistic concurrency.
+    fn update_inode(
+        &self,
+        ino: u64,
+        mut f: impl FnMut(&mut Inode) -> FsResult<()>,
+    ) -> FsResult<Inode> {
+        for _ in 0..MAX_RETRIES {
+            let (mut inode, ver) = self.get_inode(ino)?;
+            f(&mut inode)?;
+            match self
+                .store
+                .put(Idx::Inodes, &inode_id(ino), &to_doc(&inode), Some(ver))
+            {
+                Ok(_) => return Ok(inode),
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(FsError::Again)
+    }
+
+    fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
+        match self.store.get(Idx::Entries, &entry_id(parent, name))? {
+            Some(doc) => Ok(Some((serde_json::from_value(doc.source)?, doc.version))),
+            None => Ok(None),
+        }
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
+        if name.len() > NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        let (entry, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+        self.getattr(entry.ino)
+    }
+
+    /// Copy the inode's searchable attributes into each of its entry documents.
+    fn sync_entries(&self, inode: &Inode) -> FsResult<()> {
+        for link in &inode.links {
+            let id = entry_id(link.p, &decode_bytes(&link.n));
+            for _ in 0..MAX_RETRIES {
+                let Some(doc) = self.store.get(Idx::Entries, &id)? else {
+                    break;
+                };
+                let mut entry: Entry = serde_json::from_value(doc.source)?;
+                if entry.ino != inode.ino || !entry.refresh_attrs(inode) {
+                    break;
+                }
+                match self
+                    .store
+                    .put(Idx::Entries, &id, &to_doc(&entry), Some(doc.version))
+                {
+                    Ok(_) => break,
+                    Err(StoreError::Conflict(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Directory mtime/ctime to now and its link count changed by `nlink`.
+    fn touch_dir(&self, ino: u64, nlink: i32) -> FsResult<()> {
+        let now = now_ns();
+        let inode = self.update_inode(ino, |i| {
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
+            Ok(())
+        })?;
+        self.sync_entries(&inode)
+    }
+
+    /// Delete an inode's document and contents (its last name is gone and
+    /// nothing has it open).
+    fn destroy_inode(&self, inode: &Inode) -> FsResult<()> {
+        if let Some(key) = &inode.content {
+            self.data.remove(key)?;
+        }
+        self.store.delete(Idx::Inodes, &inode_id(inode.ino), None)?;
+        self.dirs.write().remove(&inode.ino);
+        Ok(())
+    }
+
+    // ---- paths ----
+
+    /// (parent, encoded name) of a directory.
+    fn dir_link(&self, ino: u64) -> FsResult<(u64, String)> {
+        if let Some(l) = self.dirs.read().get(&ino) {
+            return Ok(l.clone());
+        }
+        let (inode, _) = self.get_inode(ino)?;
+        if inode.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        let link = inode
+            .links
+            .first()
+            .ok_or_else(|| FsError::Io(format!("directory {ino} has no parent link")))?;
+        let l = (link.p, link.n.clone());
+        self.dirs.write().insert(ino, l.clone());
+        Ok(l)
+    }
+
+    /// The directory's ancestors, itself first, the root last.
+    fn ancestors(&self, ino: u64) -> FsResult<Vec<(u64, String)>> {
+        let mut chain = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO {
+            let (parent, name) = self.dir_link(cur)?;
+            chain.push((cur, name));
+            if chain.len() > 8192 {
+                return Err(FsError::Io(format!("directory loop above inode {ino}")));
+            }
+            cur = parent;
+        }
+        Ok(chain)
+    }
+
+    /// Full path of a directory, as stored in documents.
+    pub fn dir_path(&self, ino: u64) -> FsResult<String> {
+        let chain = self.ancestors(ino)?;
+        if chain.is_empty() {
+            return Ok("/".to_string());
+        }
+        let mut p = String::new();
+        for (_, name) in chain.iter().rev() {
+            p.push('/');
+            p.push_str(name);
+        }
+        Ok(p)
+    }
+
+    // ---- attributes ----
+
+    pub fn setattr(&self, ctx: Ctx, ino: u64, set: SetAttr) -> FsResult<Inode> {
+        let _ = ctx; // ownership rules are enforced by the kernel (default_permissions)
+        // Persist pending writes first so they cannot overwrite what we set.
+        self.persist(ino)?;
+        let now = now_ns();
+        if let Some(size) = set.size {
+            let (inode, _) = self.get_inode(ino)?;
+            match inode.kind {
+                Kind::File => {}
+                Kind::Dir => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid),
+            }
+            if let Some(key) = &inode.content {
+                self.data.truncate(key, size)?;
+            }
+        }
+        let inode = self.update_inode(ino, |i| {
+            if let Some(m) = set.mode {
+                i.mode = m & 0o7777;
+            }
+            if let Some(u) = set.uid {
+                i.uid = u;
+            }
+            if let Some(g) = set.gid {
+                i.gid = g;
+            }
+            if let Some(s) = set.size {
+                i.size = s;
+                i.mtime_ns = now;
+            }
+            match set.atime {
+                Some(TimeSpec::Now) => i.atime_ns = now,
+                Some(TimeSpec::At(t)) => i.atime_ns = t,
+                None => {}
+            }
+            match set.mtime {
+                Some(TimeSpec::Now) => i.mtime_ns = now,
+                Some(TimeSpec::At(t)) => i.mtime_ns = t,
+                None => {}
+            }
+            i.ctime_ns = set.ctime.unwrap_or(now);
+            Ok(())
+        })?;
+        self.refresh_open(&inode);
+        self.sync_entries(&inode)?;
+        Ok(inode)
+    }
+
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let (inode, _) = self.get_inode(ino)?;
+        match (&inode.kind, &inode.target) {
+            (Kind::Symlink, Some(t)) => Ok(decode_bytes(t)),
+            _ => Err(FsError::Invalid),
+        }
+    }
+
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        let cap = self.data.capacity()?;
+        let used = self
+            .store
+            .count(Idx::Inodes, &crate::store::Query::MatchAll)?;
+        Ok(StatFs {
+            blocks: cap.total_bytes / BLOCK_SIZE,
+            bfree: cap.free_bytes / BLOCK_SIZE,
+            bavail: cap.avail_bytes / BLOCK_SIZE,
+            files: used + cap.free_files,
+            ffree: cap.free_files,
+            bsize: BLOCK_SIZE as u32,
+            namelen: NAME_MAX as u32,
+        })
+    }
+
+    /// access(2) for callers that ask (the kernel checks opens itself).
+    pub fn access(&self, ctx: Ctx, ino: u64, mask: i32) -> FsResult<()> {
+        let inode = self.getattr(ino)?;
+        if mask == libc::F_OK {
+            return Ok(());
+        }
+        let bits = if ctx.uid == 0 {
+            // root may read/write anything; execute needs some x bit on files
+            let x = inode.kind == Kind::Dir || inode.mode & 0o111 != 0;
+            0o6 | if x { 0o1 } else { 0 }
+        } else if ctx.uid == inode.uid {
+            (inode.mode >> 6) & 7
+        } else if in_group(ctx, inode.gid) {
+            (inode.mode >> 3) & 7
+        } else {
+            inode.mode & 7
+        };
+        if (mask as u32) & !bits & 7 != 0 {
+            return Err(FsError::Access);
+        }
+        Ok(())
+    }
+}
+
+/// Whether the caller is in `gid`: its primary group or, read from
+/// /proc/PID/status, a supplementary one.
+pub fn in_group(ctx: Ctx, gid: u32) -> bool {
+    if ctx.gid == gid {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", ctx.pid)) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+}
+
+/// Every item of a bulk must have succeeded. A version conflict there means
+/// another writer changed the same document meanwhile: EAGAIN, not EIO.
+pub(crate) fn bulk_check(results: Vec<crate::store::BulkItemResult>) -> FsResult<()> {
+    for r in results {
+        match r {
+            Ok(_) => {}
+            Err(StoreError::Conflict(_)) => return Err(FsError::Again),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,593 @@
+//! Namespace changes: create, link, unlink, rmdir, rename.
+//!
+//! Write order keeps every crash state recoverable: a new inode document is
+//! written before the entry that names it (a crash leaves at most an
+//! unreferenced inode, which fsck reclaims), and a rename writes the new
+//! entry before deleting the old one (a crash leaves the file reachable).
+
+use super::*;
+use crate::store::Query;
+
+/// What kind of node to make, with its kind-specific payload.
+pub enum NewNode<'a> {
+    File,
+    Dir,
+    Symlink(&'a [u8]),
+    Special(Kind, u32),
+}
+
+pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
+pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
+
+impl Fs {
+    /// mknod/mkdir/symlink/create: make an inode and its first name.
+    pub fn make_node(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
+        node: NewNode<'_>,
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<Inode> {
+        let ename = encode_name(name)?;
+        let _g = self.locks.dirs(&[parent]);
+        let (pinode, _) = self.get_inode(parent)?;
+        if pinode.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        if pinode.nlink == 0 {
+            return Err(FsError::NotFound); // removed while we looked
+        }
+        if self.get_entry(parent, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let dir = self.dir_path(parent)?;
+        let (ino, cookie) = (self.alloc()?, self.alloc()?);
+        let (kind, rdev, target) = match node {
+            NewNode::File => (Kind::File, 0, None),
+            NewNode::Dir => (Kind::Dir, 0, None),
+            NewNode::Symlink(t) => (Kind::Symlink, 0, Some(encode_bytes(t))),
+            NewNode::Special(k, rdev) => (k, rdev, None),
+        };
+        let mut mode = match kind {
+            Kind::Symlink => 0o777,
+            _ => mode & 0o7777 & !umask,
+        };
+        // BSD group semantics in setgid directories (as ext4 does).
+        let mut gid = ctx.gid;
+        if pinode.mode & libc::S_ISGID != 0 {
+            gid = pinode.gid;
+            if kind == Kind::Dir {
+                mode |= libc::S_ISGID;
+            }
+        }
+        let now = now_ns();
+        // A symlink's size is the length of its target.
+        let size = target
+            .as_deref()
+            .map_or(0, |t| decode_bytes(t).len() as u64);
+        let inode = Inode {
+            ino,
+            kind,
+            mode,
+            uid: ctx.uid,
+            gid,
+            size,
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            rdev,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            btime_ns: now,
+            target,
+            xattrs: Default::default(),
+            content: (kind == Kind::File).then(|| ino.to_string()),
+            links: vec![Link {
+                p: parent,
+                n: ename.clone(),
+            }],
+            orphan: false,
+        };
+        let mut entry = Entry {
+            parent,
+            name: ename.clone(),
+            path: join_path(&dir, &ename),
+            dir,
+            ino,
+            kind,
+            cookie,
+            size: 0,
+            mtime: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+        };
+        entry.refresh_attrs(&inode);
+        let eid = entry_id(parent, name);
+        let res = self.store.bulk(vec![
+            BulkOp::Create {
+                index: Idx::Inodes,
+                id: inode_id(ino),
+                source: to_doc(&inode),
+            },
+            BulkOp::Create {
+                index: Idx::Entries,
+                id: eid.clone(),
+                source: to_doc(&entry),
+            },
+        ])?;
+        match (&res[0], &res[1]) {
+            (Ok(_), Ok(_)) => {}
+            (ri, re) => {
+                // Undo whichever half landed.
+                if ri.is_ok() {
+                    let _ = self.store.delete(Idx::Inodes, &inode_id(ino), None);
+                }
+                if re.is_ok() {
+                    let _ = self.store.delete(Idx::Entries, &eid, None);
+                }
+                return Err(match re {
+                    Err(StoreError::Conflict(_)) => FsError::Exists,
+                    Err(e) => e.clone().into(),
+                    Ok(_) => ri.clone().unwrap_err().into(),
+                });
+            }
+        }
+        if kind == Kind::Dir {
+            self.dirs.write().insert(ino, (parent, ename));
+        }
+        self.touch_dir(parent, if kind == Kind::Dir { 1 } else { 0 })?;
+        Ok(inode)
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Inode> {
+        let ename = encode_name(newname)?;
+        let _g = self.locks.dirs(&[newparent]);
+        let (target, _) = self.get_inode(ino)?;
+        if target.kind == Kind::Dir {
+            return Err(FsError::NotPermitted);
+        }
+        if target.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let (pinode, _) = self.get_inode(newparent)?;
+        if pinode.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        if target.nlink >= u32::MAX - 1 {
+            return Err(FsError::TooManyLinks);
+        }
+        let dir = self.dir_path(newparent)?;
+        let mut entry = Entry {
+            parent: newparent,
+            name: ename.clone(),
+            path: join_path(&dir, &ename),
+            dir,
+            ino,
+            kind: target.kind,
+            cookie: self.alloc()?,
+            size: 0,
+            mtime: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+        };
+        entry.refresh_attrs(&target);
+        match self
+            .store
+            .create(Idx::Entries, &entry_id(newparent, newname), &to_doc(&entry))
+        {
+            Ok(_) => {}
+            Err(StoreError::Conflict(_)) => return Err(FsError::Exists),
+            Err(e) => return Err(e.into()),
+        }
+        let now = now_ns();
+        let inode = self.update_inode(ino, |i| {
+            i.nlink += 1;
+            i.ctime_ns = now;
+            i.links.push(Link {
+                p: newparent,
+                n: ename.clone(),
+            });
+            Ok(())
+        })?;
+        self.touch_dir(newparent, 0)?;
+        let mut inode = inode;
+        self.overlay(&mut inode);
+        Ok(inode)
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        encode_name(name)?;
+        let _g = self.locks.dirs(&[parent]);
+        let (entry, ver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+        if entry.kind == Kind::Dir {
+            return Err(FsError::IsDir);
+        }
+        self.delete_entry(parent, name, ver)?;
+        self.drop_link(entry.ino, parent, &entry.name)?;
+        self.touch_dir(parent, 0)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        if name == b"." {
+            return Err(FsError::Invalid);
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        encode_name(name)?;
+        loop {
+            // Lock the parent and the directory itself (creates inside it
+            // lock it), in a deadlock-free sorted order, then re-check.
+            let (peek, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+            let _g = self.locks.dirs(&[parent, peek.ino]);
+            let (entry, ver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+            if entry.ino != peek.ino {
+                continue;
+            }
+            if entry.kind != Kind::Dir {
+                return Err(FsError::NotDir);
+            }
+            if !self.dir_is_empty(entry.ino)? {
+                return Err(FsError::NotEmpty);
+            }
+            self.delete_entry(parent, name, ver)?;
+            self.drop_link(entry.ino, parent, &entry.name)?;
+            return self.touch_dir(parent, -1);
+        }
+    }
+
+    fn delete_entry(&self, parent: u64, name: &[u8], ver: Version) -> FsResult<()> {
+        match self
+            .store
+            .delete(Idx::Entries, &entry_id(parent, name), Some(ver))
+        {
+            Ok(_) => Ok(()),
+            Err(StoreError::Conflict(_)) => Err(FsError::Again),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(super) fn dir_is_empty(&self, ino: u64) -> FsResult<bool> {
+        Ok(self
+            .store
+            .count(Idx::Entries, &Query::term("parent", ino))?
+            == 0)
+    }
+
+    /// One name of `ino` is gone: drop the link; at zero links delete the
+    /// inode, unless it is still in use (then the last close or forget does).
+    fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
+        let now = now_ns();
+        let open = self.in_use(ino);
+        let inode = self.update_inode(ino, |i| {
+            if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
+                i.links.remove(pos);
+            }
+            i.nlink = if i.kind == Kind::Dir {
+                0
+            } else {
+                i.nlink.saturating_sub(1)
+            };
+            i.ctime_ns = now;
+            i.orphan = i.nlink == 0 && open;
+            Ok(())
+        })?;
+        if inode.nlink == 0 && !inode.orphan {
+            self.destroy_inode(&inode)?;
+        } else {
+            self.sync_entries(&inode)?;
+        }
+        Ok(())
+    }
+
+    /// rename(2) and renameat2(2) with RENAME_NOREPLACE / RENAME_EXCHANGE.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(FsError::Invalid); // RENAME_WHITEOUT and unknown flags
+        }
+        encode_name(name)?;
+        let new_ename = encode_name(newname)?;
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        loop {
+            // Peek without locks to pick the lock scope, then re-read under it.
+            let (peek, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+            let peek_dst = self.get_entry(newparent, newname)?;
+            let moves_dir = |s: &Entry, d: &Option<(Entry, Version)>| {
+                s.kind == Kind::Dir
+                    || (exchange && d.as_ref().is_some_and(|(d, _)| d.kind == Kind::Dir))
+            };
+            let whole_tree = moves_dir(&peek, &peek_dst);
+            let _g = if whole_tree {
+                self.locks.exclusive()
+            } else {
+                self.locks.dirs(&[parent, newparent])
+            };
+            let (src, sver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+            let dst = self.get_entry(newparent, newname)?;
+            if moves_dir(&src, &dst) && !whole_tree {
+                continue; // changed under us: retry with the tree lock
+            }
+            return if exchange {
+                let (dst, dver) = dst.ok_or(FsError::NotFound)?;
+                self.exchange(src, sver, dst, dver)
+            } else {
+                self.move_entry(src, sver, newparent, newname, new_ename, dst, flags)
+            };
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn move_entry(
+        &self,
+        src: Entry,
+        sver: Version,
+        newparent: u64,
+        newname: &[u8],
+        new_ename: String,
+        dst: Option<(Entry, Version)>,
+        flags: u32,
+    ) -> FsResult<()> {
+        let src_is_dir = src.kind == Kind::Dir;
+        let mut replaced_dir = false;
+        if let Some((d, _)) = &dst {
+            if d.ino == src.ino {
+                return Ok(()); // two names of one file: POSIX says do nothing
+            }
+            if flags & RENAME_NOREPLACE != 0 {
+                return Err(FsError::Exists);
+            }
+            match (src_is_dir, d.kind == Kind::Dir) {
+                (true, false) => return Err(FsError::NotDir),
+                (false, true) => return Err(FsError::IsDir),
+                (true, true) => {
+                    if !self.dir_is_empty(d.ino)? {
+                        return Err(FsError::NotEmpty);
+                    }
+                    replaced_dir = true;
+                }
+                (false, false) => {}
+            }
+        }
+        let (npinode, _) = self.get_inode(newparent)?;
+        if npinode.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        if src_is_dir && self.is_ancestor(src.ino, newparent)? {
+            return Err(FsError::Invalid);
+        }
+        let new_dir = self.dir_path(newparent)?;
+        let moved = Entry {
+            parent: newparent,
+            name: new_ename.clone(),
+            path: join_path(&new_dir, &new_ename),
+            dir: new_dir,
+            cookie: self.alloc()?,
+            ..src.clone()
+        };
+        let new_id = entry_id(newparent, newname);
+        let put_new = match &dst {
+            Some((_, dver)) => BulkOp::Index {
+                index: Idx::Entries,
+                id: new_id,
+                source: to_doc(&moved),
+                if_version: Some(*dver),
+            },
+            None => BulkOp::Create {
+                index: Idx::Entries,
+                id: new_id,
+                source: to_doc(&moved),
+            },
+        };
+        let old_id = entry_id(src.parent, &decode_bytes(&src.name));
+        let res = self.store.bulk(vec![
+            put_new,
+            BulkOp::Delete {
+                index: Idx::Entries,
+                id: old_id,
+                if_version: Some(sver),
+            },
+        ])?;
+        bulk_check(res)?;
+
+        let now = now_ns();
+        self.update_inode(src.ino, |i| {
+            relink(i, src.parent, &src.name, newparent, &new_ename);
+            i.ctime_ns = now;
+            Ok(())
+        })?;
+        if let Some((d, _)) = &dst {
+            self.drop_link(d.ino, newparent, &d.name)?;
+        }
+        // Directory link counts: the moved directory's ".." leaves the old
+        // parent; a replaced directory's ".." leaves the new parent.
+        let dir_delta = |p: u64| -> i32 {
+            let mut d = 0;
+            if src_is_dir && p == src.parent {
+                d -= 1;
+            }
+            if src_is_dir && p == newparent {
+                d += 1;
+            }
+            if replaced_dir && p == newparent {
+                d -= 1;
+            }
+            d
+        };
+        self.touch_dir(src.parent, dir_delta(src.parent))?;
+        if newparent != src.parent {
+            self.touch_dir(newparent, dir_delta(newparent))?;
+        }
+        if src_is_dir {
+            self.dirs.write().insert(src.ino, (newparent, new_ename));
+            self.rewrite_subtree(&src.path, &moved.path)?;
+        }
+        Ok(())
+    }
+
+    /// RENAME_EXCHANGE: the two names swap the inodes they point to.
+    fn exchange(&self, a: Entry, aver: Version, b: Entry, bver: Version) -> FsResult<()> {
+        if a.ino == b.ino {
+            return Ok(());
+        }
+        if (a.kind == Kind::Dir && self.is_ancestor(a.ino, b.parent)?)
+            || (b.kind == Kind::Dir && self.is_ancestor(b.ino, a.parent)?)
+        {
+            return Err(FsError::Invalid);
+        }
+        // Each position keeps its name, path and cookie and takes the other's inode.
+        let swap = |pos: &Entry, from: &Entry| Entry {
+            ino: from.ino,
+            kind: from.kind,
+            size: from.size,
+            mtime: from.mtime,
+            mode: from.mode,
+            uid: from.uid,
+            gid: from.gid,
+            ..pos.clone()
+        };
+        let (new_a, new_b) = (swap(&a, &b), swap(&b, &a));
+        let ops = [(&a, &new_a, aver), (&b, &new_b, bver)]
+            .into_iter()
+            .map(|(pos, new, ver)| BulkOp::Index {
+                index: Idx::Entries,
+                id: entry_id(pos.parent, &decode_bytes(&pos.name)),
+                source: to_doc(new),
+                if_version: Some(ver),
+            })
+            .collect();
+        bulk_check(self.store.bulk(ops)?)?;
+        let now = now_ns();
+        for (moved, from, to) in [(&a, &a, &b), (&b, &b, &a)] {
+            self.update_inode(moved.ino, |i| {
+                relink(i, from.parent, &from.name, to.parent, &to.name);
+                i.ctime_ns = now;
+                Ok(())
+            })?;
+            if moved.kind == Kind::Dir {
+                self.dirs
+                    .write()
+                    .insert(moved.ino, (to.parent, to.name.clone()));
+            }
+        }
+        if a.parent != b.parent && (a.kind == Kind::Dir) != (b.kind == Kind::Dir) {
+            let d = if a.kind == Kind::Dir { 1 } else { -1 };
+            self.touch_dir(a.parent, -d)?;
+            self.touch_dir(b.parent, d)?;
+        } else {
+            self.touch_dir(a.parent, 0)?;
+            if a.parent != b.parent {
+                self.touch_dir(b.parent, 0)?;
+            }
+        }
+        match (a.kind == Kind::Dir, b.kind == Kind::Dir) {
+            (true, true) => {
+                // Swap through a path no real document can have.
+                let tmp = format!("/\0swap{}", self.alloc()?);
+                self.rewrite_subtree(&a.path, &tmp)?;
+                self.rewrite_subtree(&b.path, &a.path)?;
+                self.rewrite_subtree(&tmp, &b.path)?;
+            }
+            (true, false) => self.rewrite_subtree(&a.path, &b.path)?,
+            (false, true) => self.rewrite_subtree(&b.path, &a.path)?,
+            (false, false) => {}
+        }
+        Ok(())
+    }
+
+    /// Whether directory `dir` is `ino` or one of its ancestors is.
+    fn is_ancestor(&self, ino: u64, dir: u64) -> FsResult<bool> {
+        Ok(dir == ino || self.ancestors(dir)?.iter().any(|(a, _)| *a == ino))
+    }
+
+    /// The seeds' directory rename: find every document strictly below `old`
+    /// (one `path.tree` term) and bulk-update its `path` and `dir` to be below
+    /// `new`, page by page, checking every item.
+    pub(super) fn rewrite_subtree(&self, old: &str, new: &str) -> FsResult<()> {
+        let query = Query::Bool {
+            must: vec![Query::tree("path", old)],
+            must_not: vec![Query::term("path", old)],
+            should: vec![],
+        };
+        let rebase = |p: &str| format!("{new}{}", &p[old.len()..]);
+        let mut retry: Vec<String> = Vec::new();
+        crate::store::scan(
+            &*self.store,
+            Idx::Entries,
+            query,
+            vec![crate::store::Sort::asc("cookie")],
+            1000,
+            |hits| {
+                let mut ids = Vec::with_capacity(hits.len());
+                let mut ops = Vec::with_capacity(hits.len());
+                for h in hits {
+                    let mut e: Entry = serde_json::from_value(h.doc.source)
+                        .map_err(|e| StoreError::Other(e.to_string()))?;
+                    e.path = rebase(&e.path);
+                    e.dir = rebase(&e.dir);
+                    ids.push(h.doc.id.clone());
+                    ops.push(BulkOp::Index {
+                        index: Idx::Entries,
+                        id: h.doc.id,
+                        source: to_doc(&e),
+                        if_version: Some(h.doc.version),
+                    });
+                }
+                for (id, r) in ids.into_iter().zip(self.store.bulk(ops)?) {
+                    match r {
+                        Ok(_) => {}
+                        // Changed concurrently (an attribute refresh): redo alone.
+                        Err(StoreError::Conflict(_)) => retry.push(id),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(true)
+            },
+        )?;
+        for id in retry {
+            for attempt in 0.. {
+                let Some(doc) = self.store.get(Idx::Entries, &id)? else {
+                    break;
+                };
+                let mut e: Entry = serde_json::from_value(doc.source)?;
+                if !(e.path.starts_with(old) && e.path.as_bytes().get(old.len()) == Some(&b'/')) {
+                    break;
+                }
+                e.path = rebase(&e.path);
+                e.dir = rebase(&e.dir);
+                match self
+                    .store
+                    .put(Idx::Entries, &id, &to_doc(&e), Some(doc.version))
+                {
+                    Ok(_) => break,
+                    Err(StoreError::Conflict(_)) if attempt < MAX_RETRIES => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Replace the back-link (from_p, from_n) of an inode with (to_p, to_n).
+fn relink(i: &mut Inode, from_p: u64, from_n: &str, to_p: u64, to_n: &str) {
+    let to = Link {
+        p: to_p,
+        n: to_n.to_string(),
+    };
+    match i.links.iter().position(|l| l.p == from_p && l.n == from_n) {
+        Some(pos) => i.links[pos] = to,
+        None => i.links.push(to),
+    }
+}

@@ -1,0 +1,76 @@
+//! Extended attributes, stored in the inode document (name encoded like file
+//! names, value base64). `system.*` (POSIX ACLs) is refused with EOPNOTSUPP:
+//! storing ACLs the kernel would not enforce would pretend a protection that
+//! does not exist.
+
+use super::*;
+use base64::Engine;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+/// Linux's XATTR_NAME_MAX and XATTR_SIZE_MAX.
+const NAME_MAX_X: usize = 255;
+const VALUE_MAX: usize = 65536;
+
+fn xattr_key(name: &[u8]) -> FsResult<String> {
+    if name.is_empty() || name.len() > NAME_MAX_X {
+        return Err(FsError::Range);
+    }
+    if name.starts_with(b"system.") {
+        return Err(FsError::NotSupported);
+    }
+    Ok(encode_bytes(name))
+}
+
+impl Fs {
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        let key = xattr_key(name)?;
+        if value.len() > VALUE_MAX {
+            return Err(FsError::TooBig);
+        }
+        let now = now_ns();
+        let encoded = B64.encode(value);
+        self.update_inode(ino, |i| {
+            let exists = i.xattrs.contains_key(&key);
+            if flags & libc::XATTR_CREATE != 0 && exists {
+                return Err(FsError::Exists);
+            }
+            if flags & libc::XATTR_REPLACE != 0 && !exists {
+                return Err(FsError::NoXattr);
+            }
+            i.xattrs.insert(key.clone(), encoded.clone());
+            i.ctime_ns = now;
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        let key = xattr_key(name)?;
+        let (inode, _) = self.get_inode(ino)?;
+        let v = inode.xattrs.get(&key).ok_or(FsError::NoXattr)?;
+        B64.decode(v)
+            .map_err(|e| FsError::Io(format!("corrupt xattr {key:?} on inode {ino}: {e}")))
+    }
+
+    /// NUL-terminated names, as listxattr(2) returns them.
+    pub fn listxattr(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let (inode, _) = self.get_inode(ino)?;
+        let mut out = Vec::new();
+        for k in inode.xattrs.keys() {
+            out.extend_from_slice(&decode_bytes(k));
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        let key = xattr_key(name)?;
+        let now = now_ns();
+        self.update_inode(ino, |i| {
+            i.xattrs.remove(&key).ok_or(FsError::NoXattr)?;
+            i.ctime_ns = now;
+            Ok(())
+        })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,569 @@
+//! FUSE glue: translate fuser callbacks into `Fs` calls and results into
+//! replies. No filesystem logic lives here.
+//!
+//! Kernel caching: entry and attribute replies carry `ttl` (default 1 s, as
+//! JuiceFS). With the embedded store this mount is the only writer, so the
+//! kernel's page cache is kept across opens (FOPEN_KEEP_CACHE) and negative
+//! lookups are cached too; with a shared store both are off.
+
+use crate::error::FsError;
+use crate::fs::{Ctx, Fs, SetAttr, TimeSpec};
+use crate::model::{Inode, Kind, ns_of, system_time};
+use fuser::*;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+pub struct FuseFs {
+    fs: Arc<Fs>,
+    ttl: Duration,
+    exclusive: bool,
+}
+
+impl FuseFs {
+    pub fn new(fs: Arc<Fs>, ttl: Duration, exclusive: bool) -> FuseFs {
+        FuseFs { fs, ttl, exclusive }
+    }
+}
+
+fn errno(e: FsError) -> Errno {
+    if let FsError::Io(msg) = &e {
+        log::error!("I/O error: {msg}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::Char => FileType::CharDevice,
+        Kind::Block => FileType::BlockDevice,
+    }
+}
+
+pub fn attr(i: &Inode) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(i.ino),
+        size: i.size,
+        blocks: i.blocks(),
+        atime: system_time(i.atime_ns),
+        mtime: system_time(i.mtime_ns),
+        ctime: system_time(i.ctime_ns),
+        crtime: system_time(i.btime_ns),
+        kind: file_type(i.kind),
+        perm: (i.mode & 0o7777) as u16,
+        nlink: i.nlink,
+        uid: i.uid,
+        gid: i.gid,
+        rdev: i.rdev,
+        blksize: crate::fs::BLOCK_SIZE as u32,
+        flags: 0,
+    }
+}
+
+fn time(t: TimeOrNow) -> TimeSpec {
+    match t {
+        TimeOrNow::Now => TimeSpec::Now,
+        TimeOrNow::SpecificTime(t) => TimeSpec::At(ns_of(t)),
+    }
+}
+
+impl FuseFs {
+    /// Reply with an entry; the kernel then holds a lookup reference.
+    fn entry(&self, r: Result<Inode, FsError>, reply: ReplyEntry) {
+        match r {
+            Ok(i) => {
+                self.fs.remember(i.ino);
+                reply.entry(&self.ttl, &attr(&i), Generation(0))
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn empty(r: Result<(), FsError>, reply: ReplyEmpty) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn xattr_reply(r: Result<Vec<u8>, FsError>, size: u32, reply: ReplyXattr) {
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+impl Filesystem for FuseFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Ask for what helps; a kernel without some of it still mounts.
+        for cap in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ] {
+            if let Err(missing) = config.add_capabilities(cap) {
+                log::debug!("kernel lacks {missing:?}");
+            }
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            Err(FsError::NotFound) if self.exclusive => {
+                // Negative entry: ino 0 with a TTL lets the kernel cache "absent".
+                reply.entry(&self.ttl, &attr(&placeholder()), Generation(0));
+            }
+            r => self.entry(r, reply),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(i) => reply.attr(&self.ttl, &attr(&i)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time),
+            mtime: mtime.map(time),
+            ctime: ctime.map(ns_of),
+        };
+        match self.fs.setattr(ctx(req), ino.0, set) {
+            Ok(i) => reply.attr(&self.ttl, &attr(&i)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        use crate::fs::NewNode;
+        let node = match Kind::from_mode(mode) {
+            Some(Kind::File) => NewNode::File,
+            Some(Kind::Dir) | None => return reply.error(Errno::EINVAL),
+            Some(Kind::Symlink) => return reply.error(Errno::EINVAL),
+            Some(k) => NewNode::Special(k, rdev),
+        };
+        let r = self
+            .fs
+            .make_node(ctx(req), parent.0, name.as_bytes(), node, mode, umask);
+        self.entry(r, reply)
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.fs.make_node(
+            ctx(req),
+            parent.0,
+            name.as_bytes(),
+            crate::fs::NewNode::Dir,
+            mode,
+            umask,
+        );
+        self.entry(r, reply)
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(self.fs.unlink(parent.0, name.as_bytes()), reply)
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(self.fs.rmdir(parent.0, name.as_bytes()), reply)
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let target = target.as_os_str().as_bytes();
+        let r = self.fs.make_node(
+            ctx(req),
+            parent.0,
+            link_name.as_bytes(),
+            crate::fs::NewNode::Symlink(target),
+            0o777,
+            0,
+        );
+        self.entry(r, reply)
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.fs.rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags.bits(),
+        );
+        Self::empty(r, reply)
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(self.fs.link(ino.0, newparent.0, newname.as_bytes()), reply)
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.flush(ino.0, fh.0), reply)
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.release(ino.0, fh.0), reply)
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.fsync(ino.0, fh.0), reply)
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.fs.readdir(ino.0, fh.0, offset, false) {
+            Ok(items) => {
+                for it in items {
+                    if reply.add(
+                        INodeNo(it.ino),
+                        it.offset,
+                        file_type(it.kind),
+                        OsStr::from_bytes(&it.name),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.fs.readdir(ino.0, fh.0, offset, true) {
+            Ok(items) => {
+                for it in items {
+                    let Some(a) = &it.attr else { continue };
+                    let full = reply.add(
+                        INodeNo(it.ino),
+                        it.offset,
+                        OsStr::from_bytes(&it.name),
+                        &self.ttl,
+                        &attr(a),
+                        Generation(0),
+                    );
+                    if full {
+                        break;
+                    }
+                    // Every entry but "." and ".." counts as a lookup.
+                    if it.name != b"." && it.name != b".." {
+                        self.fs.remember(it.ino);
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.releasedir(fh.0);
+        reply.ok()
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(self.fs.store().sync().map_err(Into::into), reply)
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if position != 0 {
+            return reply.error(Errno::EINVAL); // macOS resource forks only
+        }
+        Self::empty(
+            self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
+            reply,
+        )
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        Self::xattr_reply(self.fs.getxattr(ino.0, name.as_bytes()), size, reply)
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        Self::xattr_reply(self.fs.listxattr(ino.0), size, reply)
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(self.fs.removexattr(ino.0, name.as_bytes()), reply)
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        Self::empty(self.fs.access(ctx(req), ino.0, mask.bits()), reply)
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self
+            .fs
+            .create(ctx(req), parent.0, name.as_bytes(), mode, umask)
+        {
+            Ok((i, fh)) => {
+                self.fs.remember(i.ino);
+                reply.created(
+                    &self.ttl,
+                    &attr(&i),
+                    Generation(0),
+                    FileHandle(fh),
+                    self.open_flags(),
+                )
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+impl FuseFs {
+    fn open_flags(&self) -> FopenFlags {
+        if self.exclusive {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+}
+
+/// A throwaway inode for the negative-lookup reply (only its ino, 0, matters).
+fn placeholder() -> Inode {
+    Inode {
+        ino: 0,
+        kind: Kind::File,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        nlink: 0,
+        rdev: 0,
+        atime_ns: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        btime_ns: 0,
+        target: None,
+        xattrs: Default::default(),
+        content: None,
+        links: vec![],
+        orphan: false,
+    }
+}

@@ -1,0 +1,273 @@
+//! The document model: what an inode and a name look like as documents, how
+//! byte names become index-safe strings, and how document ids are derived.
+//!
+//! Names are bytes. The index needs UTF-8, so a name that is not valid UTF-8
+//! is stored with each invalid byte written as NUL followed by two hex digits
+//! (`b"caf\xe9"` -> `"caf\0E9"`). Linux names never contain NUL or `/`, so the
+//! mapping is injective (no two names collide), keeps `/` as the only path
+//! separator (subtree queries stay exact), and valid UTF-8 names are stored
+//! exactly as they are.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub const ROOT_INO: u64 = 1;
+/// NAME_MAX: longer names are ENAMETOOLONG.
+pub const NAME_MAX: usize = 255;
+
+/// Store a byte name (or symlink target) as an index-safe string, losslessly.
+pub fn encode_bytes(bytes: &[u8]) -> String {
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push('\0');
+            out.push_str(&format!("{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Inverse of [`encode_bytes`].
+pub fn decode_bytes(s: &str) -> Vec<u8> {
+    if !s.contains('\0') {
+        return s.as_bytes().to_vec();
+    }
+    let b = s.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == 0
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// `_id` of the entry document for `name` in directory `parent`: readable
+/// when the name is UTF-8, base64url otherwise (`//` cannot occur in the
+/// first form since names are never empty). At most 362 bytes < 512.
+pub fn entry_id(parent: u64, name: &[u8]) -> String {
+    match std::str::from_utf8(name) {
+        Ok(s) => format!("{parent}/{s}"),
+        Err(_) => format!(
+            "{parent}//{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(name)
+        ),
+    }
+}
+
+pub fn inode_id(ino: u64) -> String {
+    ino.to_string()
+}
+
+/// Full path of `name` inside the directory whose path is `dir`.
+pub fn join_path(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    Char,
+    Block,
+}
+
+impl Kind {
+    pub fn from_mode(mode: u32) -> Option<Kind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File,
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::Char,
+            libc::S_IFBLK => Kind::Block,
+            0 => Kind::File, // mknod(2) treats a zero type as a regular file
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Dir => "dir",
+            Kind::Symlink => "symlink",
+            Kind::Fifo => "fifo",
+            Kind::Socket => "socket",
+            Kind::Char => "char",
+            Kind::Block => "block",
+        }
+    }
+}
+
+/// One name of an inode: (parent directory inode, encoded name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    pub p: u64,
+    pub n: String,
+}
+
+/// The inode document: the truth for attributes (JuiceFS-style split, so
+/// hard links share one set of attributes and one content key).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Inode {
+    pub ino: u64,
+    pub kind: Kind,
+    /// Permission bits plus setuid/setgid/sticky (07777); the type is `kind`.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    #[serde(default)]
+    pub rdev: u32,
+    /// Times in nanoseconds since the epoch.
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub btime_ns: i64,
+    /// Symlink target, encoded like names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// xattr name (encoded) -> base64 value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub xattrs: BTreeMap<String, String>,
+    /// Key of the contents in the data store (regular files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Back-links to the names of this inode (one for directories).
+    #[serde(default)]
+    pub links: Vec<Link>,
+    /// nlink reached 0 while the file was open: delete on last close (or at
+    /// the next mount, if this one dies first).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphan: bool,
+}
+
+impl Inode {
+    /// Directory inodes know their (single) parent.
+    pub fn parent(&self) -> Option<u64> {
+        self.links.first().map(|l| l.p)
+    }
+
+    pub fn blocks(&self) -> u64 {
+        self.size.div_ceil(512)
+    }
+}
+
+/// The entry document: one per name in the tree; what search sees.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub parent: u64,
+    pub name: String,
+    /// Full path of this name (`path.tree` selects the subtree).
+    pub path: String,
+    /// Path of the parent directory.
+    pub dir: String,
+    pub ino: u64,
+    pub kind: Kind,
+    /// Stable readdir position, unique within the filesystem.
+    pub cookie: u64,
+    // Copies of the inode's searchable attributes, refreshed on close/setattr.
+    pub size: u64,
+    /// Milliseconds since the epoch.
+    pub mtime: i64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Entry {
+    pub fn refresh_attrs(&mut self, inode: &Inode) -> bool {
+        let before = (self.size, self.mtime, self.mode, self.uid, self.gid);
+        self.size = inode.size;
+        self.mtime = inode.mtime_ns.div_euclid(1_000_000);
+        self.mode = inode.mode;
+        self.uid = inode.uid;
+        self.gid = inode.gid;
+        before != (self.size, self.mtime, self.mode, self.uid, self.gid)
+    }
+}
+
+pub fn now_ns() -> i64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    d.as_nanos() as i64
+}
+
+pub fn system_time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + std::time::Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - std::time::Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+pub fn ns_of(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for name in [
+            &b"plain"[..],
+            b"caf\xe9",
+            b"\xff\xfe",
+            b"a\\b%c",
+            "héllo wörld".as_bytes(),
+            b"x\xe9y\xc3",
+        ] {
+            assert_eq!(decode_bytes(&encode_bytes(name)), name, "{name:?}");
+        }
+        assert_eq!(encode_bytes(b"caf\xe9"), "caf\0E9");
+        assert_eq!(encode_bytes("é".as_bytes()), "é");
+    }
+
+    #[test]
+    fn encoding_is_injective_for_lookalikes() {
+        // A UTF-8 name spelling the escape can never equal an escaped name:
+        // real names cannot contain NUL.
+        assert_ne!(encode_bytes(b"\xe9"), encode_bytes(b"E9"));
+    }
+
+    #[test]
+    fn entry_ids_fit_elasticsearch() {
+        let long = vec![0xffu8; 255];
+        assert!(entry_id(u64::MAX, &long).len() <= 512);
+        let long = "é".repeat(127);
+        assert!(entry_id(u64::MAX, long.as_bytes()).len() <= 512);
+        assert_eq!(entry_id(1, b"a"), "1/a");
+        assert_ne!(entry_id(1, b"\xff"), entry_id(1, b"_w"));
+    }
+}

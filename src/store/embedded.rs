@@ -1,0 +1,2432 @@
+//! The embedded [`MetaStore`]: one SQLite database (`<dir>/meta.sqlite`), one
+//! table per index.
+//!
+//! Each table keeps the document source as JSON plus one typed, indexed column
+//! per declared field (`f_<name>`), extracted at every write, so every query is
+//! plain SQL over indexed columns with bound parameters. Versions come from a
+//! single store-wide sequence; the primary term is always 1.
+//!
+//! Concurrency: one writer connection behind a mutex and a small pool of reader
+//! connections. In WAL mode readers never wait for the writer, so a long bulk
+//! transaction does not stall gets and searches, and every read sees all
+//! committed writes (the store is realtime; `refresh` is a no-op).
+
+use std::borrow::Cow;
+use std::ops::{Deref, DerefMut};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
+use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Statement, ToSql, TransactionBehavior};
+use serde_json::Value;
+
+use super::schema::{Field, FieldType};
+use super::{
+    BulkItemResult, BulkOp, Doc, Hit, Idx, MAX_ID_BYTES, MetaStore, Query, SearchRequest, Sort,
+    StoreError, StoreResult, Version,
+};
+
+const PRIMARY_TERM: u64 = 1;
+/// Sequence numbers are reserved on disk in blocks, so a write does not also
+/// have to persist the counter and reopening needs no scan for the maximum.
+const SEQ_BLOCK: u64 = 4096;
+/// Reader connections kept open at most; more concurrent readers wait.
+const MAX_READERS: usize = 8;
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+const STATEMENT_CACHE: usize = 128;
+
+/// SQLite-backed metadata store.
+pub struct EmbeddedStore {
+    path: PathBuf,
+    tables: Vec<TableSql>,
+    writer: Mutex<Writer>,
+    readers: Readers,
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store in `dir`, in `dir/meta.sqlite`.
+    pub fn open(dir: &Path) -> StoreResult<EmbeddedStore> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
+        let path = dir.join("meta.sqlite");
+        let conn = Connection::open(&path).map_err(sql_err)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(sql_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unavailable(format!(
+                "{}: cannot enable WAL mode (got {mode})",
+                path.display()
+            )));
+        }
+        configure(&conn, false).map_err(sql_err)?;
+        init_schema(&conn).map_err(sql_err)?;
+        let next: i64 = conn
+            .query_row("SELECT v FROM _seq WHERE k = 0", [], |r| r.get(0))
+            .map_err(sql_err)?;
+        let next = next as u64;
+        Ok(EmbeddedStore {
+            tables: Idx::ALL.iter().map(|&idx| TableSql::new(idx)).collect(),
+            writer: Mutex::new(Writer {
+                conn,
+                seq: SeqState {
+                    next,
+                    reserved: next,
+                },
+            }),
+            readers: Readers {
+                path: path.clone(),
+                pool: Mutex::new(Pool {
+                    idle: Vec::new(),
+                    open: 0,
+                }),
+                freed: Condvar::new(),
+            },
+            path,
+        })
+    }
+
+    fn table(&self, idx: Idx) -> &TableSql {
+        &self.tables[idx as usize]
+    }
+
+    /// Runs one write in its own (autocommit) transaction.
+    fn write_one(&self, idx: Idx, id: &str, op: Write<'_>) -> StoreResult<Version> {
+        let mut w = self.writer.lock();
+        let Writer { conn, seq } = &mut *w;
+        seq.reserve(conn, 1).map_err(sql_err)?;
+        apply(conn, seq, self.table(idx), id, op).map_err(sql_err)?
+    }
+}
+
+/// Sets the per-connection pragmas. `synchronous=NORMAL` in WAL mode: a
+/// process crash (even kill -9) loses nothing committed, only an OS crash or
+/// power loss can lose the last commits; `sync` makes everything durable.
+fn configure(conn: &Connection, reader: bool) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    if reader {
+        conn.execute_batch(
+            "PRAGMA query_only = ON; PRAGMA cache_size = -8192; PRAGMA temp_store = MEMORY;",
+        )?;
+        return Ok(());
+    }
+    // A big autocheckpoint interval: checkpoints fsync, and small writes
+    // dirty one page per index each, so the default (1000 pages) would
+    // checkpoint every few dozen writes. journal_size_limit keeps the WAL
+    // file from staying huge after a large bulk.
+    conn.execute_batch(
+        "PRAGMA synchronous = NORMAL;
+         PRAGMA foreign_keys = OFF;
+         PRAGMA cache_size = -65536;
+         PRAGMA temp_store = MEMORY;
+         PRAGMA wal_autocheckpoint = 16384;
+         PRAGMA journal_size_limit = 67108864;",
+    )
+}
+
+fn column(f: &Field) -> String {
+    format!("f_{}", f.name)
+}
+
+fn sql_type(ty: FieldType) -> &'static str {
+    match ty {
+        FieldType::Keyword | FieldType::KeywordText | FieldType::Path => "TEXT",
+        FieldType::Long | FieldType::Date | FieldType::Bool => "INTEGER",
+    }
+}
+
+/// Creates the tables and indexes; adds (and backfills from the sources) the
+/// columns of fields declared since the database was created.
+fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
+    let tx = conn.unchecked_transaction()?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS _seq (k INTEGER PRIMARY KEY, v INTEGER NOT NULL);
+         INSERT OR IGNORE INTO _seq (k, v) VALUES (0, 0);",
+    )?;
+    for idx in Idx::ALL {
+        let t = idx.name();
+        let fields = idx.fields();
+        for f in fields {
+            // Names are spliced into SQL; keep them plain identifiers.
+            assert!(
+                f.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+                "bad field name {:?}",
+                f.name
+            );
+        }
+        let cols: String = fields
+            .iter()
+            .map(|f| format!(", {} {}", column(f), sql_type(f.ty)))
+            .collect();
+        // A rowid table: entry rows (source plus columns) are too big for
+        // WITHOUT ROWID to pay off, and secondary indexes stay small.
+        tx.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS \"{t}\" (
+                 rid INTEGER PRIMARY KEY,
+                 id TEXT NOT NULL UNIQUE,
+                 seq INTEGER NOT NULL,
+                 src BLOB NOT NULL{cols})"
+        ))?;
+        let existing: Vec<String> = tx
+            .prepare(&format!("SELECT name FROM pragma_table_info('{t}')"))?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let missing: Vec<&Field> = fields
+            .iter()
+            .filter(|f| !existing.contains(&column(f)))
+            .collect();
+        for f in &missing {
+            tx.execute_batch(&format!(
+                "ALTER TABLE \"{t}\" ADD COLUMN {} {}",
+                column(f),
+                sql_type(f.ty)
+            ))?;
+        }
+        if !missing.is_empty() {
+            backfill(&tx, idx, &missing)?;
+        }
+        for f in fields {
+            let c = column(f);
+            let def = match (idx, f.name) {
+                // Directory listing: children of a parent in cookie order,
+                // paged by (cookie, id) straight from the index.
+                (Idx::Entries, "parent") => "f_parent, f_cookie, id".to_string(),
+                // Subtree queries sorted by path.
+                (Idx::Entries, "path") => "f_path, id".to_string(),
+                _ => c.clone(),
+            };
+            tx.execute_batch(&format!(
+                "CREATE INDEX IF NOT EXISTS \"{t}_{c}\" ON \"{t}\" ({def})"
+            ))?;
+        }
+    }
+    tx.commit()
+}
+
+/// Fills newly added columns from the stored sources.
+fn backfill(conn: &Connection, idx: Idx, fields: &[&Field]) -> rusqlite::Result<()> {
+    let t = idx.name();
+    let sets: Vec<String> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("{} = ?{}", column(f), i + 2))
+        .collect();
+    let mut update = conn.prepare(&format!(
+        "UPDATE \"{t}\" SET {} WHERE rid = ?1",
+        sets.join(", ")
+    ))?;
+    let mut select = conn.prepare(&format!("SELECT rid, src FROM \"{t}\""))?;
+    let mut rows = select.query([])?;
+    while let Some(row) = rows.next()? {
+        let rid: i64 = row.get(0)?;
+        let src: Value = serde_json::from_slice(row.get_ref(1)?.as_bytes()?)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+        update.raw_bind_parameter(1, rid)?;
+        for (i, f) in fields.iter().enumerate() {
+            let col = src
+                .get(f.name)
+                .map_or(Ok(Col::Null), |v| field_value(f, v))
+                .unwrap_or_else(|e| {
+                    log::warn!("{t}: cannot index {} of row {rid}: {e}", f.name);
+                    Col::Null
+                });
+            update.raw_bind_parameter(i + 2, &col)?;
+        }
+        update.raw_execute()?;
+    }
+    Ok(())
+}
+
+fn sql_err(e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            StoreError::Unavailable(e.to_string())
+        }
+        _ => StoreError::Other(e.to_string()),
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> StoreError {
+    StoreError::Invalid(msg.into())
+}
+
+fn version(seq: i64) -> Version {
+    Version {
+        seq_no: seq as u64,
+        primary_term: PRIMARY_TERM,
+    }
+}
+
+/// The stored `seq` an `if_version` must match, or `None` when it can't.
+fn expected_seq(v: Version) -> Option<i64> {
+    if v.primary_term != PRIMARY_TERM {
+        return None;
+    }
+    i64::try_from(v.seq_no).ok()
+}
+
+/// Elasticsearch's `_id` rule for writes.
+fn check_id(id: &str) -> StoreResult<()> {
+    if id.is_empty() {
+        return Err(invalid("empty document id"));
+    }
+    if id.len() > MAX_ID_BYTES {
+        return Err(invalid(format!(
+            "id is too long, must be no longer than {MAX_ID_BYTES} bytes but was: {}",
+            id.len()
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Field values
+
+/// A field's column value, borrowing from the document where it can.
+#[derive(Debug)]
+enum Col<'a> {
+    Null,
+    Int(i64),
+    Text(Cow<'a, str>),
+}
+
+impl ToSql for Col<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Col::Null => ValueRef::Null,
+            Col::Int(i) => ValueRef::Integer(*i),
+            Col::Text(s) => ValueRef::Text(s.as_bytes()),
+        }))
+    }
+}
+
+impl From<Col<'_>> for SqlValue {
+    fn from(c: Col<'_>) -> SqlValue {
+        match c {
+            Col::Null => SqlValue::Null,
+            Col::Int(i) => SqlValue::Integer(i),
+            Col::Text(s) => SqlValue::Text(s.into_owned()),
+        }
+    }
+}
+
+/// Converts a JSON value to the column type of `f`, coercing like an
+/// Elasticsearch mapping does (numbers to keyword strings, numeric strings to
+/// longs, "true"/"false" to booleans). Arrays and objects are rejected for
+/// now: Elasticsearch would index an array as a multi-valued field, which a
+/// single column can't represent.
+fn field_value<'a>(f: &Field, v: &'a Value) -> Result<Col<'a>, String> {
+    use FieldType::*;
+    let bad = || Err(format!("field {:?} ({:?}) cannot hold {v}", f.name, f.ty));
+    match (f.ty, v) {
+        (_, Value::Null) => Ok(Col::Null),
+        (_, Value::Array(_) | Value::Object(_)) => bad(),
+        (Keyword | KeywordText | Path, Value::String(s)) => Ok(Col::Text(Cow::Borrowed(s))),
+        (Keyword | KeywordText | Path, Value::Number(n)) => {
+            Ok(Col::Text(Cow::Owned(n.to_string())))
+        }
+        (Keyword | KeywordText | Path, Value::Bool(b)) => Ok(Col::Text(Cow::Owned(b.to_string()))),
+        (Long | Date, Value::Number(n)) => match n.as_i64() {
+            Some(i) => Ok(Col::Int(i)),
+            // Integral floats only; no silent truncation.
+            None => match n.as_f64() {
+                Some(x) if x.fract() == 0.0 && x >= i64::MIN as f64 && x < i64::MAX as f64 => {
+                    Ok(Col::Int(x as i64))
+                }
+                _ => bad(),
+            },
+        },
+        (Long | Date, Value::String(s)) => s.parse().map(Col::Int).or_else(|_| bad()),
+        (Bool, Value::Bool(b)) => Ok(Col::Int(*b as i64)),
+        (Bool, Value::String(s)) if s == "true" || s == "false" => {
+            Ok(Col::Int((s == "true") as i64))
+        }
+        _ => bad(),
+    }
+}
+
+/// A query value for `f` (never null).
+fn param(f: &Field, v: &Value) -> StoreResult<SqlValue> {
+    if v.is_null() {
+        return Err(invalid(format!("null value for field {:?}", f.name)));
+    }
+    field_value(f, v).map(SqlValue::from).map_err(invalid)
+}
+
+/// A column value back as JSON (sort values).
+fn json_of(f: &Field, v: ValueRef<'_>) -> rusqlite::Result<Value> {
+    Ok(match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) if f.ty == FieldType::Bool => Value::Bool(i != 0),
+        ValueRef::Integer(i) => Value::from(i),
+        ValueRef::Text(_) => Value::String(v.as_str()?.to_owned()),
+        ValueRef::Real(x) => Value::from(x),
+        ValueRef::Blob(_) => {
+            return Err(rusqlite::Error::InvalidColumnType(
+                0,
+                f.name.into(),
+                v.data_type(),
+            ));
+        }
+    })
+}
+
+/// A validated document ready to be written.
+struct Encoded<'a> {
+    src: Vec<u8>,
+    cols: Vec<Col<'a>>,
+}
+
+fn encode<'a>(idx: Idx, source: &'a Value) -> StoreResult<Encoded<'a>> {
+    let Value::Object(map) = source else {
+        return Err(invalid("document source must be a JSON object"));
+    };
+    let cols = idx
+        .fields()
+        .iter()
+        .map(|f| map.get(f.name).map_or(Ok(Col::Null), |v| field_value(f, v)))
+        .collect::<Result<_, _>>()
+        .map_err(invalid)?;
+    let src = serde_json::to_vec(source).map_err(|e| invalid(e.to_string()))?;
+    Ok(Encoded { src, cols })
+}
+
+// ---------------------------------------------------------------------------
+// Writes
+
+/// Statements of one table, built once. Parameters: ?1 id, ?2 seq, ?3 src,
+/// then one per field; `update_if` ends with the expected seq.
+struct TableSql {
+    idx: Idx,
+    get: String,
+    create: String,
+    upsert: String,
+    update_if: String,
+    delete: String,
+    delete_if: String,
+}
+
+impl TableSql {
+    fn new(idx: Idx) -> TableSql {
+        let t = idx.name();
+        let mut cols = vec!["id".to_string(), "seq".into(), "src".into()];
+        cols.extend(idx.fields().iter().map(column));
+        let n = cols.len();
+        let placeholders: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+        let insert = format!(
+            "INSERT INTO \"{t}\" ({}) VALUES ({}) ON CONFLICT(id) DO",
+            cols.join(", "),
+            placeholders.join(", ")
+        );
+        let excluded: Vec<String> = cols[1..]
+            .iter()
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        let assigns: Vec<String> = cols[1..]
+            .iter()
+            .zip(&placeholders[1..])
+            .map(|(c, p)| format!("{c} = {p}"))
+            .collect();
+        TableSql {
+            idx,
+            get: format!("SELECT seq, src FROM \"{t}\" WHERE id = ?1"),
+            create: format!("{insert} NOTHING"),
+            upsert: format!("{insert} UPDATE SET {}", excluded.join(", ")),
+            update_if: format!(
+                "UPDATE \"{t}\" SET {} WHERE id = ?1 AND seq = ?{}",
+                assigns.join(", "),
+                n + 1
+            ),
+            delete: format!("DELETE FROM \"{t}\" WHERE id = ?1"),
+            delete_if: format!("DELETE FROM \"{t}\" WHERE id = ?1 AND seq = ?2"),
+        }
+    }
+}
+
+struct Writer {
+    conn: Connection,
+    seq: SeqState,
+}
+
+/// `next` is the next seq_no to hand out; every seq_no below `reserved` is
+/// covered by the value persisted in `_seq`, which always exceeds every
+/// committed seq_no (so reopening never reuses one, even after deletes).
+struct SeqState {
+    next: u64,
+    reserved: u64,
+}
+
+impl SeqState {
+    /// Makes sure `n` more seq_nos are reserved on disk (in the current
+    /// transaction if there is one).
+    fn reserve(&mut self, conn: &Connection, n: u64) -> rusqlite::Result<()> {
+        if self.next + n <= self.reserved {
+            return Ok(());
+        }
+        let upto = self.next + n + SEQ_BLOCK;
+        conn.prepare_cached("UPDATE _seq SET v = ?1 WHERE k = 0")?
+            .execute([upto as i64])?;
+        self.reserved = upto;
+        Ok(())
+    }
+}
+
+enum Write<'a> {
+    Create(&'a Value),
+    Put(&'a Value, Option<Version>),
+    Delete(Option<Version>),
+}
+
+/// Applies one write. The outer error fails the whole request (SQLite); the
+/// inner one is the item's own (conflict, not found, invalid). A delete of an
+/// absent document is `NotFound`.
+fn apply(
+    conn: &Connection,
+    seq: &mut SeqState,
+    t: &TableSql,
+    id: &str,
+    op: Write<'_>,
+) -> rusqlite::Result<StoreResult<Version>> {
+    if let Err(e) = check_id(id) {
+        return Ok(Err(e));
+    }
+    let new_seq = seq.next as i64;
+    let conflict = || Ok(Err(StoreError::Conflict(id.to_string())));
+    let changed = match op {
+        Write::Create(source) | Write::Put(source, _) => {
+            let doc = match encode(t.idx, source) {
+                Ok(d) => d,
+                Err(e) => return Ok(Err(e)),
+            };
+            let (sql, expected) = match op {
+                Write::Create(_) => (&t.create, None),
+                Write::Put(_, None) => (&t.upsert, None),
+                Write::Put(_, Some(v)) => match expected_seq(v) {
+                    Some(s) => (&t.update_if, Some(s)),
+                    None => return conflict(),
+                },
+                Write::Delete(_) => unreachable!(),
+            };
+            let mut stmt = conn.prepare_cached(sql)?;
+            bind_doc(&mut stmt, id, new_seq, &doc)?;
+            if let Some(s) = expected {
+                stmt.raw_bind_parameter(doc.cols.len() + 4, s)?;
+            }
+            stmt.raw_execute()?
+        }
+        Write::Delete(None) => {
+            let n = conn.prepare_cached(&t.delete)?.execute([id])?;
+            if n == 0 {
+                return Ok(Err(StoreError::NotFound(id.to_string())));
+            }
+            n
+        }
+        Write::Delete(Some(v)) => match expected_seq(v) {
+            Some(s) => conn
+                .prepare_cached(&t.delete_if)?
+                .execute(rusqlite::params![id, s])?,
+            None => 0,
+        },
+    };
+    if changed == 0 {
+        // create: the id exists; if_version: stale or absent (ES answers 409).
+        return conflict();
+    }
+    seq.next += 1;
+    Ok(Ok(version(new_seq)))
+}
+
+/// Runs a bulk in one transaction: a crash never leaves half of it applied.
+fn bulk_tx(
+    conn: &mut Connection,
+    seq: &mut SeqState,
+    tables: &[TableSql],
+    ops: &[BulkOp],
+) -> rusqlite::Result<Vec<BulkItemResult>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    seq.reserve(&tx, ops.len() as u64)?;
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        let (idx, id, write) = match op {
+            BulkOp::Create { index, id, source } => (*index, id, Write::Create(source)),
+            BulkOp::Index {
+                index,
+                id,
+                source,
+                if_version,
+            } => (*index, id, Write::Put(source, *if_version)),
+            BulkOp::Delete {
+                index,
+                id,
+                if_version,
+            } => (*index, id, Write::Delete(*if_version)),
+        };
+        results.push(apply(&tx, seq, &tables[idx as usize], id, write)?);
+    }
+    tx.commit()?;
+    Ok(results)
+}
+
+fn bind_doc(
+    stmt: &mut Statement<'_>,
+    id: &str,
+    seq: i64,
+    doc: &Encoded<'_>,
+) -> rusqlite::Result<()> {
+    stmt.raw_bind_parameter(1, id)?;
+    stmt.raw_bind_parameter(2, seq)?;
+    stmt.raw_bind_parameter(3, &doc.src[..])?;
+    for (i, c) in doc.cols.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 4, c)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Readers
+
+struct Readers {
+    path: PathBuf,
+    pool: Mutex<Pool>,
+    freed: Condvar,
+}
+
+struct Pool {
+    idle: Vec<Connection>,
+    /// Connections in existence (idle or checked out).
+    open: usize,
+}
+
+impl Readers {
+    fn get(&self) -> StoreResult<Reader<'_>> {
+        let mut pool = self.pool.lock();
+        loop {
+            if let Some(conn) = pool.idle.pop() {
+                return Ok(Reader {
+                    readers: self,
+                    conn: Some(conn),
+                });
+            }
+            if pool.open < MAX_READERS {
+                pool.open += 1;
+                drop(pool);
+                return match self.connect() {
+                    Ok(conn) => Ok(Reader {
+                        readers: self,
+                        conn: Some(conn),
+                    }),
+                    Err(e) => {
+                        self.pool.lock().open -= 1;
+                        self.freed.notify_one();
+                        Err(sql_err(e))
+                    }
+                };
+            }
+            self.freed.wait(&mut pool);
+        }
+    }
+
+    fn connect(&self) -> rusqlite::Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        configure(&conn, true)?;
+        Ok(conn)
+    }
+}
+
+/// A checked-out reader connection, returned to the pool on drop.
+struct Reader<'a> {
+    readers: &'a Readers,
+    conn: Option<Connection>,
+}
+
+impl Deref for Reader<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn.as_ref().expect("reader connection")
+    }
+}
+
+impl DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        self.conn.as_mut().expect("reader connection")
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.readers.pool.lock().idle.push(conn);
+            self.readers.freed.notify_one();
+        }
+    }
+}
+
+fn get_doc(conn: &Connection, t: &TableSql, id: &str) -> StoreResult<Option<Doc>> {
+    let mut stmt = conn.prepare_cached(&t.get).map_err(sql_err)?;
+    let mut rows = stmt.query([id]).map_err(sql_err)?;
+    match rows.next().map_err(sql_err)? {
+        None => Ok(None),
+        Some(row) => {
+            let seq: i64 = row.get(0).map_err(sql_err)?;
+            let src = row
+                .get_ref(1)
+                .and_then(|v| Ok(v.as_bytes()?))
+                .map_err(sql_err)?;
+            Ok(Some(Doc {
+                id: id.to_string(),
+                version: version(seq),
+                source: parse_source(src)?,
+            }))
+        }
+    }
+}
+
+fn parse_source(src: &[u8]) -> StoreResult<Value> {
+    serde_json::from_slice(src)
+        .map_err(|e| StoreError::Other(format!("corrupt document source: {e}")))
+}
+
+/// Reads are by id only; an id too long to have been written can't exist
+/// (Elasticsearch's GET answers 404 there too).
+fn check_get_id(id: &str) -> StoreResult<bool> {
+    if id.is_empty() {
+        return Err(invalid("empty document id"));
+    }
+    Ok(id.len() <= MAX_ID_BYTES)
+}
+
+// ---------------------------------------------------------------------------
+// Queries
+
+/// SQL text with its positional parameters.
+#[derive(Default, Debug)]
+struct Sql {
+    text: String,
+    params: Vec<SqlValue>,
+}
+
+impl Sql {
+    fn push(&mut self, s: &str) -> &mut Self {
+        self.text.push_str(s);
+        self
+    }
+    fn col(&mut self, f: &Field) -> &mut Self {
+        self.text.push_str("f_");
+        self.text.push_str(f.name);
+        self
+    }
+    fn bind(&mut self, v: SqlValue) -> &mut Self {
+        self.text.push('?');
+        self.params.push(v);
+        self
+    }
+    fn append(&mut self, other: &Sql) -> &mut Self {
+        self.text.push_str(&other.text);
+        self.params.extend(other.params.iter().cloned());
+        self
+    }
+}
+
+fn field_of(idx: Idx, name: &str) -> StoreResult<&'static Field> {
+    idx.field(name).ok_or_else(|| {
+        invalid(format!(
+            "index {:?} has no searchable field {name:?}",
+            idx.name()
+        ))
+    })
+}
+
+fn is_text(f: &Field) -> bool {
+    matches!(
+        f.ty,
+        FieldType::Keyword | FieldType::KeywordText | FieldType::Path
+    )
+}
+
+/// The least string above every string that starts with `prefix` (None when
+/// there is none). UTF-8 byte order is code point order, so bumping the last
+/// char that can be bumped and dropping what follows is exact.
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut s = prefix.to_string();
+    while let Some(c) = s.pop() {
+        let next = if c == '\u{D7FF}' {
+            Some('\u{E000}')
+        } else {
+            char::from_u32(c as u32 + 1)
+        };
+        if let Some(n) = next {
+            s.push(n);
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// Translates `q` to a WHERE expression. Leaves may evaluate to NULL on a
+/// missing column (treated as false by WHERE); negations use `IS NOT TRUE`
+/// so that a missing field does satisfy `must_not`, as in Elasticsearch.
+fn compile(idx: Idx, q: &Query, s: &mut Sql) -> StoreResult<()> {
+    match q {
+        Query::MatchAll => {
+            s.push("1");
+        }
+        Query::Term { field, value } => {
+            let f = field_of(idx, field)?;
+            let v = param(f, value)?;
+            s.col(f).push(" = ").bind(v);
+        }
+        Query::Terms { field, values } => {
+            let f = field_of(idx, field)?;
+            if values.is_empty() {
+                s.push("0");
+                return Ok(());
+            }
+            s.col(f).push(" IN (");
+            for (i, v) in values.iter().enumerate() {
+                if i > 0 {
+                    s.push(", ");
+                }
+                let v = param(f, v)?;
+                s.bind(v);
+            }
+            s.push(")");
+        }
+        Query::Prefix { field, value } => {
+            let f = field_of(idx, field)?;
+            if !is_text(f) {
+                return Err(invalid(format!(
+                    "prefix query on non-keyword field {field:?}"
+                )));
+            }
+            // A byte range, not LIKE (case-insensitive, `%`/`_` wildcards).
+            s.push("(")
+                .col(f)
+                .push(" >= ")
+                .bind(SqlValue::Text(value.clone()));
+            if let Some(end) = prefix_end(value) {
+                s.push(" AND ").col(f).push(" < ").bind(SqlValue::Text(end));
+            }
+            s.push(")");
+        }
+        Query::Tree { field, path } => {
+            let f = field_of(idx, field)?;
+            if f.ty != FieldType::Path {
+                return Err(invalid(format!("tree query on non-path field {field:?}")));
+            }
+            let text = |s: &str| SqlValue::Text(s.to_string());
+            if path == "/" {
+                // Every absolute path; '0' is the byte after '/'.
+                s.push("(").col(f).push(" >= ").bind(text("/"));
+                s.push(" AND ").col(f).push(" < ").bind(text("0")).push(")");
+            } else {
+                // One index range [path, path + "0") holding the path and its
+                // subtree, minus siblings such as `path-x` or `path.x`.
+                s.push("(").col(f).push(" >= ").bind(text(path));
+                s.push(" AND ")
+                    .col(f)
+                    .push(" < ")
+                    .bind(text(&format!("{path}0")));
+                s.push(" AND (").col(f).push(" = ").bind(text(path));
+                s.push(" OR ")
+                    .col(f)
+                    .push(" >= ")
+                    .bind(text(&format!("{path}/")));
+                s.push("))");
+            }
+        }
+        Query::Range {
+            field,
+            gte,
+            gt,
+            lte,
+            lt,
+        } => {
+            let f = field_of(idx, field)?;
+            let mut any = false;
+            s.push("(");
+            for (op, bound) in [(" >= ", gte), (" > ", gt), (" <= ", lte), (" < ", lt)] {
+                // A null bound is unbounded, as in Elasticsearch.
+                let Some(v) = bound.as_ref().filter(|v| !v.is_null()) else {
+                    continue;
+                };
+                if any {
+                    s.push(" AND ");
+                }
+                any = true;
+                let v = param(f, v)?;
+                s.col(f).push(op).bind(v);
+            }
+            if !any {
+                s.col(f).push(" IS NOT NULL");
+            }
+            s.push(")");
+        }
+        Query::Exists { field } => {
+            let f = field_of(idx, field)?;
+            s.col(f).push(" IS NOT NULL");
+        }
+        Query::Bool {
+            must,
+            must_not,
+            should,
+        } => {
+            let mut first = true;
+            let mut sep = |s: &mut Sql| {
+                if !std::mem::take(&mut first) {
+                    s.push(" AND ");
+                }
+            };
+            s.push("(");
+            for q in must {
+                sep(s);
+                s.push("(");
+                compile(idx, q, s)?;
+                s.push(")");
+            }
+            for q in must_not {
+                sep(s);
+                s.push("(");
+                compile(idx, q, s)?;
+                s.push(") IS NOT TRUE");
+            }
+            if !should.is_empty() {
+                sep(s);
+                s.push("(");
+                for (i, q) in should.iter().enumerate() {
+                    if i > 0 {
+                        s.push(" OR ");
+                    }
+                    s.push("(");
+                    compile(idx, q, s)?;
+                    s.push(")");
+                }
+                s.push(")");
+            }
+            if first {
+                s.push("1");
+            }
+            s.push(")");
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+struct SortKey {
+    field: &'static Field,
+    desc: bool,
+}
+
+/// A parsed `search_after`: one value per sort key (None = missing), then the
+/// id. Without the id (Elasticsearch's own form when no point in time adds a
+/// tiebreaker) it means "strictly after these sort values".
+struct After {
+    vals: Vec<Option<SqlValue>>,
+    id: Option<String>,
+}
+
+fn sort_keys(idx: Idx, sort: &[Sort]) -> StoreResult<Vec<SortKey>> {
+    sort.iter()
+        .map(|s| {
+            Ok(SortKey {
+                field: field_of(idx, &s.field)?,
+                desc: s.descending,
+            })
+        })
+        .collect()
+}
+
+fn parse_after(keys: &[SortKey], after: &[Value]) -> StoreResult<After> {
+    if after.len() != keys.len() + 1 && (after.len() != keys.len() || keys.is_empty()) {
+        return Err(invalid(format!(
+            "search_after has {} values, expected {} (the sort fields, optionally then the id)",
+            after.len(),
+            keys.len() + 1
+        )));
+    }
+    let vals = keys
+        .iter()
+        .zip(after)
+        .map(|(k, v)| {
+            if v.is_null() {
+                Ok(None)
+            } else {
+                param(k.field, v).map(Some)
+            }
+        })
+        .collect::<StoreResult<_>>()?;
+    let id = match after.get(keys.len()) {
+        None => None,
+        Some(v) => Some(
+            v.as_str()
+                .ok_or_else(|| invalid("the last search_after value must be the id (a string)"))?
+                .to_string(),
+        ),
+    };
+    Ok(After { vals, id })
+}
+
+/// "The row sorts after `after`" over `keys` then the id, missing values last
+/// in both directions.
+fn after_cond(s: &mut Sql, keys: &[SortKey], vals: &[Option<SqlValue>], id: Option<&str>) {
+    let Some((k, rest)) = keys.split_first() else {
+        match id {
+            Some(id) => s.push("id > ").bind(SqlValue::Text(id.to_string())),
+            None => s.push("0"), // equal sort values are not "after"
+        };
+        return;
+    };
+    match &vals[0] {
+        Some(v) => {
+            let op = if k.desc { " < " } else { " > " };
+            s.push("(").col(k.field).push(op).bind(v.clone());
+            s.push(" OR ").col(k.field).push(" IS NULL");
+            s.push(" OR (")
+                .col(k.field)
+                .push(" = ")
+                .bind(v.clone())
+                .push(" AND ");
+            after_cond(s, rest, &vals[1..], id);
+            s.push("))");
+        }
+        // Only other missing values can follow a missing one.
+        None => {
+            s.push("(").col(k.field).push(" IS NULL AND ");
+            after_cond(s, rest, &vals[1..], id);
+            s.push(")");
+        }
+    }
+}
+
+/// ORDER BY `first` (known present), `keys`, then the id. SQLite sorts NULL
+/// lowest, so DESC already puts missing values last and ASC needs NULLS LAST
+/// (which an index can't serve, hence the plain order for `first`).
+fn order_by(s: &mut Sql, first: Option<&SortKey>, keys: &[SortKey]) {
+    s.push(" ORDER BY ");
+    if let Some(k) = first {
+        s.col(k.field)
+            .push(if k.desc { " DESC, " } else { " ASC, " });
+    }
+    for k in keys {
+        s.col(k.field).push(if k.desc {
+            " DESC, "
+        } else {
+            " ASC NULLS LAST, "
+        });
+    }
+    s.push("id");
+}
+
+/// The statements of one search page, to run in order until `size` hits.
+///
+/// Missing sort values come last for both directions, as in Elasticsearch.
+/// To let an index serve the order and the `search_after` position as a range
+/// seek, a sort is split on its first key: first the rows where it is present
+/// (`col >= after` can then seek), then those where it is missing. The final
+/// parameter of each statement is the LIMIT, bound by the caller.
+fn search_sql(table: &str, filter: &Sql, keys: &[SortKey], after: Option<&After>) -> Vec<Sql> {
+    let base = || {
+        let mut s = Sql::default();
+        s.push("SELECT id, seq, src");
+        for k in keys {
+            s.push(", ").col(k.field);
+        }
+        s.push(" FROM \"")
+            .push(table)
+            .push("\" WHERE (")
+            .append(filter)
+            .push(")");
+        s
+    };
+    let Some((first, rest)) = keys.split_first() else {
+        let mut s = base();
+        if let Some(a) = after {
+            s.push(" AND ");
+            after_cond(&mut s, &[], &[], a.id.as_deref());
+        }
+        s.push(" ORDER BY id LIMIT ?");
+        return vec![s];
+    };
+    let f = first.field;
+    let mut out = Vec::with_capacity(2);
+    let first_after = after.map(|a| &a.vals[0]);
+    if !matches!(first_after, Some(None)) {
+        let mut s = base();
+        match after {
+            None => {
+                s.push(" AND ").col(f).push(" IS NOT NULL");
+            }
+            Some(a) => {
+                let v = a.vals[0].clone().expect("present first value");
+                s.push(" AND ")
+                    .col(f)
+                    .push(if first.desc { " <= " } else { " >= " })
+                    .bind(v);
+                s.push(" AND ");
+                after_cond(&mut s, keys, &a.vals, a.id.as_deref());
+            }
+        }
+        order_by(&mut s, Some(first), rest);
+        s.push(" LIMIT ?");
+        out.push(s);
+    }
+    let mut s = base();
+    s.push(" AND ").col(f).push(" IS NULL");
+    if let Some(a) = after.filter(|a| a.vals[0].is_none()) {
+        s.push(" AND ");
+        after_cond(&mut s, rest, &a.vals[1..], a.id.as_deref());
+    }
+    order_by(&mut s, None, rest);
+    s.push(" LIMIT ?");
+    out.push(s);
+    out
+}
+
+fn hit_of(row: &Row<'_>, keys: &[SortKey]) -> StoreResult<Hit> {
+    let id: String = row.get(0).map_err(sql_err)?;
+    let seq: i64 = row.get(1).map_err(sql_err)?;
+    let source = parse_source(
+        row.get_ref(2)
+            .and_then(|v| Ok(v.as_bytes()?))
+            .map_err(sql_err)?,
+    )?;
+    let mut sort = Vec::with_capacity(keys.len() + 1);
+    for (i, k) in keys.iter().enumerate() {
+        let v = row
+            .get_ref(3 + i)
+            .and_then(|v| json_of(k.field, v))
+            .map_err(sql_err)?;
+        sort.push(v);
+    }
+    sort.push(Value::String(id.clone()));
+    Ok(Hit {
+        doc: Doc {
+            id,
+            version: version(seq),
+            source,
+        },
+        sort,
+    })
+}
+
+// ---------------------------------------------------------------------------
+
+impl MetaStore for EmbeddedStore {
+    fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        if !check_get_id(id)? {
+            return Ok(None);
+        }
+        let conn = self.readers.get()?;
+        get_doc(&conn, self.table(index), id)
+    }
+
+    fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        let mut conn = self.readers.get()?;
+        // One snapshot for the whole batch.
+        let tx = conn.transaction().map_err(sql_err)?;
+        let t = self.table(index);
+        ids.iter()
+            .map(|id| {
+                if check_get_id(id)? {
+                    get_doc(&tx, t, id)
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect()
+    }
+
+    fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
+        self.write_one(index, id, Write::Create(source))
+    }
+
+    fn put(
+        &self,
+        index: Idx,
+        id: &str,
+        source: &Value,
+        if_version: Option<Version>,
+    ) -> StoreResult<Version> {
+        self.write_one(index, id, Write::Put(source, if_version))
+    }
+
+    fn delete(&self, index: Idx, id: &str, if_version: Option<Version>) -> StoreResult<bool> {
+        match self.write_one(index, id, Write::Delete(if_version)) {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut w = self.writer.lock();
+        let Writer { conn, seq } = &mut *w;
+        bulk_tx(conn, seq, &self.tables, &ops).map_err(|e| {
+            // The reservation may have been rolled back: re-reserve next time.
+            seq.reserved = seq.next;
+            sql_err(e)
+        })
+    }
+
+    fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        let mut filter = Sql::default();
+        compile(req.index, &req.query, &mut filter)?;
+        let keys = sort_keys(req.index, &req.sort)?;
+        let after = req
+            .search_after
+            .as_deref()
+            .map(|a| parse_after(&keys, a))
+            .transpose()?;
+        if req.size == 0 {
+            return Ok(Vec::new());
+        }
+        let phases = search_sql(req.index.name(), &filter, &keys, after.as_ref());
+        let mut conn = self.readers.get()?;
+        // Both phases read the same snapshot.
+        let tx = conn.transaction().map_err(sql_err)?;
+        let mut hits = Vec::with_capacity(req.size.min(1024));
+        for sql in phases {
+            let limit = req.size - hits.len();
+            if limit == 0 {
+                break;
+            }
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let mut stmt = tx.prepare_cached(&sql.text).map_err(sql_err)?;
+            let params = sql
+                .params
+                .iter()
+                .map(|p| p as &dyn ToSql)
+                .chain(std::iter::once(&limit as &dyn ToSql));
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(params))
+                .map_err(sql_err)?;
+            while let Some(row) = rows.next().map_err(sql_err)? {
+                hits.push(hit_of(row, &keys)?);
+            }
+        }
+        Ok(hits)
+    }
+
+    fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
+        let mut s = Sql::default();
+        s.push("SELECT count(*) FROM \"")
+            .push(index.name())
+            .push("\" WHERE ");
+        compile(index, query, &mut s)?;
+        let conn = self.readers.get()?;
+        let mut stmt = conn.prepare_cached(&s.text).map_err(sql_err)?;
+        let n: i64 = stmt
+            .query_row(rusqlite::params_from_iter(&s.params), |r| r.get(0))
+            .map_err(sql_err)?;
+        Ok(n as u64)
+    }
+
+    /// No-op: searches run on committed data directly (realtime).
+    fn refresh(&self, _index: Idx) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// A FULL checkpoint fsyncs the WAL, copies it into the database and
+    /// fsyncs that; it waits (busy timeout) for readers of older snapshots.
+    fn sync(&self) -> StoreResult<()> {
+        let w = self.writer.lock();
+        let (busy, _log, _done): (i64, i64, i64) = w
+            .conn
+            .query_row("PRAGMA wal_checkpoint(FULL)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .map_err(sql_err)?;
+        if busy != 0 {
+            return Err(StoreError::Unavailable(
+                "checkpoint blocked by readers".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite:{}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::scan;
+    use serde_json::json;
+    use std::cmp::Ordering;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+
+    fn open() -> (tempfile::TempDir, EmbeddedStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("store")).unwrap();
+        (dir, store)
+    }
+
+    fn entry(parent: u64, name: &str, cookie: i64) -> Value {
+        json!({
+            "parent": parent,
+            "name": name,
+            "path": format!("/{parent}/{name}"),
+            "cookie": cookie,
+            "kind": "file",
+        })
+    }
+
+    fn req(index: Idx, query: Query, sort: Vec<Sort>, size: usize) -> SearchRequest {
+        SearchRequest {
+            index,
+            query,
+            sort,
+            search_after: None,
+            size,
+        }
+    }
+
+    fn desc(field: &str) -> Sort {
+        Sort {
+            field: field.to_string(),
+            descending: true,
+        }
+    }
+
+    fn ids(hits: &[Hit]) -> Vec<String> {
+        hits.iter().map(|h| h.doc.id.clone()).collect()
+    }
+
+    /// Ids matching `q`, in id order.
+    fn matching(s: &EmbeddedStore, index: Idx, q: Query) -> Vec<String> {
+        let hits = s.search(&req(index, q.clone(), vec![], 10_000)).unwrap();
+        assert_eq!(s.count(index, &q).unwrap(), hits.len() as u64);
+        ids(&hits)
+    }
+
+    fn strs(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn range(
+        field: &str,
+        gte: Option<Value>,
+        gt: Option<Value>,
+        lte: Option<Value>,
+        lt: Option<Value>,
+    ) -> Query {
+        Query::Range {
+            field: field.into(),
+            gte,
+            gt,
+            lte,
+            lt,
+        }
+    }
+
+    fn prefix(field: &str, value: &str) -> Query {
+        Query::Prefix {
+            field: field.into(),
+            value: value.into(),
+        }
+    }
+
+    fn exists(field: &str) -> Query {
+        Query::Exists {
+            field: field.into(),
+        }
+    }
+
+    fn is_invalid<T: std::fmt::Debug>(r: StoreResult<T>) -> bool {
+        matches!(r, Err(StoreError::Invalid(_)))
+    }
+
+    fn conflict<T: std::fmt::Debug>(r: StoreResult<T>) -> bool {
+        matches!(r, Err(StoreError::Conflict(_)))
+    }
+
+    /// Collects every hit of a paged search.
+    fn scan_all(s: &EmbeddedStore, index: Idx, q: Query, sort: Vec<Sort>, page: usize) -> Vec<Hit> {
+        let mut all = Vec::new();
+        scan(s, index, q, sort, page, |hits| {
+            assert!(hits.len() <= page);
+            all.extend(hits);
+            Ok(true)
+        })
+        .unwrap();
+        all
+    }
+
+    #[test]
+    fn get_and_mget_are_realtime() {
+        let (_d, s) = open();
+        assert_eq!(s.get(Idx::Entries, "1/a").unwrap(), None);
+        let v1 = s.create(Idx::Entries, "1/a", &entry(1, "a", 1)).unwrap();
+        assert_eq!(v1.primary_term, 1);
+        let doc = s.get(Idx::Entries, "1/a").unwrap().unwrap();
+        assert_eq!(doc.id, "1/a");
+        assert_eq!(doc.version, v1);
+        assert_eq!(doc.source, entry(1, "a", 1));
+
+        s.create(Idx::Entries, "1/b", &entry(1, "b", 2)).unwrap();
+        let v2 = s.put(Idx::Entries, "1/a", &entry(1, "a", 3), None).unwrap();
+        assert!(v2.seq_no > v1.seq_no);
+        let got = s
+            .mget(Idx::Entries, &strs(&["1/b", "nope", "1/a"]))
+            .unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0].as_ref().unwrap().source["name"], "b");
+        assert!(got[1].is_none());
+        assert_eq!(got[2].as_ref().unwrap().version, v2);
+        assert_eq!(got[2].as_ref().unwrap().source["cookie"], 3);
+        // Indices are separate namespaces.
+        assert_eq!(s.get(Idx::Inodes, "1/a").unwrap(), None);
+        // An id too long to exist is simply absent; an empty one is invalid.
+        assert_eq!(s.get(Idx::Entries, &"x".repeat(600)).unwrap(), None);
+        assert!(is_invalid(s.get(Idx::Entries, "")));
+        assert!(s.mget(Idx::Entries, &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn create_conflicts_on_existing_id() {
+        let (_d, s) = open();
+        let v = s.create(Idx::Inodes, "7", &json!({"kind": "dir"})).unwrap();
+        assert!(conflict(s.create(
+            Idx::Inodes,
+            "7",
+            &json!({"kind": "file"})
+        )));
+        let doc = s.get(Idx::Inodes, "7").unwrap().unwrap();
+        assert_eq!(doc.version, v);
+        assert_eq!(doc.source["kind"], "dir");
+    }
+
+    #[test]
+    fn put_with_if_version() {
+        let (_d, s) = open();
+        let v1 = s.create(Idx::Inodes, "1", &json!({"n": 1})).unwrap();
+        let v2 = s.put(Idx::Inodes, "1", &json!({"n": 2}), Some(v1)).unwrap();
+        assert!(v2.seq_no > v1.seq_no);
+        // Stale.
+        assert!(conflict(s.put(
+            Idx::Inodes,
+            "1",
+            &json!({"n": 3}),
+            Some(v1)
+        )));
+        // Another primary term never matches.
+        let other_term = Version {
+            seq_no: v2.seq_no,
+            primary_term: 2,
+        };
+        assert!(conflict(s.put(
+            Idx::Inodes,
+            "1",
+            &json!({"n": 3}),
+            Some(other_term)
+        )));
+        assert_eq!(s.get(Idx::Inodes, "1").unwrap().unwrap().source["n"], 2);
+        // Absent document: 409 as in Elasticsearch, and nothing is created.
+        assert!(conflict(s.put(Idx::Inodes, "2", &json!({}), Some(v2))));
+        assert_eq!(s.get(Idx::Inodes, "2").unwrap(), None);
+        // Unconditional put creates and overwrites.
+        let v3 = s.put(Idx::Inodes, "2", &json!({"n": 1}), None).unwrap();
+        let v4 = s.put(Idx::Inodes, "2", &json!({"n": 5}), None).unwrap();
+        assert!(v4.seq_no > v3.seq_no);
+        assert_eq!(s.get(Idx::Inodes, "2").unwrap().unwrap().version, v4);
+    }
+
+    #[test]
+    fn delete_semantics() {
+        let (_d, s) = open();
+        assert!(!s.delete(Idx::Locks, "l", None).unwrap());
+        let v1 = s.create(Idx::Locks, "l", &json!({"owner": "a"})).unwrap();
+        let v2 = s
+            .put(Idx::Locks, "l", &json!({"owner": "b"}), None)
+            .unwrap();
+        assert!(conflict(s.delete(Idx::Locks, "l", Some(v1))));
+        assert!(s.get(Idx::Locks, "l").unwrap().is_some());
+        assert!(s.delete(Idx::Locks, "l", Some(v2)).unwrap());
+        assert_eq!(s.get(Idx::Locks, "l").unwrap(), None);
+        assert!(conflict(s.delete(Idx::Locks, "l", Some(v2))));
+        s.create(Idx::Locks, "m", &json!({})).unwrap();
+        assert!(s.delete(Idx::Locks, "m", None).unwrap());
+        assert!(!s.delete(Idx::Locks, "m", None).unwrap());
+    }
+
+    #[test]
+    fn ids_are_validated_like_elasticsearch() {
+        let (_d, s) = open();
+        let max = "é".repeat(MAX_ID_BYTES / 2);
+        assert_eq!(max.len(), MAX_ID_BYTES);
+        s.create(Idx::Meta, &max, &json!({})).unwrap();
+        assert!(s.get(Idx::Meta, &max).unwrap().is_some());
+        let long = format!("{max}x");
+        assert!(is_invalid(s.create(Idx::Meta, &long, &json!({}))));
+        assert!(is_invalid(s.put(Idx::Meta, &long, &json!({}), None)));
+        assert!(is_invalid(s.delete(Idx::Meta, &long, None)));
+        assert!(is_invalid(s.create(Idx::Meta, "", &json!({}))));
+        assert!(is_invalid(s.put(Idx::Meta, "", &json!({}), None)));
+        assert!(is_invalid(s.delete(Idx::Meta, "", None)));
+        let r = s
+            .bulk(vec![BulkOp::Create {
+                index: Idx::Meta,
+                id: long,
+                source: json!({}),
+            }])
+            .unwrap();
+        assert!(is_invalid(r[0].clone()));
+    }
+
+    #[test]
+    fn sources_and_fields_are_validated() {
+        let (_d, s) = open();
+        for bad in [json!([1]), json!("x"), json!(3), Value::Null] {
+            assert!(is_invalid(s.create(Idx::Meta, "a", &bad)));
+            assert!(is_invalid(s.put(Idx::Meta, "a", &bad, None)));
+        }
+        // Multi-valued (array/object) declared fields are not supported.
+        assert!(is_invalid(s.create(
+            Idx::Entries,
+            "a",
+            &json!({"name": ["x", "y"]})
+        )));
+        assert!(is_invalid(s.create(
+            Idx::Entries,
+            "a",
+            &json!({"size": {"a": 1}})
+        )));
+        assert!(is_invalid(s.create(
+            Idx::Entries,
+            "a",
+            &json!({"size": "big"})
+        )));
+        assert!(is_invalid(s.create(
+            Idx::Entries,
+            "a",
+            &json!({"size": 1.5})
+        )));
+        assert!(is_invalid(s.create(
+            Idx::Inodes,
+            "a",
+            &json!({"orphan": 1})
+        )));
+        assert!(is_invalid(s.create(
+            Idx::Entries,
+            "a",
+            &json!({"size": u64::MAX})
+        )));
+        assert_eq!(s.get(Idx::Entries, "a").unwrap(), None);
+        // Undeclared keys may hold anything; declared ones coerce like ES.
+        s.create(
+            Idx::Entries,
+            "a",
+            &json!({"xattrs": {"k": [1, 2]}, "size": "42", "mtime": 7.0, "kind": 5, "name": null}),
+        )
+        .unwrap();
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("size", 42)),
+            strs(&["a"])
+        );
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("mtime", 7)),
+            strs(&["a"])
+        );
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("kind", "5")),
+            strs(&["a"])
+        );
+        assert!(matching(&s, Idx::Entries, exists("name")).is_empty());
+        s.create(Idx::Inodes, "b", &json!({"orphan": "true"}))
+            .unwrap();
+        assert_eq!(
+            matching(&s, Idx::Inodes, Query::term("orphan", true)),
+            strs(&["b"])
+        );
+    }
+
+    #[test]
+    fn seq_nos_are_store_wide_monotonic_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let last = {
+            let s = EmbeddedStore::open(dir.path()).unwrap();
+            let a = s.create(Idx::Entries, "a", &json!({})).unwrap();
+            let b = s.create(Idx::Inodes, "a", &json!({})).unwrap();
+            let c = s.put(Idx::Locks, "a", &json!({}), None).unwrap();
+            assert!(a.seq_no < b.seq_no && b.seq_no < c.seq_no);
+            // The highest seq_no ever handed out is gone after this delete.
+            let d = s.bulk(vec![BulkOp::Delete {
+                index: Idx::Locks,
+                id: "a".into(),
+                if_version: None,
+            }]);
+            d.unwrap()[0].clone().unwrap()
+        };
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        let e = s.create(Idx::Locks, "a", &json!({})).unwrap();
+        assert!(e.seq_no > last.seq_no);
+        // Enough writes to cross several reservation blocks.
+        let ops = (0..SEQ_BLOCK * 2 + 5)
+            .map(|i| BulkOp::Index {
+                index: Idx::Meta,
+                id: format!("m{}", i % 3),
+                source: json!({}),
+                if_version: None,
+            })
+            .collect();
+        let vs: Vec<u64> = s
+            .bulk(ops)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.unwrap().seq_no)
+            .collect();
+        assert!(vs.windows(2).all(|w| w[0] < w[1]));
+        let top = *vs.last().unwrap();
+        drop(s);
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        assert!(s.create(Idx::Meta, "z", &json!({})).unwrap().seq_no > top);
+    }
+
+    #[test]
+    fn bulk_items_fail_independently_in_order() {
+        let (_d, s) = open();
+        let v = s
+            .create(Idx::Inodes, "1", &json!({"kind": "file"}))
+            .unwrap();
+        let ops = vec![
+            BulkOp::Create {
+                index: Idx::Inodes,
+                id: "2".into(),
+                source: json!({"kind": "dir"}),
+            },
+            BulkOp::Create {
+                index: Idx::Inodes,
+                id: "1".into(),
+                source: json!({}),
+            },
+            BulkOp::Index {
+                index: Idx::Inodes,
+                id: "1".into(),
+                source: json!({"kind": "symlink"}),
+                if_version: Some(Version {
+                    seq_no: v.seq_no + 100,
+                    primary_term: 1,
+                }),
+            },
+            BulkOp::Delete {
+                index: Idx::Inodes,
+                id: "absent".into(),
+                if_version: None,
+            },
+            BulkOp::Index {
+                index: Idx::Inodes,
+                id: "3".into(),
+                source: json!([]),
+                if_version: None,
+            },
+            BulkOp::Index {
+                index: Idx::Inodes,
+                id: "1".into(),
+                source: json!({"kind": "fifo"}),
+                if_version: Some(v),
+            },
+            BulkOp::Delete {
+                index: Idx::Inodes,
+                id: "2".into(),
+                if_version: None,
+            },
+            BulkOp::Create {
+                index: Idx::Entries,
+                id: "1/x".into(),
+                source: entry(1, "x", 1),
+            },
+        ];
+        let r = s.bulk(ops).unwrap();
+        assert_eq!(r.len(), 8);
+        assert!(r[0].is_ok());
+        assert_eq!(r[1], Err(StoreError::Conflict("1".into())));
+        assert_eq!(r[2], Err(StoreError::Conflict("1".into())));
+        assert_eq!(r[3], Err(StoreError::NotFound("absent".into())));
+        assert!(is_invalid(r[4].clone()));
+        let oks: Vec<u64> = [0, 5, 6, 7]
+            .iter()
+            .map(|&i| r[i].clone().unwrap().seq_no)
+            .collect();
+        assert!(oks.windows(2).all(|w| w[0] < w[1]));
+        let one = s.get(Idx::Inodes, "1").unwrap().unwrap();
+        assert_eq!(one.source["kind"], "fifo");
+        assert_eq!(one.version, r[5].clone().unwrap());
+        assert_eq!(s.get(Idx::Inodes, "2").unwrap(), None);
+        assert_eq!(s.get(Idx::Inodes, "3").unwrap(), None);
+        assert!(s.get(Idx::Entries, "1/x").unwrap().is_some());
+        assert!(s.bulk(vec![]).unwrap().is_empty());
+    }
+
+    fn path_store() -> (tempfile::TempDir, EmbeddedStore) {
+        let (d, s) = open();
+        let paths = [
+            "/a", "/a/b", "/a/b/c", "/a/b/c/d", "/a/bc", "/a/b-x", "/a/b.x", "/ab", "/b", "rel/x",
+        ];
+        let ops = paths
+            .iter()
+            .map(|p| BulkOp::Create {
+                index: Idx::Entries,
+                id: p.to_string(),
+                source: json!({"path": p}),
+            })
+            .collect();
+        assert!(s.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
+        s.create(Idx::Entries, "nopath", &json!({"name": "x"}))
+            .unwrap();
+        (d, s)
+    }
+
+    #[test]
+    fn tree_query() {
+        let (_d, s) = path_store();
+        let tree = |p: &str| matching(&s, Idx::Entries, Query::tree("path", p));
+        assert_eq!(tree("/a/b"), strs(&["/a/b", "/a/b/c", "/a/b/c/d"]));
+        assert_eq!(tree("/a/b/c/d"), strs(&["/a/b/c/d"]));
+        assert_eq!(
+            tree("/a"),
+            strs(&[
+                "/a", "/a/b", "/a/b-x", "/a/b.x", "/a/b/c", "/a/b/c/d", "/a/bc"
+            ])
+        );
+        assert_eq!(
+            tree("/"),
+            strs(&[
+                "/a", "/a/b", "/a/b-x", "/a/b.x", "/a/b/c", "/a/b/c/d", "/a/bc", "/ab", "/b"
+            ])
+        );
+        assert!(tree("/zz").is_empty());
+        assert_eq!(tree("rel"), strs(&["rel/x"]));
+    }
+
+    #[test]
+    fn prefix_query() {
+        let (_d, s) = path_store();
+        let pre = |p: &str| matching(&s, Idx::Entries, prefix("path", p));
+        assert_eq!(
+            pre("/a/b"),
+            strs(&["/a/b", "/a/b-x", "/a/b.x", "/a/b/c", "/a/b/c/d", "/a/bc"])
+        );
+        assert_eq!(pre("/a/b/"), strs(&["/a/b/c", "/a/b/c/d"]));
+        assert_eq!(pre("/A").len(), 0, "case-sensitive");
+        assert_eq!(pre("").len(), 10, "empty prefix: every doc with the field");
+
+        let names = [
+            "e",
+            "é",
+            "éa",
+            "é\u{10FFFF}",
+            "ê",
+            "\u{D7FF}x",
+            "\u{E000}",
+            "a%b",
+            "axb",
+            "a_c",
+            "a\u{10FFFF}",
+            "a\u{10FFFF}\u{10FFFF}",
+            "b",
+        ];
+        for (i, n) in names.iter().enumerate() {
+            s.create(Idx::Inodes, &format!("{i}"), &json!({"kind": n}))
+                .unwrap();
+        }
+        let pre = |p: &str| -> Vec<&str> {
+            let hits = s
+                .search(&req(
+                    Idx::Inodes,
+                    prefix("kind", p),
+                    vec![Sort::asc("kind")],
+                    100,
+                ))
+                .unwrap();
+            hits.iter()
+                .map(|h| names[h.doc.id.parse::<usize>().unwrap()])
+                .collect()
+        };
+        assert_eq!(pre("é"), ["é", "éa", "é\u{10FFFF}"]);
+        assert_eq!(pre("\u{D7FF}"), ["\u{D7FF}x"]);
+        assert_eq!(pre("a%"), ["a%b"], "% is literal");
+        assert_eq!(pre("a_"), ["a_c"], "_ is literal");
+        assert_eq!(pre("a\u{10FFFF}"), ["a\u{10FFFF}", "a\u{10FFFF}\u{10FFFF}"]);
+        assert_eq!(pre("\u{10FFFF}"), Vec::<&str>::new());
+        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
+        assert_eq!(prefix_end("\u{10FFFF}"), None);
+        assert_eq!(prefix_end("\u{D7FF}"), Some("\u{E000}".into()));
+        assert!(is_invalid(s.count(Idx::Entries, &prefix("size", "1"))));
+    }
+
+    fn numbers_store() -> (tempfile::TempDir, EmbeddedStore) {
+        let (d, s) = open();
+        for i in 0..10i64 {
+            let mut doc = json!({"ino": i, "kind": if i % 2 == 0 { "file" } else { "dir" }});
+            if i % 3 != 0 {
+                doc["size"] = json!(i * 100 - 500);
+            }
+            s.create(Idx::Entries, &format!("e{i}"), &doc).unwrap();
+        }
+        (d, s)
+    }
+
+    #[test]
+    fn term_and_terms_queries() {
+        let (_d, s) = numbers_store();
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("ino", 4)),
+            strs(&["e4"])
+        );
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("size", -300)),
+            strs(&["e2"])
+        );
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("kind", "dir")),
+            strs(&["e1", "e3", "e5", "e7", "e9"])
+        );
+        assert!(matching(&s, Idx::Entries, Query::term("kind", "DIR")).is_empty());
+        let terms = |field: &str, values: Vec<Value>| {
+            matching(
+                &s,
+                Idx::Entries,
+                Query::Terms {
+                    field: field.into(),
+                    values,
+                },
+            )
+        };
+        assert_eq!(
+            terms("ino", vec![json!(1), json!(8), json!(99)]),
+            strs(&["e1", "e8"])
+        );
+        assert!(terms("ino", vec![]).is_empty());
+        assert!(is_invalid(
+            s.count(Idx::Entries, &Query::term("ino", Value::Null))
+        ));
+        assert!(is_invalid(s.count(Idx::Entries, &Query::term("ino", "x"))));
+
+        s.create(Idx::Inodes, "1", &json!({"orphan": true}))
+            .unwrap();
+        s.create(Idx::Inodes, "2", &json!({"orphan": false}))
+            .unwrap();
+        s.create(Idx::Inodes, "3", &json!({})).unwrap();
+        assert_eq!(
+            matching(&s, Idx::Inodes, Query::term("orphan", true)),
+            strs(&["1"])
+        );
+        assert_eq!(
+            matching(&s, Idx::Inodes, Query::term("orphan", false)),
+            strs(&["2"])
+        );
+        assert_eq!(
+            matching(&s, Idx::Inodes, Query::MatchAll),
+            strs(&["1", "2", "3"])
+        );
+    }
+
+    #[test]
+    fn range_and_exists_queries() {
+        let (_d, s) = numbers_store();
+        // sizes: e1 -400, e2 -300, e4 -100, e5 0, e7 200, e8 300
+        let r = |gte, gt, lte, lt| matching(&s, Idx::Entries, range("size", gte, gt, lte, lt));
+        assert_eq!(
+            r(Some(json!(0)), None, None, None),
+            strs(&["e5", "e7", "e8"])
+        );
+        assert_eq!(r(None, Some(json!(0)), None, None), strs(&["e7", "e8"]));
+        assert_eq!(r(None, None, Some(json!(-300)), None), strs(&["e1", "e2"]));
+        assert_eq!(r(None, None, None, Some(json!(-300))), strs(&["e1"]));
+        assert_eq!(
+            r(Some(json!(-300)), None, None, Some(json!(200))),
+            strs(&["e2", "e4", "e5"])
+        );
+        assert_eq!(
+            r(Some(Value::Null), None, None, Some(json!(-300))),
+            strs(&["e1"])
+        );
+        assert_eq!(
+            r(None, None, None, None),
+            strs(&["e1", "e2", "e4", "e5", "e7", "e8"])
+        );
+        assert_eq!(matching(&s, Idx::Entries, exists("size")).len(), 6);
+        assert!(matching(&s, Idx::Entries, exists("mtime")).is_empty());
+        // Ranges on keywords compare bytes.
+        let kinds = matching(
+            &s,
+            Idx::Entries,
+            range("kind", None, Some(json!("dir")), None, None),
+        );
+        assert_eq!(kinds.len(), 5);
+    }
+
+    #[test]
+    fn bool_query() {
+        let (_d, s) = numbers_store();
+        let b = |must: Vec<Query>, must_not: Vec<Query>, should: Vec<Query>| {
+            matching(
+                &s,
+                Idx::Entries,
+                Query::Bool {
+                    must,
+                    must_not,
+                    should,
+                },
+            )
+        };
+        let ge0 = || range("size", Some(json!(0)), None, None, None);
+        assert_eq!(b(vec![], vec![], vec![]).len(), 10);
+        assert_eq!(
+            b(vec![Query::term("kind", "file"), ge0()], vec![], vec![]),
+            strs(&["e8"])
+        );
+        // must_not keeps documents missing the field (ES semantics).
+        assert_eq!(
+            b(vec![], vec![ge0()], vec![]),
+            strs(&["e0", "e1", "e2", "e3", "e4", "e6", "e9"])
+        );
+        assert_eq!(
+            b(vec![], vec![ge0(), Query::term("kind", "dir")], vec![]),
+            strs(&["e0", "e2", "e4", "e6"])
+        );
+        assert_eq!(
+            b(
+                vec![],
+                vec![],
+                vec![Query::term("ino", 1), Query::term("ino", 2)]
+            ),
+            strs(&["e1", "e2"])
+        );
+        // should is required to match (at least one) when non-empty.
+        assert_eq!(
+            b(
+                vec![Query::term("kind", "dir")],
+                vec![],
+                vec![Query::term("ino", 1), Query::term("ino", 2)]
+            ),
+            strs(&["e1"])
+        );
+        // Nested: not (dir and has size).
+        let inner = Query::and(vec![Query::term("kind", "dir"), exists("size")]);
+        assert_eq!(
+            b(vec![], vec![inner], vec![]),
+            strs(&["e0", "e2", "e3", "e4", "e6", "e8", "e9"])
+        );
+        // A negated negation.
+        let not_dir = Query::Bool {
+            must: vec![],
+            must_not: vec![Query::term("kind", "dir")],
+            should: vec![],
+        };
+        assert_eq!(b(vec![], vec![not_dir], vec![]).len(), 5);
+        assert_eq!(
+            b(vec![Query::MatchAll], vec![Query::MatchAll], vec![]).len(),
+            0
+        );
+    }
+
+    #[test]
+    fn undeclared_fields_are_invalid() {
+        let (_d, s) = numbers_store();
+        let search = |q: Query, sort: Vec<Sort>| s.search(&req(Idx::Entries, q, sort, 10));
+        assert!(is_invalid(search(Query::term("nope", 1), vec![])));
+        assert!(is_invalid(search(Query::term("path.tree", "/a"), vec![])));
+        assert!(is_invalid(search(Query::term("name.text", "a"), vec![])));
+        assert!(is_invalid(search(Query::tree("path.tree", "/a"), vec![])));
+        assert!(is_invalid(search(Query::tree("dir", "/a"), vec![])));
+        assert!(is_invalid(search(exists("src"), vec![])));
+        assert!(is_invalid(search(Query::MatchAll, vec![Sort::asc("nope")])));
+        assert!(is_invalid(search(Query::MatchAll, vec![Sort::asc("_id")])));
+        let nested = Query::and(vec![Query::MatchAll, Query::term("id", "e1")]);
+        assert!(is_invalid(search(nested.clone(), vec![])));
+        assert!(is_invalid(s.count(Idx::Entries, &nested)));
+        assert!(is_invalid(s.count(Idx::Meta, &exists("kind"))));
+        assert_eq!(s.count(Idx::Meta, &Query::MatchAll).unwrap(), 0);
+        // Bad search_after: wrong arity, non-string id, wrong type.
+        for after in [
+            vec![json!(1)],
+            vec![json!(1), json!(2)],
+            vec![json!("x"), json!("e1")],
+        ] {
+            let mut r = req(Idx::Entries, Query::MatchAll, vec![Sort::asc("ino")], 10);
+            r.search_after = Some(after);
+            assert!(is_invalid(s.search(&r)));
+        }
+        // Validation happens even for empty pages.
+        assert!(is_invalid(s.search(&req(
+            Idx::Entries,
+            Query::term("nope", 1),
+            vec![],
+            0
+        ))));
+    }
+
+    #[test]
+    fn count_matches_queries() {
+        let (_d, s) = numbers_store();
+        assert_eq!(s.count(Idx::Entries, &Query::MatchAll).unwrap(), 10);
+        assert_eq!(
+            s.count(Idx::Entries, &Query::term("kind", "file")).unwrap(),
+            5
+        );
+        assert_eq!(s.count(Idx::Entries, &exists("size")).unwrap(), 6);
+        assert_eq!(s.count(Idx::Inodes, &Query::MatchAll).unwrap(), 0);
+        s.delete(Idx::Entries, "e0", None).unwrap();
+        assert_eq!(
+            s.count(Idx::Entries, &Query::term("kind", "file")).unwrap(),
+            4
+        );
+    }
+
+    #[test]
+    fn paging_visits_every_doc_once_in_order() {
+        let (_d, s) = open();
+        let n = 2500i64;
+        // Cookies are a permutation of 0..n, not in id order.
+        let ops = (0..n)
+            .map(|i| BulkOp::Create {
+                index: Idx::Entries,
+                id: format!("1/f{i:05}"),
+                source: entry(1, &format!("f{i:05}"), (i * 7919) % n),
+            })
+            .collect();
+        assert!(s.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
+        s.create(Idx::Entries, "2/other", &entry(2, "other", 5))
+            .unwrap();
+        let q = || Query::term("parent", 1);
+        let cookies = |hits: &[Hit]| -> Vec<i64> {
+            hits.iter()
+                .map(|h| h.doc.source["cookie"].as_i64().unwrap())
+                .collect()
+        };
+
+        let asc = scan_all(&s, Idx::Entries, q(), vec![Sort::asc("cookie")], 1000);
+        assert_eq!(cookies(&asc), (0..n).collect::<Vec<_>>());
+        assert_eq!(asc[0].sort, vec![json!(0), json!(asc[0].doc.id)]);
+
+        let desc_hits = scan_all(&s, Idx::Entries, q(), vec![desc("cookie")], 1000);
+        assert_eq!(cookies(&desc_hits), (0..n).rev().collect::<Vec<_>>());
+
+        let by_id = scan_all(&s, Idx::Entries, q(), vec![], 1000);
+        let expect: Vec<String> = (0..n).map(|i| format!("1/f{i:05}")).collect();
+        assert_eq!(ids(&by_id), expect);
+        assert_eq!(by_id[0].sort, vec![json!("1/f00000")]);
+
+        // search_after from the middle.
+        let mut r = req(Idx::Entries, q(), vec![Sort::asc("cookie")], 3);
+        r.search_after = Some(asc[1499].sort.clone());
+        assert_eq!(cookies(&s.search(&r).unwrap()), vec![1500, 1501, 1502]);
+    }
+
+    #[test]
+    fn duplicate_sort_values_tie_break_on_id() {
+        let (_d, s) = open();
+        for (i, name) in ["e", "b", "d", "a", "c", "f"].iter().enumerate() {
+            let cookie = if i < 4 { 7 } else { 3 };
+            s.create(Idx::Entries, name, &entry(1, name, cookie))
+                .unwrap();
+        }
+        let asc = scan_all(
+            &s,
+            Idx::Entries,
+            Query::MatchAll,
+            vec![Sort::asc("cookie")],
+            2,
+        );
+        assert_eq!(ids(&asc), strs(&["c", "f", "a", "b", "d", "e"]));
+        let dsc = scan_all(&s, Idx::Entries, Query::MatchAll, vec![desc("cookie")], 2);
+        assert_eq!(ids(&dsc), strs(&["a", "b", "d", "e", "c", "f"]));
+        assert_eq!(dsc[0].sort, vec![json!(7), json!("a")]);
+    }
+
+    /// Reference order: missing values last in both directions, then the id.
+    fn reference_cmp(a: &Hit, b: &Hit, sort: &[Sort]) -> Ordering {
+        for (i, s) in sort.iter().enumerate() {
+            let (x, y) = (&a.sort[i], &b.sort[i]);
+            let o = match (x.is_null(), y.is_null()) {
+                (true, true) => Ordering::Equal,
+                (true, false) => Ordering::Greater,
+                (false, true) => Ordering::Less,
+                _ => {
+                    let o = match (x.as_i64(), y.as_i64()) {
+                        (Some(x), Some(y)) => x.cmp(&y),
+                        _ => x.as_str().unwrap().cmp(y.as_str().unwrap()),
+                    };
+                    if s.descending { o.reverse() } else { o }
+                }
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        a.doc.id.cmp(&b.doc.id)
+    }
+
+    #[test]
+    fn missing_values_sort_last_with_multi_key_paging() {
+        let (_d, s) = open();
+        let mut x: u64 = 12345;
+        let mut rnd = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let ops = (0..300)
+            .map(|i| {
+                let mut doc = json!({});
+                if rnd(4) != 0 {
+                    doc["uid"] = json!(rnd(3));
+                }
+                if rnd(3) != 0 {
+                    doc["name"] = json!(["a", "b", "é", "\u{0}"][rnd(4) as usize]);
+                }
+                if rnd(5) != 0 {
+                    doc["size"] = json!(rnd(4) as i64 - 2);
+                }
+                BulkOp::Create {
+                    index: Idx::Entries,
+                    id: format!("d{i}"),
+                    source: doc,
+                }
+            })
+            .collect();
+        assert!(s.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
+        for dirs in 0..8 {
+            let sort: Vec<Sort> = ["uid", "name", "size"]
+                .iter()
+                .enumerate()
+                .map(|(i, f)| Sort {
+                    field: f.to_string(),
+                    descending: dirs & (1 << i) != 0,
+                })
+                .collect();
+            for keys in 1..=3 {
+                let sort = &sort[..keys];
+                for page in [1, 7, 1000] {
+                    let hits = scan_all(&s, Idx::Entries, Query::MatchAll, sort.to_vec(), page);
+                    assert_eq!(hits.len(), 300, "{sort:?} page {page}");
+                    for w in hits.windows(2) {
+                        assert_eq!(
+                            reference_cmp(&w[0], &w[1], sort),
+                            Ordering::Less,
+                            "{sort:?} page {page}: {:?} then {:?}",
+                            w[0].sort,
+                            w[1].sort
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nul_characters_round_trip() {
+        let (_d, s) = open();
+        let paths = [
+            "/a",
+            "/a\u{0}",
+            "/a\u{0}b",
+            "/a\u{0}b/c",
+            "/a\u{0}bc",
+            "/a\u{1}",
+        ];
+        for p in paths {
+            let id = format!("1/{p}");
+            s.create(Idx::Entries, &id, &json!({"path": p, "name": p}))
+                .unwrap();
+            let doc = s.get(Idx::Entries, &id).unwrap().unwrap();
+            assert_eq!(doc.source["path"], p);
+            assert_eq!(doc.id, id);
+        }
+        let paths_of = |hits: Vec<Hit>| -> Vec<String> {
+            hits.iter()
+                .map(|h| h.doc.source["path"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let find = |q: Query| {
+            paths_of(
+                s.search(&req(Idx::Entries, q, vec![Sort::asc("path")], 100))
+                    .unwrap(),
+            )
+        };
+        assert_eq!(find(Query::term("path", "/a\u{0}b")), strs(&["/a\u{0}b"]));
+        assert_eq!(find(Query::term("name", "/a\u{0}")), strs(&["/a\u{0}"]));
+        assert_eq!(
+            find(Query::tree("path", "/a\u{0}b")),
+            strs(&["/a\u{0}b", "/a\u{0}b/c"])
+        );
+        assert_eq!(
+            find(prefix("path", "/a\u{0}")),
+            strs(&["/a\u{0}", "/a\u{0}b", "/a\u{0}b/c", "/a\u{0}bc"])
+        );
+        // Byte order, NUL sorting right after the shorter string.
+        let all = scan_all(
+            &s,
+            Idx::Entries,
+            Query::MatchAll,
+            vec![Sort::asc("path")],
+            2,
+        );
+        assert_eq!(paths_of(all.clone()), strs(&paths));
+        assert_eq!(all[1].sort[0], json!("/a\u{0}"));
+        let mut r = req(Idx::Entries, Query::MatchAll, vec![Sort::asc("path")], 1);
+        r.search_after = Some(all[2].sort.clone());
+        assert_eq!(paths_of(s.search(&r).unwrap()), strs(&["/a\u{0}b/c"]));
+    }
+
+    #[test]
+    fn reopen_sees_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let (v, path) = {
+            let s = EmbeddedStore::open(dir.path()).unwrap();
+            let v = s.create(Idx::Entries, "1/a", &entry(1, "a", 9)).unwrap();
+            s.sync().unwrap();
+            s.create(Idx::Entries, "1/b", &entry(1, "b", 10)).unwrap();
+            (v, dir.path().join("meta.sqlite"))
+        };
+        assert!(path.exists());
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(s.get(Idx::Entries, "1/a").unwrap().unwrap().version, v);
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("cookie", 10)),
+            strs(&["1/b"])
+        );
+        assert_eq!(s.describe(), format!("sqlite:{}", path.display()));
+        s.refresh(Idx::Entries).unwrap();
+    }
+
+    #[test]
+    fn new_fields_are_backfilled_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = EmbeddedStore::open(dir.path()).unwrap();
+            s.create(Idx::Entries, "a", &json!({"mode": 0o755, "uid": 1}))
+                .unwrap();
+            s.create(Idx::Entries, "b", &json!({"mode": [1]}))
+                .unwrap_err();
+        }
+        {
+            // Simulate a database created before `mode` was declared, holding a
+            // document whose `mode` was not indexable then.
+            let c = Connection::open(dir.path().join("meta.sqlite")).unwrap();
+            c.execute_batch(
+                "DROP INDEX entries_f_mode; ALTER TABLE entries DROP COLUMN f_mode;
+                 INSERT INTO entries (id, seq, src) VALUES ('b', 99, '{\"mode\":[1]}');",
+            )
+            .unwrap();
+        }
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("mode", 0o755)),
+            strs(&["a"])
+        );
+        assert_eq!(matching(&s, Idx::Entries, exists("mode")), strs(&["a"]));
+        assert_eq!(
+            matching(&s, Idx::Entries, Query::term("uid", 1)),
+            strs(&["a"])
+        );
+    }
+
+    #[test]
+    fn readers_run_during_a_large_bulk() {
+        let (_d, s) = open();
+        let s = Arc::new(s);
+        s.create(Idx::Entries, "seed", &entry(0, "seed", 0))
+            .unwrap();
+        let n = 30_000;
+        let done = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..4)
+            .map(|t| {
+                let (s, done) = (s.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let mut reads = 0;
+                    loop {
+                        let finished = done.load(AtomicOrdering::SeqCst);
+                        assert!(s.get(Idx::Entries, "seed").unwrap().is_some());
+                        // The bulk is atomic: all of it or none.
+                        let c = s.count(Idx::Entries, &Query::term("parent", 1)).unwrap();
+                        assert!(c == 0 || c == n, "partial bulk visible: {c}");
+                        let hits = s
+                            .search(&req(
+                                Idx::Entries,
+                                Query::MatchAll,
+                                vec![Sort::asc("cookie")],
+                                50,
+                            ))
+                            .unwrap();
+                        assert!(!hits.is_empty());
+                        if t == 0 {
+                            s.mget(Idx::Entries, &strs(&["seed", "1/f1"])).unwrap();
+                        }
+                        reads += 1;
+                        if finished {
+                            return reads;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let ops = (0..n)
+            .map(|i| BulkOp::Create {
+                index: Idx::Entries,
+                id: format!("1/f{i}"),
+                source: entry(1, &format!("f{i}"), i as i64 + 1),
+            })
+            .collect();
+        let r = s.bulk(ops).unwrap();
+        done.store(true, AtomicOrdering::SeqCst);
+        assert!(r.iter().all(|r| r.is_ok()));
+        for h in readers {
+            assert!(h.join().unwrap() > 0);
+        }
+        assert_eq!(s.count(Idx::Entries, &Query::term("parent", 1)).unwrap(), n);
+    }
+
+    #[test]
+    fn more_threads_than_reader_connections() {
+        let (_d, s) = open();
+        s.create(Idx::Meta, "x", &json!({})).unwrap();
+        std::thread::scope(|sc| {
+            for i in 0..MAX_READERS * 3 {
+                let s = &s;
+                sc.spawn(move || {
+                    for j in 0..50 {
+                        assert!(s.get(Idx::Meta, "x").unwrap().is_some());
+                        if j % 10 == 0 {
+                            s.put(Idx::Meta, &format!("t{i}"), &json!({"j": j}), None)
+                                .unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            s.count(Idx::Meta, &Query::MatchAll).unwrap(),
+            1 + MAX_READERS as u64 * 3
+        );
+        assert!(s.readers.pool.lock().open <= MAX_READERS);
+    }
+
+    #[test]
+    fn hot_queries_use_indexes() {
+        let (_d, s) = open();
+        let plan =
+            |idx: Idx, q: Query, sort: Vec<Sort>, after: Option<Vec<Value>>| -> Vec<String> {
+                let mut filter = Sql::default();
+                compile(idx, &q, &mut filter).unwrap();
+                let keys = sort_keys(idx, &sort).unwrap();
+                let after = after.map(|a| parse_after(&keys, &a).unwrap());
+                let sql = &search_sql(idx.name(), &filter, &keys, after.as_ref())[0];
+                let conn = s.readers.get().unwrap();
+                let mut stmt = conn
+                    .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.text))
+                    .unwrap();
+                let params = sql.params.iter().cloned().chain([SqlValue::Integer(10)]);
+                stmt.query_map(rusqlite::params_from_iter(params), |r| {
+                    r.get::<_, String>(3)
+                })
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect()
+            };
+        let no_sort = |p: &[String]| {
+            p.iter()
+                .all(|l| !l.contains("TEMP B-TREE") && !l.starts_with("SCAN"))
+        };
+        // Directory listing, first and later pages.
+        let listing = || (Query::term("parent", 1), vec![Sort::asc("cookie")]);
+        let (q, sort) = listing();
+        let p = plan(Idx::Entries, q, sort, None);
+        assert!(
+            no_sort(&p) && p.iter().any(|l| l.contains("entries_f_parent")),
+            "{p:?}"
+        );
+        let (q, sort) = listing();
+        let p = plan(Idx::Entries, q, sort, Some(vec![json!(5), json!("1/x")]));
+        assert!(
+            no_sort(&p) && p.iter().any(|l| l.contains("entries_f_parent")),
+            "{p:?}"
+        );
+        // Subtree scan in path order.
+        let p = plan(
+            Idx::Entries,
+            Query::tree("path", "/a"),
+            vec![Sort::asc("path")],
+            Some(vec![json!("/a/b"), json!("x")]),
+        );
+        assert!(
+            no_sort(&p) && p.iter().any(|l| l.contains("entries_f_path")),
+            "{p:?}"
+        );
+        // Id paging.
+        let p = plan(Idx::Inodes, Query::MatchAll, vec![], Some(vec![json!("5")]));
+        assert!(!p.iter().any(|l| l.contains("TEMP B-TREE")), "{p:?}");
+        let p = plan(Idx::Entries, Query::term("ino", 5), vec![], None);
+        assert!(p.iter().any(|l| l.contains("entries_f_ino")), "{p:?}");
+    }
+
+    /// Rough write throughput: `cargo test --release -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn write_throughput() {
+        let (_d, s) = open();
+        let n = 20_000;
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            let v = s
+                .create(
+                    Idx::Entries,
+                    &format!("1/f{i}"),
+                    &entry(1, &format!("f{i}"), i),
+                )
+                .unwrap();
+            s.put(
+                Idx::Inodes,
+                &format!("{i}"),
+                &json!({"kind": "file", "nlink": 1}),
+                None,
+            )
+            .unwrap();
+            if i % 2 == 0 {
+                s.put(
+                    Idx::Entries,
+                    &format!("1/f{i}"),
+                    &entry(1, &format!("f{i}"), i),
+                    Some(v),
+                )
+                .unwrap();
+            }
+        }
+        let e = t.elapsed();
+        println!(
+            "{} single writes in {e:?}: {:.0}/s",
+            n * 5 / 2,
+            (n * 5 / 2) as f64 / e.as_secs_f64()
+        );
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            s.get(Idx::Entries, &format!("1/f{i}")).unwrap().unwrap();
+        }
+        println!("{n} gets in {:?}", t.elapsed());
+        let t = std::time::Instant::now();
+        let hits = scan_all(
+            &s,
+            Idx::Entries,
+            Query::term("parent", 1),
+            vec![Sort::asc("cookie")],
+            1000,
+        );
+        assert_eq!(hits.len(), n as usize);
+        println!("listing {n} in {:?}", t.elapsed());
+    }
+}

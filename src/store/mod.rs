@@ -1,0 +1,253 @@
+//! The metadata-store boundary: a small trait shaped like Elasticsearch's own
+//! document primitives, so the filesystem, the lock protocol and the rename
+//! algorithm are written once above it and run unchanged on every backend.
+//!
+//! Semantics every backend must honour (they are Elasticsearch's):
+//! - `get`/`mget` are realtime: they see every acknowledged write at once.
+//! - `search`/`count` may lag writes until `refresh` (near-real-time); the
+//!   embedded store is realtime and its `refresh` is a no-op.
+//! - every write returns a [`Version`] (`_seq_no` + `_primary_term`); a write
+//!   or delete carrying `if_version` fails with [`StoreError::Conflict`] when
+//!   the document changed since.
+//! - `create` fails with `Conflict` when the id exists ("put if absent").
+//! - `bulk` never fails as a whole for item errors: each item has its own result.
+//! - ids are UTF-8 strings of at most [`MAX_ID_BYTES`] bytes.
+
+pub mod embedded;
+pub mod schema;
+
+use serde_json::Value;
+
+pub use schema::Idx;
+
+/// Elasticsearch refuses `_id`s longer than this.
+pub const MAX_ID_BYTES: usize = 512;
+
+/// Optimistic-concurrency token of a document (`_seq_no`, `_primary_term`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Version {
+    pub seq_no: u64,
+    pub primary_term: u64,
+}
+
+/// A stored document.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Doc {
+    pub id: String,
+    pub version: Version,
+    pub source: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// 409 `version_conflict_engine_exception`: exists (create) or stale version.
+    #[error("version conflict on {0}")]
+    Conflict(String),
+    /// 404: the document (for a conditional write/delete) does not exist.
+    #[error("document not found: {0}")]
+    NotFound(String),
+    /// The request itself is wrong (bad id, unknown field, invalid document).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The backend cannot be reached or is overloaded after retries.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else the backend reports.
+    #[error("store error: {0}")]
+    Other(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// One item of a bulk request.
+#[derive(Clone, Debug)]
+pub enum BulkOp {
+    /// Put-if-absent.
+    Create {
+        index: Idx,
+        id: String,
+        source: Value,
+    },
+    /// Create or overwrite; with `if_version`, only if the current version matches.
+    Index {
+        index: Idx,
+        id: String,
+        source: Value,
+        if_version: Option<Version>,
+    },
+    /// Delete; with `if_version`, only if the current version matches.
+    Delete {
+        index: Idx,
+        id: String,
+        if_version: Option<Version>,
+    },
+}
+
+/// Per-item result of a bulk request: the new version, or the item's error.
+/// A delete of an absent document (without `if_version`) is `Err(NotFound)`.
+pub type BulkItemResult = StoreResult<Version>;
+
+/// The query subset esfs needs; each variant maps to one Elasticsearch query.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Query {
+    MatchAll,
+    /// `term`: exact value of a keyword/numeric/bool field.
+    Term {
+        field: String,
+        value: Value,
+    },
+    /// `terms`: any of the values.
+    Terms {
+        field: String,
+        values: Vec<Value>,
+    },
+    /// `prefix` on a keyword field.
+    Prefix {
+        field: String,
+        value: String,
+    },
+    /// `term` on `<field>.tree` (path_hierarchy): the path itself or anything
+    /// below it (`/a/b` matches `/a/b` and `/a/b/c`, never `/a/bc`).
+    Tree {
+        field: String,
+        path: String,
+    },
+    /// `range` on a numeric field; bounds are inclusive (`gte`/`lte`) or exclusive.
+    Range {
+        field: String,
+        gte: Option<Value>,
+        gt: Option<Value>,
+        lte: Option<Value>,
+        lt: Option<Value>,
+    },
+    /// `exists`.
+    Exists {
+        field: String,
+    },
+    /// `bool`: all of `must`, none of `must_not`, and (if non-empty) any of `should`.
+    Bool {
+        must: Vec<Query>,
+        must_not: Vec<Query>,
+        should: Vec<Query>,
+    },
+}
+
+impl Query {
+    pub fn term(field: &str, value: impl Into<Value>) -> Query {
+        Query::Term {
+            field: field.to_string(),
+            value: value.into(),
+        }
+    }
+    pub fn tree(field: &str, path: &str) -> Query {
+        Query::Tree {
+            field: field.to_string(),
+            path: path.to_string(),
+        }
+    }
+    pub fn and(must: Vec<Query>) -> Query {
+        Query::Bool {
+            must,
+            must_not: vec![],
+            should: vec![],
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sort {
+    pub field: String,
+    pub descending: bool,
+}
+
+impl Sort {
+    pub fn asc(field: &str) -> Sort {
+        Sort {
+            field: field.to_string(),
+            descending: false,
+        }
+    }
+}
+
+/// A search: query, sort (must end in a unique field for stable paging),
+/// `search_after` (the `sort` values of the last hit of the previous page).
+#[derive(Clone, Debug)]
+pub struct SearchRequest {
+    pub index: Idx,
+    pub query: Query,
+    pub sort: Vec<Sort>,
+    pub search_after: Option<Vec<Value>>,
+    pub size: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Hit {
+    pub doc: Doc,
+    /// The hit's sort values, to pass as the next page's `search_after`.
+    pub sort: Vec<Value>,
+}
+
+/// The metadata store. Synchronous on purpose: FUSE handlers run on their own
+/// threads and block; a network backend owns its own async runtime inside.
+pub trait MetaStore: Send + Sync {
+    /// Realtime get by id.
+    fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>>;
+    /// Realtime multi-get; results in the order of `ids`.
+    fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>>;
+    /// Put if absent: `Conflict` when the id exists.
+    fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version>;
+    /// Create or overwrite; with `if_version`, `Conflict` when stale (also when
+    /// the document is gone: Elasticsearch answers 409 there too).
+    fn put(
+        &self,
+        index: Idx,
+        id: &str,
+        source: &Value,
+        if_version: Option<Version>,
+    ) -> StoreResult<Version>;
+    /// Delete; `Ok(false)` when absent (404). With `if_version`, `Conflict` when stale.
+    fn delete(&self, index: Idx, id: &str, if_version: Option<Version>) -> StoreResult<bool>;
+    /// Bulk: one result per op, in order. The call errs only when the whole
+    /// request fails (transport); item errors are in the items.
+    fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>>;
+    /// One page of a sorted search.
+    fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>>;
+    /// Number of documents matching.
+    fn count(&self, index: Idx, query: &Query) -> StoreResult<u64>;
+    /// Make all acknowledged writes visible to search.
+    fn refresh(&self, index: Idx) -> StoreResult<()>;
+    /// Make all acknowledged writes durable (fsync) where the backend buffers them.
+    fn sync(&self) -> StoreResult<()>;
+    /// A short human description ("sqlite:/path", "elasticsearch:http://...").
+    fn describe(&self) -> String;
+}
+
+/// Iterate over every hit of a query in pages of `page` (search_after paging).
+/// The sort must end with a unique field.
+pub fn scan(
+    store: &dyn MetaStore,
+    index: Idx,
+    query: Query,
+    sort: Vec<Sort>,
+    page: usize,
+    mut f: impl FnMut(Vec<Hit>) -> StoreResult<bool>,
+) -> StoreResult<()> {
+    let mut after: Option<Vec<Value>> = None;
+    loop {
+        let hits = store.search(&SearchRequest {
+            index,
+            query: query.clone(),
+            sort: sort.clone(),
+            search_after: after.clone(),
+            size: page,
+        })?;
+        let n = hits.len();
+        if n == 0 {
+            return Ok(());
+        }
+        after = Some(hits[n - 1].sort.clone());
+        if !f(hits)? || n < page {
+            return Ok(());
+        }
+    }
+}

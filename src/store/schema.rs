@@ -1,0 +1,96 @@
+//! The indices and their searchable fields, declared once for every backend:
+//! the embedded store turns each field into an indexed column, the
+//! Elasticsearch backend into a mapping. Only declared fields can be queried
+//! or sorted on; everything else in a document is stored but not indexed.
+//!
+//! Document layout (see `crate::model` for the code that builds them):
+//! - `entries`: one document per name in the tree; `_id` = `<parent ino>/<name>`
+//!   (or `<parent ino>//<base64url(name)>` when the name is not UTF-8), so the
+//!   (parent, name) lookup is a realtime get by id and always under 512 bytes.
+//!   `path` is the full path (`path.tree` selects a subtree), `dir` the parent
+//!   directory's path (the seeds' `path`), plus copies of the searchable
+//!   attributes of the inode.
+//! - `inodes`: one document per inode (`_id` = inode number): attributes,
+//!   xattrs, symlink target, content key and back-links to its names.
+//! - `locks`: lock documents (global, per-document, tree locks) and intents.
+//! - `meta`: the superblock and the id allocator.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Idx {
+    Entries,
+    Inodes,
+    Locks,
+    Meta,
+}
+
+impl Idx {
+    pub const ALL: [Idx; 4] = [Idx::Entries, Idx::Inodes, Idx::Locks, Idx::Meta];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Idx::Entries => "entries",
+            Idx::Inodes => "inodes",
+            Idx::Locks => "locks",
+            Idx::Meta => "meta",
+        }
+    }
+
+    pub fn fields(self) -> &'static [Field] {
+        match self {
+            Idx::Entries => ENTRY_FIELDS,
+            Idx::Inodes => INODE_FIELDS,
+            Idx::Locks => LOCK_FIELDS,
+            Idx::Meta => &[],
+        }
+    }
+
+    pub fn field(self, name: &str) -> Option<&'static Field> {
+        self.fields().iter().find(|f| f.name == name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldType {
+    /// Exact string (ES `keyword`).
+    Keyword,
+    /// Exact string plus a full-text sub-field `<name>.text`.
+    KeywordText,
+    /// Full path: keyword plus `<name>.tree` (path_hierarchy tokenizer).
+    Path,
+    /// Signed 64-bit integer (ES `long`).
+    Long,
+    /// Milliseconds since the epoch (ES `date`, format `epoch_millis`).
+    Date,
+    Bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    pub ty: FieldType,
+}
+
+const fn f(name: &'static str, ty: FieldType) -> Field {
+    Field { name, ty }
+}
+
+use FieldType::*;
+
+pub const ENTRY_FIELDS: &[Field] = &[
+    f("parent", Long),
+    f("name", KeywordText),
+    f("path", Path),
+    f("dir", Keyword),
+    f("ino", Long),
+    f("kind", Keyword),
+    f("cookie", Long),
+    f("size", Long),
+    f("mtime", Date),
+    f("uid", Long),
+    f("gid", Long),
+    f("mode", Long),
+];
+
+pub const INODE_FIELDS: &[Field] = &[f("kind", Keyword), f("orphan", Bool)];
+
+pub const LOCK_FIELDS: &[Field] = &[f("type", Keyword), f("owner", Keyword), f("expires", Date)];

@@ -1,0 +1,486 @@
+//! Test harness shared by the integration tests.
+//!
+//! `Mount::new()` mounts a fresh esfs instance (foreground child process) on a
+//! temporary directory. With `ESFS_TEST_PLAIN_DIR=1` it hands out a plain
+//! directory on the local disk instead, so that every expectation in the suite
+//! can be checked against the kernel's own filesystems.
+
+#![allow(dead_code)]
+
+use std::ffi::{CString, OsStr};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(10);
+const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// True when the suite runs against a plain local directory instead of esfs.
+pub fn plain_mode() -> bool {
+    std::env::var_os("ESFS_TEST_PLAIN_DIR").is_some_and(|v| v == "1")
+}
+
+/// Early-return from a test that only makes sense on esfs.
+#[macro_export]
+macro_rules! skip_in_plain_mode {
+    ($name:expr) => {
+        if $crate::common::plain_mode() {
+            eprintln!("{}: skipped in plain mode (ESFS_TEST_PLAIN_DIR=1)", $name);
+            return;
+        }
+    };
+}
+
+pub struct Mount {
+    tmp: tempfile::TempDir,
+    mnt: PathBuf,
+    child: Option<Child>,
+    plain: bool,
+}
+
+impl Mount {
+    pub fn new() -> Mount {
+        let tmp = tempfile::Builder::new()
+            .prefix("esfs-test-")
+            .tempdir()
+            .expect("create tempdir");
+        // Tests run commands as `nobody`, who must be able to reach the mount.
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        for d in ["store", "data", "mnt"] {
+            fs::create_dir(root.join(d)).unwrap();
+        }
+        let mnt = root.join("mnt");
+        let mut m = Mount { tmp, mnt, child: None, plain: plain_mode() };
+        if !m.plain {
+            m.start();
+        }
+        m
+    }
+
+    /// The directory the tests work in (the mountpoint, or the plain dir).
+    pub fn path(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// Path of a name inside the mount.
+    pub fn p(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    pub fn is_plain(&self) -> bool {
+        self.plain
+    }
+
+    /// A scratch directory on the local disk, outside the mount.
+    pub fn scratch(&self) -> PathBuf {
+        let d = self.tmp.path().canonicalize().unwrap().join("scratch");
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// The --store directory (metadata).
+    pub fn store_dir(&self) -> PathBuf {
+        self.tmp.path().join("store")
+    }
+
+    /// The --data directory (file contents).
+    pub fn data_dir(&self) -> PathBuf {
+        self.tmp.path().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.tmp.path().join("esfs.log")
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn start(&mut self) {
+        assert!(self.child.is_none(), "already mounted");
+        let root = self.tmp.path();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_esfs"))
+            .arg("mount")
+            .arg(&self.mnt)
+            .arg("--store")
+            .arg(root.join("store"))
+            .arg("--data")
+            .arg(root.join("data"))
+            .arg("--foreground")
+            .arg("-o")
+            .arg("allow_other")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn esfs");
+        self.child = Some(child);
+
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        loop {
+            if is_esfs_mounted(&self.mnt) {
+                return;
+            }
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("esfs exited early ({st}) before mounting; log:\n{}", self.log());
+            }
+            if Instant::now() > deadline {
+                self.force_cleanup();
+                panic!("esfs did not mount within {MOUNT_TIMEOUT:?}; log:\n{}", self.log());
+            }
+            sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Clean unmount: `fusermount3 -u`, then wait (bounded) for the daemon to exit.
+    /// A no-op in plain mode.
+    pub fn unmount(&mut self) {
+        if self.plain {
+            return;
+        }
+        let Some(mut child) = self.child.take() else { return };
+        // The kernel may still hold the mount busy for a moment after a test's
+        // last child process exited; retry briefly.
+        let mut last_err = String::new();
+        let mut ok = false;
+        for _ in 0..50 {
+            let out = Command::new("fusermount3").arg("-u").arg(&self.mnt).output().unwrap();
+            if out.status.success() {
+                ok = true;
+                break;
+            }
+            last_err = String::from_utf8_lossy(&out.stderr).into_owned();
+            sleep(Duration::from_millis(100));
+        }
+        if !ok {
+            let _ = child.kill();
+            let _ = child.wait();
+            lazy_unmount(&self.mnt);
+            panic!("fusermount3 -u failed: {last_err}; log:\n{}", self.log());
+        }
+        match wait_timeout(&mut child, EXIT_TIMEOUT) {
+            Some(st) if st.success() => {}
+            Some(st) => panic!("esfs exited with {st} after unmount; log:\n{}", self.log()),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("esfs did not exit within {EXIT_TIMEOUT:?} of unmount; log:\n{}", self.log());
+            }
+        }
+        assert!(!is_esfs_mounted(&self.mnt), "still mounted after unmount");
+    }
+
+    /// Unmount cleanly and mount again on the same store and data directories.
+    /// A no-op in plain mode (the directory simply stays as it is).
+    pub fn remount(&mut self) {
+        if self.plain {
+            return;
+        }
+        self.unmount();
+        self.start();
+    }
+
+    /// Simulate a crash: SIGKILL the daemon and lazily detach the dead mount.
+    /// Follow with `start_again()` to mount on the same store. A no-op in plain mode.
+    pub fn kill9(&mut self) {
+        if self.plain {
+            return;
+        }
+        let mut child = self.child.take().expect("not mounted");
+        child.kill().expect("SIGKILL esfs");
+        let _ = child.wait();
+        lazy_unmount(&self.mnt);
+    }
+
+    /// Mount again on the same store/data after `kill9()` or `unmount()`.
+    pub fn start_again(&mut self) {
+        if self.plain {
+            return;
+        }
+        self.start();
+    }
+
+    /// Best-effort teardown that never panics.
+    fn force_cleanup(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let clean = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !clean || wait_timeout(&mut child, EXIT_TIMEOUT).is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            lazy_unmount(&self.mnt);
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if std::thread::panicking() && !self.plain {
+            let log = self.log();
+            if !log.trim().is_empty() {
+                let tail: String = log.chars().rev().take(8000).collect::<Vec<_>>().into_iter().rev().collect();
+                eprintln!("---- esfs log (tail) ----\n{tail}\n-------------------------");
+            }
+        }
+        self.force_cleanup();
+        // Never let TempDir's recursive delete wander into a still-mounted fs.
+        if is_esfs_mounted(&self.mnt) {
+            lazy_unmount(&self.mnt);
+        }
+    }
+}
+
+fn lazy_unmount(mnt: &Path) {
+    let _ = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mnt)
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        sleep(Duration::from_millis(20));
+    }
+}
+
+/// Filesystem type of the mount whose mountpoint is exactly `path`, per
+/// /proc/self/mountinfo (the last matching entry is the visible one).
+pub fn mount_fstype(path: &Path) -> Option<String> {
+    let info = fs::read("/proc/self/mountinfo").unwrap();
+    let want = path.as_os_str().as_bytes();
+    let mut found = None;
+    for line in info.split(|&c| c == b'\n') {
+        let fields: Vec<&[u8]> = line.split(|&c| c == b' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == b"-") else { continue };
+        if fields.len() < 5 || sep + 1 >= fields.len() {
+            continue;
+        }
+        if unescape_mountinfo(fields[4]) == want {
+            found = Some(String::from_utf8_lossy(fields[sep + 1]).into_owned());
+        }
+    }
+    found
+}
+
+pub fn is_esfs_mounted(path: &Path) -> bool {
+    mount_fstype(path).as_deref() == Some("fuse.esfs")
+}
+
+/// mountinfo escapes space, tab, newline and backslash as \ooo (octal).
+fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = b[i + 1..i + 4].iter().fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------- shell helpers
+
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `bash -c cmd` in `dir`; returns (status, stdout, stderr).
+pub fn sh(dir: impl AsRef<Path>, cmd: &str) -> (ExitStatus, String, String) {
+    let o = run(Command::new("bash").arg("-c").arg(cmd).current_dir(dir));
+    (o.status, o.stdout, o.stderr)
+}
+
+/// Run `bash -c cmd` in `dir` as uid/gid 65534 (nobody) with no supplementary groups.
+pub fn sh_nobody(dir: impl AsRef<Path>, cmd: &str) -> (ExitStatus, String, String) {
+    let o = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", cmd])
+        .env("HOME", "/tmp")
+        .current_dir(dir));
+    (o.status, o.stdout, o.stderr)
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.stdin(Stdio::null()).output().expect("spawn command");
+    Output {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Run a shell command that must succeed; returns its stdout.
+#[track_caller]
+pub fn sh_ok(dir: impl AsRef<Path>, cmd: &str) -> String {
+    let r = sh(dir, cmd);
+    assert_success(cmd, &r);
+    r.1
+}
+
+/// Assert a `sh` result succeeded, printing the command's output otherwise.
+#[track_caller]
+pub fn assert_success(cmd: &str, r: &(ExitStatus, String, String)) {
+    assert!(
+        r.0.success(),
+        "command failed ({}): {cmd}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        r.0,
+        r.1,
+        r.2
+    );
+}
+
+/// Assert a `sh` result failed and its stderr mentions `needle`.
+#[track_caller]
+pub fn assert_failure_with(cmd: &str, r: &(ExitStatus, String, String), needle: &str) {
+    assert!(
+        !r.0.success() && r.2.contains(needle),
+        "expected failure containing {needle:?} ({}): {cmd}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        r.0,
+        r.1,
+        r.2
+    );
+}
+
+// ---------------------------------------------------------------- syscall helpers
+
+pub fn cstr(p: impl AsRef<OsStr>) -> CString {
+    CString::new(p.as_ref().as_bytes()).unwrap()
+}
+
+/// The errno of a failed io::Result; panics (with context) if it succeeded.
+#[track_caller]
+pub fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+    match r {
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+        Err(e) => e.raw_os_error().unwrap_or_else(|| panic!("not an OS error: {e}")),
+    }
+}
+
+/// Turn a libc return value (-1 = error) into an io::Result.
+pub fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+}
+
+pub fn lstat(p: impl AsRef<Path>) -> io::Result<libc::stat> {
+    let c = cstr(p.as_ref());
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::lstat(c.as_ptr(), &mut st) })?;
+    Ok(st)
+}
+
+pub fn stat(p: impl AsRef<Path>) -> libc::stat {
+    let c = cstr(p.as_ref());
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::stat(c.as_ptr(), &mut st) })
+        .unwrap_or_else(|e| panic!("stat {}: {e}", p.as_ref().display()));
+    st
+}
+
+pub fn mtime_ns(st: &libc::stat) -> (i64, i64) {
+    (st.st_mtime, st.st_mtime_nsec)
+}
+
+pub fn ctime_ns(st: &libc::stat) -> (i64, i64) {
+    (st.st_ctime, st.st_ctime_nsec)
+}
+
+/// Pause long enough that a coarse (jiffy-granular) clock has certainly ticked,
+/// so "changed timestamp" checks do not depend on fine-grained clocks.
+pub fn tick() {
+    sleep(Duration::from_millis(15));
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so content checks catch
+/// misplaced blocks rather than comparing runs of identical bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- fixture tree
+
+/// Build a fixed source tree under `dir` (which must not exist): text files
+/// for grep, awkward sizes around block boundaries, nested and empty
+/// directories, varied modes, and relative/dangling symlinks. If the crate's
+/// own src/ is present a snapshot of it is included too (snapshotted first,
+/// since it may be edited while the tests run).
+pub fn make_tree(dir: &Path) {
+    use std::os::unix::fs::symlink;
+    let w = |rel: &str, data: &[u8]| {
+        let p = dir.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, data).unwrap();
+    };
+    let mode = |rel: &str, m: u32| fs::set_permissions(dir.join(rel), fs::Permissions::from_mode(m)).unwrap();
+
+    fs::create_dir(dir).unwrap();
+    w("gen/README.txt", b"hello world\nthe needle is here\n");
+    w("gen/empty.txt", b"");
+    w("gen/one.bin", b"x");
+    w("gen/sizes/4095.bin", &pattern(4095, 1));
+    w("gen/sizes/4096.bin", &pattern(4096, 2));
+    w("gen/sizes/4097.bin", &pattern(4097, 3));
+    w("gen/sizes/64k7.bin", &pattern(65536 + 7, 4));
+    w("gen/sizes/1m3.bin", &pattern((1 << 20) + 3, 5));
+    w("gen/a/b/c/deep.txt", b"deep needle\n");
+    w("gen/a/b/notes.txt", b"no match in this one\n");
+    w("gen/a/b/code.rs", b"fn main() {\n    println!(\"needle\");\n}\n");
+    w("gen/name with spaces.txt", b"spaced needle\n");
+    w("gen/exec.sh", b"#!/bin/sh\necho ok\n");
+    w("gen/secret.txt", b"private\n");
+    w("gen/private/inner.txt", b"inner needle\n");
+    fs::create_dir_all(dir.join("gen/empty_dir")).unwrap();
+    fs::create_dir_all(dir.join("gen/a/empty_leaf")).unwrap();
+    mode("gen/exec.sh", 0o755);
+    mode("gen/secret.txt", 0o600);
+    mode("gen/private", 0o700);
+    mode("gen/sizes/4096.bin", 0o444);
+    symlink("README.txt", dir.join("gen/link_to_readme")).unwrap();
+    symlink("../../README.txt", dir.join("gen/a/b/up_link")).unwrap();
+    symlink("does/not/exist", dir.join("gen/dangling")).unwrap();
+
+    let crate_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    if crate_src.is_dir() {
+        let r = sh(dir, &format!("cp -a '{}' crate-src", crate_src.display()));
+        assert_success("snapshot crate src", &r);
+    }
+}
