@@ -17,12 +17,17 @@ usage() {
 server_pids() {
     local mnt=$1 p
     for p in /proc/[0-9]*; do
-        tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF "esfs mount $mnt --foreground" && echo "${p#/proc/}"
+        { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "esfs mount $mnt --foreground" && echo "${p#/proc/}"
     done
     return 0
 }
 
-mounted() { awk -v m="$1" '$5 == m && $9 ~ /^fuse/ {found=1} END {exit !found}' /proc/self/mountinfo; }
+# Whether MOUNTPOINT is a FUSE mount (mountinfo: the fstype follows the "-"
+# after a variable number of optional fields).
+mounted() {
+    awk -v m="$1" '$5 == m { for (i = 7; i < NF; i++) if ($i == "-" && $(i+1) ~ /^fuse/) found = 1 }
+                   END { exit !found }' /proc/self/mountinfo
+}
 
 [ $# -ge 1 ] || usage
 if [ "$1" = "-u" ]; then

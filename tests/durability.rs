@@ -37,13 +37,20 @@ struct Entry {
 }
 
 fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn xattrs_of(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     let c = cstr(p);
     let len = unsafe { libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
-    assert!(len >= 0, "llistxattr {}: {}", p.display(), io::Error::last_os_error());
+    assert!(
+        len >= 0,
+        "llistxattr {}: {}",
+        p.display(),
+        io::Error::last_os_error()
+    );
     let mut buf = vec![0u8; len as usize];
     let len = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     assert!(len >= 0);
@@ -54,7 +61,8 @@ fn xattrs_of(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
         let vlen = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
         assert!(vlen >= 0, "lgetxattr: {}", io::Error::last_os_error());
         let mut v = vec![0u8; vlen as usize];
-        let vlen = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+        let vlen =
+            unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
         assert!(vlen >= 0);
         v.truncate(vlen as usize);
         out.push((name.to_vec(), v));
@@ -111,7 +119,17 @@ fn snapshot(root: &Path) -> Snapshot {
 }
 
 fn inodes(root: &Path) -> BTreeMap<Vec<u8>, u64> {
-    snapshot(root).keys().map(|k| (k.clone(), fs::symlink_metadata(root.join(std::ffi::OsStr::from_bytes(k))).unwrap().ino())).collect()
+    snapshot(root)
+        .keys()
+        .map(|k| {
+            (
+                k.clone(),
+                fs::symlink_metadata(root.join(std::ffi::OsStr::from_bytes(k)))
+                    .unwrap()
+                    .ino(),
+            )
+        })
+        .collect()
 }
 
 /// Compare snapshots and list every difference, rather than dumping both maps.
@@ -122,14 +140,21 @@ fn assert_same(before: &Snapshot, after: &Snapshot) {
         let name = String::from_utf8_lossy(k);
         match after.get(k) {
             None => diffs.push(format!("missing: {name:?}")),
-            Some(a) if a != b => diffs.push(format!("changed: {name:?}\n   before {b:?}\n   after  {a:?}")),
+            Some(a) if a != b => diffs.push(format!(
+                "changed: {name:?}\n   before {b:?}\n   after  {a:?}"
+            )),
             Some(_) => {}
         }
     }
     for k in after.keys().filter(|k| !before.contains_key(*k)) {
         diffs.push(format!("unexpected: {:?}", String::from_utf8_lossy(k)));
     }
-    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
 }
 
 fn without(mut s: Snapshot, skip: impl Fn(&[u8]) -> bool) -> Snapshot {
@@ -145,14 +170,28 @@ fn chmod(p: &Path, m: u32) {
 
 fn set_mtime(p: &Path, sec: i64, nsec: i64, nofollow: bool) {
     let c = cstr(p);
-    let t = [libc::timespec { tv_sec: sec, tv_nsec: nsec }, libc::timespec { tv_sec: sec, tv_nsec: nsec }];
-    let flags = if nofollow { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
+    let t = [
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        },
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        },
+    ];
+    let flags = if nofollow {
+        libc::AT_SYMLINK_NOFOLLOW
+    } else {
+        0
+    };
     check(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), flags) }).unwrap();
 }
 
 fn setx(p: &Path, name: &str, val: &[u8]) {
     let (c, n) = (cstr(p), cstr(name));
-    check(unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) }).unwrap();
+    check(unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) })
+        .unwrap();
 }
 
 /// A tree exercising every kind of state the filesystem keeps. Files are
@@ -204,7 +243,11 @@ fn populate(root: &Path) {
     fs::hard_link(p("h1"), p("h2")).unwrap();
     fs::hard_link(p("h1"), p("a/b/h3")).unwrap();
 
-    fs::write(root.join(std::ffi::OsStr::from_bytes(b"caf\xe9")), b"latin1").unwrap();
+    fs::write(
+        root.join(std::ffi::OsStr::from_bytes(b"caf\xe9")),
+        b"latin1",
+    )
+    .unwrap();
 
     fs::write(p("before_rename"), b"r").unwrap();
     fs::rename(p("before_rename"), p("after_rename")).unwrap();
@@ -232,14 +275,23 @@ fn check_fixture(root: &Path) {
     assert!(sparse[..5 << 20].iter().all(|&b| b == 0));
     assert_eq!(fs::read(p("shrunk")).unwrap(), b"short");
     let md = fs::metadata(p("mode640")).unwrap();
-    assert_eq!((md.mode() & 0o7777, md.mtime(), md.mtime_nsec()), (0o640, 1_234_567_890, 123_456_789));
-    assert_eq!(fs::metadata(p("setuid_exec")).unwrap().mode() & 0o7777, 0o4755);
+    assert_eq!(
+        (md.mode() & 0o7777, md.mtime(), md.mtime_nsec()),
+        (0o640, 1_234_567_890, 123_456_789)
+    );
+    assert_eq!(
+        fs::metadata(p("setuid_exec")).unwrap().mode() & 0o7777,
+        0o4755
+    );
     assert_eq!(fs::metadata(p("owned")).unwrap().uid(), 65534);
     assert_eq!(fs::metadata(p("sgid/inherits")).unwrap().gid(), 65534);
     assert_eq!(fs::read_link(p("link")).unwrap(), Path::new("hello.txt"));
     assert_eq!(fs::read(p("link")).unwrap(), b"hello\n");
     assert_eq!(fs::metadata(p("a/b/h3")).unwrap().nlink(), 3);
-    assert_eq!(fs::metadata(p("h2")).unwrap().ino(), fs::metadata(p("h1")).unwrap().ino());
+    assert_eq!(
+        fs::metadata(p("h2")).unwrap().ino(),
+        fs::metadata(p("h1")).unwrap().ino()
+    );
     assert_eq!(fs::read(p("a/newdir/sub/f")).unwrap(), b"moved");
     assert!(!p("olddir").exists() && !p("deleted").exists() && !p("before_rename").exists());
     assert_eq!(fs::read_dir(p("many")).unwrap().count(), 200);
@@ -299,7 +351,10 @@ fn new_files_after_remount_do_not_collide() {
     fs::create_dir_all(m.p("fresh/d1/d2")).unwrap();
     symlink("n1", m.p("fresh/sl")).unwrap();
     let is_new = |k: &[u8]| k.is_empty() || k.starts_with(b"fresh");
-    assert_same(&without(before, is_new), &without(snapshot(m.path()), is_new));
+    assert_same(
+        &without(before, is_new),
+        &without(snapshot(m.path()), is_new),
+    );
 
     let mut by_ino: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
     for (k, ino) in inodes(m.path()) {
@@ -307,8 +362,14 @@ fn new_files_after_remount_do_not_collide() {
     }
     for (ino, paths) in &by_ino {
         if paths.len() > 1 {
-            let nl = fs::symlink_metadata(m.p(std::ffi::OsStr::from_bytes(&paths[0]))).unwrap().nlink();
-            assert_eq!(nl as usize, paths.len(), "inode {ino} shared by unrelated entries: {paths:?}");
+            let nl = fs::symlink_metadata(m.p(std::ffi::OsStr::from_bytes(&paths[0])))
+                .unwrap()
+                .nlink();
+            assert_eq!(
+                nl as usize,
+                paths.len(),
+                "inode {ino} shared by unrelated entries: {paths:?}"
+            );
         }
     }
     // And everything, old and new, survives a second remount.
@@ -324,11 +385,19 @@ fn new_files_after_remount_do_not_collide() {
 fn git_repo_survives_remount() {
     let mut m = Mount::new();
     let git = "env GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git -c user.name=T -c user.email=t@example.com";
-    sh_ok(m.path(), &format!("{git} init -q repo && cd repo && seq 1 1000 > nums && mkdir d && echo x > d/x && {git} add -A && {git} commit -q -m one"));
+    sh_ok(
+        m.path(),
+        &format!(
+            "{git} init -q repo && cd repo && seq 1 1000 > nums && mkdir d && echo x > d/x && {git} add -A && {git} commit -q -m one"
+        ),
+    );
     m.remount();
     let repo = m.p("repo");
     assert_eq!(sh_ok(&repo, &format!("{git} status --porcelain")), "");
-    assert_eq!(sh_ok(&repo, &format!("{git} log --oneline | wc -l")).trim(), "1");
+    assert_eq!(
+        sh_ok(&repo, &format!("{git} log --oneline | wc -l")).trim(),
+        "1"
+    );
     sh_ok(&repo, &format!("{git} fsck --strict --no-progress"));
 }
 
@@ -339,7 +408,12 @@ fn kill9_keeps_closed_and_fsynced_data() {
     let mut m = Mount::new();
     populate(m.path());
     // A file still open at crash time: the fsync'd prefix must survive.
-    let mut inflight = OpenOptions::new().write(true).create(true).truncate(true).open(m.p("inflight")).unwrap();
+    let mut inflight = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("inflight"))
+        .unwrap();
     inflight.write_all(&[b'A'; 65536]).unwrap();
     inflight.sync_all().unwrap();
     inflight.write_all(&[b'B'; 65536]).unwrap();
@@ -353,7 +427,10 @@ fn kill9_keeps_closed_and_fsynced_data() {
     check_fixture(m.path());
     assert_same(&before, &without(snapshot(m.path()), is_inflight));
     let data = fs::read(m.p("inflight")).unwrap();
-    assert!(data.len() >= 65536 && data[..65536].iter().all(|&b| b == b'A'), "fsync'd prefix lost");
+    assert!(
+        data.len() >= 65536 && data[..65536].iter().all(|&b| b == b'A'),
+        "fsync'd prefix lost"
+    );
     exercise(m.path());
     // A clean remount after crash recovery keeps the new state too.
     let after_recovery = snapshot(m.path());
@@ -388,7 +465,11 @@ fn kill9_during_writes_keeps_completed_files() {
         })
     };
     while done.load(Ordering::SeqCst) < 100 {
-        assert!(!writer.is_finished(), "writer stopped early: {:?}", writer.join());
+        assert!(
+            !writer.is_finished(),
+            "writer stopped early: {:?}",
+            writer.join()
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     m.kill9();
@@ -406,14 +487,20 @@ fn kill9_during_writes_keeps_completed_files() {
         let data = fs::read(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         if let Some(i) = name.strip_prefix("done") {
             let i: u64 = i.parse().unwrap();
-            assert!(data == pattern(10_000 + i as usize, i), "{name} has wrong content");
+            assert!(
+                data == pattern(10_000 + i as usize, i),
+                "{name} has wrong content"
+            );
             found_done += 1;
         } else {
             assert!(name.starts_with("tmp"), "unexpected {name}");
         }
     }
     for i in 0..completed {
-        assert!(dir.join(format!("done{i}")).is_file(), "completed done{i} lost (completed={completed})");
+        assert!(
+            dir.join(format!("done{i}")).is_file(),
+            "completed done{i} lost (completed={completed})"
+        );
     }
     assert!(found_done >= completed);
     exercise(m.path());
@@ -426,9 +513,16 @@ fn store_and_data_dirs_are_used() {
     fs::write(m.p("f"), pattern(1 << 20, 1)).unwrap();
     m.unmount();
     let non_empty = |d: PathBuf| fs::read_dir(&d).unwrap().next().is_some();
-    assert!(non_empty(m.store_dir()), "--store dir is empty after unmount");
+    assert!(
+        non_empty(m.store_dir()),
+        "--store dir is empty after unmount"
+    );
     assert!(non_empty(m.data_dir()), "--data dir is empty after unmount");
-    assert_eq!(fs::read_dir(m.path()).unwrap().count(), 0, "mountpoint not empty after unmount");
+    assert_eq!(
+        fs::read_dir(m.path()).unwrap().count(),
+        0,
+        "mountpoint not empty after unmount"
+    );
     m.start_again();
     assert!(fs::read(m.p("f")).unwrap() == pattern(1 << 20, 1));
 }

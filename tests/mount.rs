@@ -21,7 +21,10 @@ fn mounted_as_fuse_esfs() {
     // The mount shows up for other tools too.
     let mounts = fs::read_to_string("/proc/mounts").unwrap();
     assert!(
-        mounts.lines().any(|l| l.split(' ').nth(1) == m.path().to_str() && l.split(' ').nth(2) == Some("fuse.esfs")),
+        mounts
+            .lines()
+            .any(|l| l.split(' ').nth(1) == m.path().to_str()
+                && l.split(' ').nth(2) == Some("fuse.esfs")),
         "not in /proc/mounts"
     );
 }
@@ -48,7 +51,11 @@ fn unmount_and_remount_cycle() {
     fs::write(m.p("f"), b"persist").unwrap();
     m.unmount();
     assert!(mount_fstype(m.path()).is_none() || !is_esfs_mounted(m.path()));
-    assert_eq!(fs::read_dir(m.path()).unwrap().count(), 0, "data leaked into the bare mountpoint");
+    assert_eq!(
+        fs::read_dir(m.path()).unwrap().count(),
+        0,
+        "data leaked into the bare mountpoint"
+    );
     for round in 0..3 {
         m.start_again();
         assert_eq!(fs::read(m.p("f")).unwrap(), b"persist", "round {round}");
@@ -71,7 +78,11 @@ fn background_mode_returns_once_mounted() {
     impl Drop for Guard<'_> {
         fn drop(&mut self) {
             if is_esfs_mounted(self.0) {
-                let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(self.0).status();
+                let _ = Command::new("fusermount3")
+                    .arg("-u")
+                    .arg("-z")
+                    .arg(self.0)
+                    .status();
             }
         }
     }
@@ -93,10 +104,17 @@ fn background_mode_returns_once_mounted() {
         String::from_utf8_lossy(&out.stderr)
     );
     // No polling: the mount must already be live when the command returns.
-    assert!(is_esfs_mounted(&mnt), "esfs returned before the mount was live");
+    assert!(
+        is_esfs_mounted(&mnt),
+        "esfs returned before the mount was live"
+    );
     fs::write(mnt.join("f"), b"bg").unwrap();
     assert_eq!(fs::read(mnt.join("f")).unwrap(), b"bg");
-    let st = Command::new("fusermount3").arg("-u").arg(&mnt).status().unwrap();
+    let st = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap();
     assert!(st.success());
     assert!(!is_esfs_mounted(&mnt));
 }

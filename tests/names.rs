@@ -19,7 +19,10 @@ fn os(b: &[u8]) -> &OsStr {
 
 /// Sorted raw names in a directory.
 fn listing(dir: &Path) -> Vec<Vec<u8>> {
-    let mut v: Vec<Vec<u8>> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_vec()).collect();
+    let mut v: Vec<Vec<u8>> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_vec())
+        .collect();
     v.sort();
     v
 }
@@ -33,7 +36,12 @@ fn sorted(names: &[&[u8]]) -> Vec<Vec<u8>> {
 #[test]
 fn non_utf8_names_roundtrip() {
     let m = Mount::new();
-    let names: [&[u8]; 4] = [b"caf\xe9", b"\xff\xfe", b"mixed-\xc3\xa9-\x80", b"\x01ctl\x7f"];
+    let names: [&[u8]; 4] = [
+        b"caf\xe9",
+        b"\xff\xfe",
+        b"mixed-\xc3\xa9-\x80",
+        b"\x01ctl\x7f",
+    ];
     for n in names {
         fs::write(m.p(os(n)), n).unwrap();
     }
@@ -49,15 +57,32 @@ fn non_utf8_names_roundtrip() {
     fs::rename(m.p(os(b"\xff\xfe")), m.p(os(b"dir\xfe/in\xff"))).unwrap();
     assert_eq!(
         listing(m.path()),
-        sorted(&[b"\x80\x81", b"dir\xfe", b"mixed-\xc3\xa9-\x80", b"\x01ctl\x7f"])
+        sorted(&[
+            b"\x80\x81",
+            b"dir\xfe",
+            b"mixed-\xc3\xa9-\x80",
+            b"\x01ctl\x7f"
+        ])
     );
     assert_eq!(listing(&m.p(os(b"dir\xfe"))), sorted(&[b"in\xff"]));
     assert_eq!(fs::read(m.p(os(b"\x80\x81"))).unwrap(), b"caf\xe9");
 
     symlink(os(b"target\xe9"), m.p(os(b"link\xe9"))).unwrap();
-    assert_eq!(fs::read_link(m.p(os(b"link\xe9"))).unwrap().as_os_str().as_bytes(), b"target\xe9");
+    assert_eq!(
+        fs::read_link(m.p(os(b"link\xe9")))
+            .unwrap()
+            .as_os_str()
+            .as_bytes(),
+        b"target\xe9"
+    );
 
-    for n in [&b"\x80\x81"[..], b"mixed-\xc3\xa9-\x80", b"\x01ctl\x7f", b"link\xe9", b"dir\xfe/in\xff"] {
+    for n in [
+        &b"\x80\x81"[..],
+        b"mixed-\xc3\xa9-\x80",
+        b"\x01ctl\x7f",
+        b"link\xe9",
+        b"dir\xfe/in\xff",
+    ] {
         fs::remove_file(m.p(os(n))).unwrap();
     }
     fs::remove_dir(m.p(os(b"dir\xfe"))).unwrap();
@@ -124,12 +149,18 @@ fn names_of_255_bytes_work() {
     fs::create_dir(m.p(&cjk)).unwrap();
     symlink(&ascii, m.p(&mixed)).unwrap();
     fs::write(m.p(&cjk).join(&ascii), b"nested").unwrap();
-    assert_eq!(listing(m.path()), sorted(&[ascii.as_bytes(), cjk.as_bytes(), mixed.as_bytes()]));
+    assert_eq!(
+        listing(m.path()),
+        sorted(&[ascii.as_bytes(), cjk.as_bytes(), mixed.as_bytes()])
+    );
     assert_eq!(fs::read(m.p(&mixed)).unwrap(), b"file");
     assert_eq!(fs::read(m.p(&cjk).join(&ascii)).unwrap(), b"nested");
     fs::hard_link(m.p(&ascii), m.p(&cjk).join(&cjk)).unwrap();
     fs::rename(m.p(&cjk).join(&ascii), m.p(&cjk).join(&mixed)).unwrap();
-    assert_eq!(listing(&m.p(&cjk)), sorted(&[cjk.as_bytes(), mixed.as_bytes()]));
+    assert_eq!(
+        listing(&m.p(&cjk)),
+        sorted(&[cjk.as_bytes(), mixed.as_bytes()])
+    );
 }
 
 #[test]
@@ -144,7 +175,10 @@ fn names_of_256_bytes_are_enametoolong() {
         assert_eq!(errno(symlink("f", &p)), ENAMETOOLONG);
         assert_eq!(errno(fs::hard_link(m.p("f"), &p)), ENAMETOOLONG);
         assert_eq!(errno(fs::rename(m.p("f"), &p)), ENAMETOOLONG);
-        assert_eq!(errno(fs::rename(m.p("d"), m.p("d").join(&long))), ENAMETOOLONG);
+        assert_eq!(
+            errno(fs::rename(m.p("d"), m.p("d").join(&long))),
+            ENAMETOOLONG
+        );
         assert_eq!(errno(fs::symlink_metadata(&p)), ENAMETOOLONG);
         assert_eq!(errno(fs::remove_file(&p)), ENAMETOOLONG);
     }
@@ -163,7 +197,9 @@ fn mkdirat(dir: &OwnedFd, name: &str) -> io::Result<()> {
 
 fn openat(dir: &OwnedFd, name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
     let c = cstr(name);
-    let fd = check(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) })?;
+    let fd = check(unsafe {
+        libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_CLOEXEC, 0o644)
+    })?;
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -181,7 +217,15 @@ fn deep_paths_near_and_beyond_path_max() {
     let mut rel = PathBuf::new();
     let mut depth = 0;
     // Stay just under PATH_MAX (4096 including NUL) for the absolute path.
-    while m.path().join(&rel).join(comp(depth)).join("leaf").as_os_str().len() < 4095 {
+    while m
+        .path()
+        .join(&rel)
+        .join(comp(depth))
+        .join("leaf")
+        .as_os_str()
+        .len()
+        < 4095
+    {
         mkdirat(&fd, &comp(depth)).unwrap();
         fd = openat(&fd, &comp(depth), libc::O_DIRECTORY).unwrap();
         rel.push(comp(depth));
@@ -191,7 +235,12 @@ fn deep_paths_near_and_beyond_path_max() {
     write_fd(&near, b"near");
     let abs = m.path().join(&rel).join("leaf");
     assert!(abs.as_os_str().len() > 3900 && abs.as_os_str().len() < 4095);
-    assert_eq!(fs::read(&abs).unwrap(), b"near", "absolute path of {} bytes", abs.as_os_str().len());
+    assert_eq!(
+        fs::read(&abs).unwrap(),
+        b"near",
+        "absolute path of {} bytes",
+        abs.as_os_str().len()
+    );
 
     // Beyond PATH_MAX only relative steps work.
     for _ in 0..3 {

@@ -12,16 +12,29 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use libc::{EEXIST, EINVAL, EISDIR, ENAMETOOLONG, ENODATA, ENOENT, ENOTDIR, ENOTEMPTY, EPERM, ERANGE};
+use libc::{
+    EEXIST, EINVAL, EISDIR, ENAMETOOLONG, ENODATA, ENOENT, ENOTDIR, ENOTEMPTY, EPERM, ERANGE,
+};
 
 // ---------------------------------------------------------------- helpers
 
 fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
     let (f, t) = (cstr(from), cstr(to));
     let r = unsafe {
-        libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), flags)
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            flags,
+        )
     };
-    if r == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    if r == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 fn ino(p: impl AsRef<Path>) -> u64 {
@@ -45,8 +58,10 @@ fn chown(p: impl AsRef<Path>, uid: u32, gid: u32) {
 }
 
 fn names(dir: impl AsRef<Path>) -> Vec<String> {
-    let mut v: Vec<String> =
-        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     v.sort();
     v
 }
@@ -59,12 +74,22 @@ fn umask() -> u32 {
 
 fn setx(p: &Path, name: &str, val: &[u8], flags: libc::c_int) -> io::Result<()> {
     let (c, n) = (cstr(p), cstr(name));
-    check(unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), flags) }).map(drop)
+    check(unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            val.as_ptr().cast(),
+            val.len(),
+            flags,
+        )
+    })
+    .map(drop)
 }
 
 fn lsetx(p: &Path, name: &str, val: &[u8]) -> io::Result<()> {
     let (c, n) = (cstr(p), cstr(name));
-    check(unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) }).map(drop)
+    check(unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) })
+        .map(drop)
 }
 
 /// getxattr with an explicit buffer size; returns the bytes (or the size when `size == 0`).
@@ -100,8 +125,11 @@ fn listx_sized(p: &Path, size: usize) -> io::Result<(usize, Vec<u8>)> {
 fn listx(p: &Path) -> Vec<String> {
     let (len, _) = listx_sized(p, 0).unwrap();
     let (_, buf) = listx_sized(p, len.max(1)).unwrap();
-    let mut v: Vec<String> =
-        buf.split(|&b| b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8(s.to_vec()).unwrap()).collect();
+    let mut v: Vec<String> = buf
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8(s.to_vec()).unwrap())
+        .collect();
     v.sort();
     v
 }
@@ -117,7 +145,10 @@ fn utimensat(p: &Path, times: [libc::timespec; 2], flags: libc::c_int) -> io::Re
 }
 
 fn ts(sec: i64, nsec: i64) -> libc::timespec {
-    libc::timespec { tv_sec: sec, tv_nsec: nsec }
+    libc::timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    }
 }
 
 // ---------------------------------------------------------------- errno checks
@@ -163,9 +194,21 @@ fn eexist_for_existing_targets() {
 fn open_creat_through_dangling_symlink_creates_target() {
     let m = Mount::new();
     symlink("created_via_link", m.p("dangling")).unwrap();
-    OpenOptions::new().write(true).create(true).open(m.p("dangling")).unwrap().write_all(b"hi").unwrap();
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("dangling"))
+        .unwrap()
+        .write_all(b"hi")
+        .unwrap();
     assert_eq!(fs::read(m.p("created_via_link")).unwrap(), b"hi");
-    assert!(fs::symlink_metadata(m.p("dangling")).unwrap().file_type().is_symlink());
+    assert!(
+        fs::symlink_metadata(m.p("dangling"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
 }
 
 #[test]
@@ -178,7 +221,10 @@ fn enotdir_for_paths_through_files() {
     assert_eq!(errno(fs::symlink_metadata(m.p("f/"))), ENOTDIR);
     assert_eq!(errno(fs::remove_dir(m.p("f"))), ENOTDIR);
     assert_eq!(errno(fs::read_dir(m.p("f"))), ENOTDIR);
-    let dir_flag = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(m.p("f"));
+    let dir_flag = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(m.p("f"));
     assert_eq!(errno(dir_flag), ENOTDIR);
 }
 
@@ -187,7 +233,10 @@ fn eisdir_for_file_operations_on_dirs() {
     let m = Mount::new();
     fs::create_dir(m.p("d")).unwrap();
     assert_eq!(errno(OpenOptions::new().write(true).open(m.p("d"))), EISDIR);
-    assert_eq!(errno(OpenOptions::new().read(true).write(true).open(m.p("d"))), EISDIR);
+    assert_eq!(
+        errno(OpenOptions::new().read(true).write(true).open(m.p("d"))),
+        EISDIR
+    );
     assert_eq!(errno(File::create(m.p("d"))), EISDIR);
     // Linux returns EISDIR (not POSIX's EPERM) for unlink of a directory.
     assert_eq!(errno(fs::remove_file(m.p("d"))), EISDIR);
@@ -340,8 +389,14 @@ fn renameat2_noreplace() {
     fs::write(m.p("a"), b"A").unwrap();
     fs::write(m.p("b"), b"B").unwrap();
     fs::create_dir(m.p("d")).unwrap();
-    assert_eq!(errno(renameat2(&m.p("a"), &m.p("b"), libc::RENAME_NOREPLACE)), EEXIST);
-    assert_eq!(errno(renameat2(&m.p("d"), &m.p("b"), libc::RENAME_NOREPLACE)), EEXIST);
+    assert_eq!(
+        errno(renameat2(&m.p("a"), &m.p("b"), libc::RENAME_NOREPLACE)),
+        EEXIST
+    );
+    assert_eq!(
+        errno(renameat2(&m.p("d"), &m.p("b"), libc::RENAME_NOREPLACE)),
+        EEXIST
+    );
     assert_eq!(fs::read(m.p("a")).unwrap(), b"A");
     assert_eq!(fs::read(m.p("b")).unwrap(), b"B");
     renameat2(&m.p("a"), &m.p("c"), libc::RENAME_NOREPLACE).unwrap();
@@ -360,9 +415,16 @@ fn renameat2_exchange_files() {
     assert_eq!(fs::read(m.p("a")).unwrap(), b"B");
     assert_eq!(fs::read(m.p("b")).unwrap(), b"AAA");
     assert_eq!((ino(m.p("a")), ino(m.p("b"))), (ib, ia));
-    assert_eq!(errno(renameat2(&m.p("a"), &m.p("missing"), libc::RENAME_EXCHANGE)), ENOENT);
     assert_eq!(
-        errno(renameat2(&m.p("a"), &m.p("b"), libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE)),
+        errno(renameat2(&m.p("a"), &m.p("missing"), libc::RENAME_EXCHANGE)),
+        ENOENT
+    );
+    assert_eq!(
+        errno(renameat2(
+            &m.p("a"),
+            &m.p("b"),
+            libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE
+        )),
         EINVAL
     );
 }
@@ -475,16 +537,23 @@ fn directory_timestamps_change_with_entries() {
         let st = stat(m.p(p));
         (mtime_ns(&st), ctime_ns(&st))
     };
-    let mut steps: Vec<(&str, Box<dyn Fn()>)> = vec![
+    type Step<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let steps: Vec<Step> = vec![
         ("create", Box::new(|| fs::write(m.p("d/f"), b"x").unwrap())),
         ("mkdir", Box::new(|| fs::create_dir(m.p("d/sub")).unwrap())),
         ("symlink", Box::new(|| symlink("t", m.p("d/l")).unwrap())),
-        ("link", Box::new(|| fs::hard_link(m.p("d/f"), m.p("d/f2")).unwrap())),
-        ("rename within", Box::new(|| fs::rename(m.p("d/f2"), m.p("d/f3")).unwrap())),
+        (
+            "link",
+            Box::new(|| fs::hard_link(m.p("d/f"), m.p("d/f2")).unwrap()),
+        ),
+        (
+            "rename within",
+            Box::new(|| fs::rename(m.p("d/f2"), m.p("d/f3")).unwrap()),
+        ),
         ("unlink", Box::new(|| fs::remove_file(m.p("d/f3")).unwrap())),
         ("rmdir", Box::new(|| fs::remove_dir(m.p("d/sub")).unwrap())),
     ];
-    for (what, op) in steps.drain(..) {
+    for (what, op) in steps {
         let before = times("d");
         tick();
         op();
@@ -503,7 +572,13 @@ fn directory_timestamps_change_with_entries() {
 #[test]
 fn open_unlinked_file_stays_usable() {
     let m = Mount::new();
-    let mut f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.p("f")).unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("f"))
+        .unwrap();
     f.write_all(b"hello").unwrap();
     fs::remove_file(m.p("f")).unwrap();
     assert!(!m.p("f").exists());
@@ -532,13 +607,23 @@ fn write_and_truncate_update_mtime_and_ctime_chmod_only_ctime() {
     fs::write(&p, b"abc").unwrap();
     let s0 = stat(&p);
     tick();
-    OpenOptions::new().append(true).open(&p).unwrap().write_all(b"def").unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b"def")
+        .unwrap();
     let s1 = stat(&p);
     assert_ne!(mtime_ns(&s1), mtime_ns(&s0), "write: mtime");
     assert_ne!(ctime_ns(&s1), ctime_ns(&s0), "write: ctime");
     assert!(mtime_ns(&s1) > mtime_ns(&s0));
     tick();
-    OpenOptions::new().write(true).open(&p).unwrap().set_len(1).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(1)
+        .unwrap();
     let s2 = stat(&p);
     assert_ne!(mtime_ns(&s2), mtime_ns(&s1), "truncate: mtime");
     assert_ne!(ctime_ns(&s2), ctime_ns(&s1), "truncate: ctime");
@@ -551,7 +636,10 @@ fn write_and_truncate_update_mtime_and_ctime_chmod_only_ctime() {
     // Reading changes neither.
     fs::read(&p).unwrap();
     let s4 = stat(&p);
-    assert_eq!((mtime_ns(&s4), ctime_ns(&s4)), (mtime_ns(&s3), ctime_ns(&s3)));
+    assert_eq!(
+        (mtime_ns(&s4), ctime_ns(&s4)),
+        (mtime_ns(&s3), ctime_ns(&s3))
+    );
 }
 
 #[test]
@@ -559,27 +647,57 @@ fn utimensat_explicit_now_and_omit() {
     let m = Mount::new();
     let p = m.p("f");
     fs::write(&p, b"x").unwrap();
-    let now_secs = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now_secs = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
 
     // Explicit values are stored with full nanosecond precision.
-    utimensat(&p, [ts(1_000_000_000, 111_111_111), ts(1_200_000_000, 987_654_321)], 0).unwrap();
+    utimensat(
+        &p,
+        [
+            ts(1_000_000_000, 111_111_111),
+            ts(1_200_000_000, 987_654_321),
+        ],
+        0,
+    )
+    .unwrap();
     let st = stat(&p);
-    assert_eq!((st.st_atime, st.st_atime_nsec), (1_000_000_000, 111_111_111));
+    assert_eq!(
+        (st.st_atime, st.st_atime_nsec),
+        (1_000_000_000, 111_111_111)
+    );
     assert_eq!(mtime_ns(&st), (1_200_000_000, 987_654_321));
     // ctime is set to "now" by any attribute change.
-    assert!((st.st_ctime - now_secs()).abs() < 60, "ctime {}", st.st_ctime);
+    assert!(
+        (st.st_ctime - now_secs()).abs() < 60,
+        "ctime {}",
+        st.st_ctime
+    );
 
     // UTIME_OMIT leaves atime; explicit mtime applied.
     utimensat(&p, [ts(0, libc::UTIME_OMIT), ts(1_300_000_000, 5)], 0).unwrap();
     let st = stat(&p);
-    assert_eq!((st.st_atime, st.st_atime_nsec), (1_000_000_000, 111_111_111));
+    assert_eq!(
+        (st.st_atime, st.st_atime_nsec),
+        (1_000_000_000, 111_111_111)
+    );
     assert_eq!(mtime_ns(&st), (1_300_000_000, 5));
 
     // UTIME_NOW for mtime, UTIME_OMIT for atime.
     utimensat(&p, [ts(0, libc::UTIME_OMIT), ts(0, libc::UTIME_NOW)], 0).unwrap();
     let st = stat(&p);
-    assert_eq!((st.st_atime, st.st_atime_nsec), (1_000_000_000, 111_111_111));
-    assert!((st.st_mtime - now_secs()).abs() < 60, "UTIME_NOW mtime {}", st.st_mtime);
+    assert_eq!(
+        (st.st_atime, st.st_atime_nsec),
+        (1_000_000_000, 111_111_111)
+    );
+    assert!(
+        (st.st_mtime - now_secs()).abs() < 60,
+        "UTIME_NOW mtime {}",
+        st.st_mtime
+    );
 
     // Both OMIT: nothing changes, not even ctime.
     let before = stat(&p);
@@ -587,7 +705,10 @@ fn utimensat_explicit_now_and_omit() {
     utimensat(&p, [ts(0, libc::UTIME_OMIT), ts(0, libc::UTIME_OMIT)], 0).unwrap();
     let after = stat(&p);
     assert_eq!(mtime_ns(&after), mtime_ns(&before));
-    assert_eq!((after.st_atime, after.st_atime_nsec), (before.st_atime, before.st_atime_nsec));
+    assert_eq!(
+        (after.st_atime, after.st_atime_nsec),
+        (before.st_atime, before.st_atime_nsec)
+    );
 
     // UTIME_NOW for atime only.
     utimensat(&p, [ts(0, libc::UTIME_NOW), ts(0, libc::UTIME_OMIT)], 0).unwrap();
@@ -600,9 +721,19 @@ fn utimensat_explicit_now_and_omit() {
 fn utimensat_nofollow_sets_symlink_times() {
     let m = Mount::new();
     fs::write(m.p("target"), b"x").unwrap();
-    utimensat(&m.p("target"), [ts(1_000_000_000, 0), ts(1_000_000_000, 0)], 0).unwrap();
+    utimensat(
+        &m.p("target"),
+        [ts(1_000_000_000, 0), ts(1_000_000_000, 0)],
+        0,
+    )
+    .unwrap();
     symlink("target", m.p("l")).unwrap();
-    utimensat(&m.p("l"), [ts(1_100_000_000, 7), ts(1_100_000_000, 8)], libc::AT_SYMLINK_NOFOLLOW).unwrap();
+    utimensat(
+        &m.p("l"),
+        [ts(1_100_000_000, 7), ts(1_100_000_000, 8)],
+        libc::AT_SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
     let l = lstat(m.p("l")).unwrap();
     assert_eq!(mtime_ns(&l), (1_100_000_000, 8));
     assert_eq!(mtime_ns(&stat(m.p("target"))), (1_000_000_000, 0));
@@ -614,11 +745,23 @@ fn utimensat_nofollow_sets_symlink_times() {
 fn create_and_mkdir_apply_mode_and_umask() {
     let m = Mount::new();
     let mask = umask();
-    OpenOptions::new().write(true).create_new(true).mode(0o777).open(m.p("f")).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o777)
+        .open(m.p("f"))
+        .unwrap();
     assert_eq!(mode(m.p("f")) & 0o7777, 0o777 & !mask);
-    OpenOptions::new().write(true).create_new(true).mode(0o640).open(m.p("g")).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .open(m.p("g"))
+        .unwrap();
     assert_eq!(mode(m.p("g")) & 0o7777, 0o640 & !mask);
-    std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o751).create(m.p("d")).unwrap();
+    std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o751)
+        .create(m.p("d"))
+        .unwrap();
     assert_eq!(mode(m.p("d")) & 0o7777, 0o751 & !mask);
     assert_eq!(mode(m.p("f")) & libc::S_IFMT, libc::S_IFREG);
     assert_eq!(mode(m.p("d")) & libc::S_IFMT, libc::S_IFDIR);
@@ -654,7 +797,10 @@ fn nobody_cannot_chmod_or_chown_others_files() {
     let r = sh_nobody(&d, "touch mine && chmod 600 mine");
     assert_success("touch mine && chmod 600 mine", &r);
     let md = fs::metadata(d.join("mine")).unwrap();
-    assert_eq!((md.uid(), md.gid(), md.mode() & 0o7777), (65534, 65534, 0o600));
+    assert_eq!(
+        (md.uid(), md.gid(), md.mode() & 0o7777),
+        (65534, 65534, 0o600)
+    );
     let r = sh_nobody(&d, "chown 0 mine");
     assert_failure_with("chown 0 mine", &r, "Operation not permitted");
     let r = sh_nobody(&d, "chgrp 0 mine");
@@ -681,7 +827,14 @@ fn nobody_gets_eacces_from_mode_bits() {
     fs::write(d.join("public"), b"p").unwrap();
     chmod(d.join("public"), 0o644);
 
-    for cmd in ["cat secret", "echo x >> public", "touch new", "mkdir newdir", "rm -f public", "mv public moved"] {
+    for cmd in [
+        "cat secret",
+        "echo x >> public",
+        "touch new",
+        "mkdir newdir",
+        "rm -f public",
+        "mv public moved",
+    ] {
         let r = sh_nobody(&d, cmd);
         assert_failure_with(cmd, &r, "Permission denied");
     }
@@ -720,7 +873,10 @@ fn sticky_directory_protects_others_files() {
     }
     assert_eq!(fs::read(d.join("rootf")).unwrap(), b"root");
     // nobody's own files can be renamed and deleted.
-    assert_success("own file", &sh_nobody(&d, "touch own2 && mv own2 own3 && rm own3 && rm own"));
+    assert_success(
+        "own file",
+        &sh_nobody(&d, "touch own2 && mv own2 own3 && rm own3 && rm own"),
+    );
     assert_eq!(names(&d), ["rootf"]);
     // Root can delete anyone's file in a sticky dir.
     assert_success("touch n", &sh_nobody(&d, "touch n"));
@@ -735,7 +891,11 @@ fn chown_clears_setuid_and_setgid_even_for_root() {
     chmod(&f, 0o6755);
     assert_eq!(mode(&f) & 0o7777, 0o6755);
     chown(&f, 65534, 65534);
-    assert_eq!(mode(&f) & 0o7777, 0o0755, "chown of a non-directory drops S_ISUID/S_ISGID");
+    assert_eq!(
+        mode(&f) & 0o7777,
+        0o0755,
+        "chown of a non-directory drops S_ISUID/S_ISGID"
+    );
 
     // setgid without group-execute is not a privilege bit, so it stays.
     let g = m.p("lockish");
@@ -760,7 +920,12 @@ fn write_by_non_root_clears_setuid() {
     fs::write(&f, b"x").unwrap();
     chmod(&f, 0o4777);
     // Root writing keeps the bit (CAP_FSETID).
-    OpenOptions::new().append(true).open(&f).unwrap().write_all(b"y").unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"y")
+        .unwrap();
     assert_eq!(mode(&f) & 0o7777, 0o4777);
     assert_success("append", &sh_nobody(&d, "echo z >> suid"));
     assert_eq!(mode(&f) & 0o7777, 0o0777);
@@ -798,8 +963,16 @@ fn setgid_directory_inheritance() {
     assert_eq!(md("f").gid(), 65534, "file takes the directory's group");
     assert_eq!(md("l").gid(), 65534, "symlink takes the directory's group");
     assert_eq!(md("sub").gid(), 65534, "subdir takes the directory's group");
-    assert_ne!(md("sub").mode() & libc::S_ISGID, 0, "subdir inherits setgid");
-    assert_eq!(md("f").mode() & libc::S_ISGID, 0, "plain file does not get setgid");
+    assert_ne!(
+        md("sub").mode() & libc::S_ISGID,
+        0,
+        "subdir inherits setgid"
+    );
+    assert_eq!(
+        md("f").mode() & libc::S_ISGID,
+        0,
+        "plain file does not get setgid"
+    );
     assert_eq!(md("sub/g").gid(), 65534);
     // Outside the setgid directory root's files stay in group root.
     fs::write(m.p("outside"), b"").unwrap();
@@ -832,7 +1005,11 @@ fn truncate_up_reads_zeros_and_down_discards() {
     assert_eq!(fs::metadata(&p).unwrap().len(), 0);
     // O_TRUNC on open also empties the file.
     fs::write(&p, b"again").unwrap();
-    OpenOptions::new().write(true).truncate(true).open(&p).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
     assert_eq!(fs::read(&p).unwrap(), b"");
 }
 
@@ -869,7 +1046,10 @@ fn pwrite_beyond_eof_leaves_zero_hole() {
     assert_eq!(&data[off as usize..], b"xyz");
     // A read straddling the end of the hole.
     let mut buf = [1u8; 6];
-    File::open(&p).unwrap().read_exact_at(&mut buf, off - 3).unwrap();
+    File::open(&p)
+        .unwrap()
+        .read_exact_at(&mut buf, off - 3)
+        .unwrap();
     assert_eq!(&buf, b"\0\0\0xyz");
 }
 
@@ -886,7 +1066,10 @@ fn large_file_roundtrip_and_overwrite() {
         }
     }
     assert_eq!(fs::metadata(&p).unwrap().len(), data.len() as u64);
-    assert!(fs::read(&p).unwrap() == data, "content mismatch after write");
+    assert!(
+        fs::read(&p).unwrap() == data,
+        "content mismatch after write"
+    );
 
     let patch = pattern(10_000, 8);
     let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
@@ -896,10 +1079,16 @@ fn large_file_roundtrip_and_overwrite() {
     for off in [0u64, 4095, 999_999, 1_005_000, 4 << 20] {
         let mut buf = vec![0u8; 20_000];
         f.read_exact_at(&mut buf, off).unwrap();
-        assert!(buf == expect[off as usize..off as usize + 20_000], "mismatch at {off}");
+        assert!(
+            buf == expect[off as usize..off as usize + 20_000],
+            "mismatch at {off}"
+        );
     }
     drop(f);
-    assert!(fs::read(&p).unwrap() == expect, "content mismatch after overwrite");
+    assert!(
+        fs::read(&p).unwrap() == expect,
+        "content mismatch after overwrite"
+    );
 }
 
 #[test]
@@ -965,7 +1154,10 @@ fn xattr_flags_and_erange() {
     fs::write(&f, b"").unwrap();
     setx(&f, "user.k", b"v1", libc::XATTR_CREATE).unwrap();
     assert_eq!(errno(setx(&f, "user.k", b"v2", libc::XATTR_CREATE)), EEXIST);
-    assert_eq!(errno(setx(&f, "user.missing", b"v", libc::XATTR_REPLACE)), ENODATA);
+    assert_eq!(
+        errno(setx(&f, "user.missing", b"v", libc::XATTR_REPLACE)),
+        ENODATA
+    );
     setx(&f, "user.k", b"v3", libc::XATTR_REPLACE).unwrap();
     assert_eq!(getx(&f, "user.k").unwrap(), b"v3");
     assert_eq!(listx(&f), ["user.k"]);
@@ -1005,10 +1197,19 @@ fn xattr_on_dirs_links_and_permissions() {
 #[test]
 fn xattr_via_setfattr_getfattr_tools() {
     let m = Mount::new();
-    sh_ok(m.path(), "touch f && setfattr -n user.tool -v hello f && setfattr -n user.other -v 0x00ff f");
-    assert_eq!(sh_ok(m.path(), "getfattr --only-values -n user.tool f"), "hello");
+    sh_ok(
+        m.path(),
+        "touch f && setfattr -n user.tool -v hello f && setfattr -n user.other -v 0x00ff f",
+    );
+    assert_eq!(
+        sh_ok(m.path(), "getfattr --only-values -n user.tool f"),
+        "hello"
+    );
     let dump = sh_ok(m.path(), "getfattr -d -e hex f");
-    assert!(dump.contains("user.tool=0x68656c6c6f") && dump.contains("user.other=0x00ff"), "{dump}");
+    assert!(
+        dump.contains("user.tool=0x68656c6c6f") && dump.contains("user.other=0x00ff"),
+        "{dump}"
+    );
     sh_ok(m.path(), "setfattr -x user.tool f");
     let r = sh(m.path(), "getfattr -n user.tool f");
     assert_failure_with("getfattr removed attr", &r, "No such attribute");
@@ -1035,15 +1236,30 @@ fn symlink_targets_roundtrip() {
     let m = Mount::new();
     let long4000 = "abc/".repeat(1000);
     let max = "x".repeat(4095);
-    let targets: Vec<&str> = vec!["a", "../up/and/over", "/absolute/path", "with space", "dots/./../x", &long4000, &max];
+    let targets: Vec<&str> = vec![
+        "a",
+        "../up/and/over",
+        "/absolute/path",
+        "with space",
+        "dots/./../x",
+        &long4000,
+        &max,
+    ];
     for (i, t) in targets.iter().enumerate() {
         let l = m.p(format!("l{i}"));
         symlink(t, &l).unwrap();
         assert_eq!(fs::read_link(&l).unwrap().as_os_str(), *t);
-        assert_eq!(fs::symlink_metadata(&l).unwrap().len(), t.len() as u64, "lstat size is target length");
+        assert_eq!(
+            fs::symlink_metadata(&l).unwrap().len(),
+            t.len() as u64,
+            "lstat size is target length"
+        );
     }
     // PATH_MAX (4096) including the NUL caps the target length.
-    assert_eq!(errno(symlink("y".repeat(4096), m.p("too_long"))), ENAMETOOLONG);
+    assert_eq!(
+        errno(symlink("y".repeat(4096), m.p("too_long"))),
+        ENAMETOOLONG
+    );
     assert_eq!(errno(fs::read_link(m.p("missing"))), ENOENT);
     fs::write(m.p("file"), b"").unwrap();
     assert_eq!(errno(fs::read_link(m.p("file"))), EINVAL);
@@ -1056,8 +1272,12 @@ fn readdir_during_mutation_lists_stable_entries_once() {
     fs::create_dir(&d).unwrap();
     // Long names so the listing spans many getdents calls.
     let pad = "p".repeat(40);
-    let keep: Vec<OsString> = (0..2000).map(|i| format!("keep_{i:05}_{pad}").into()).collect();
-    let mut victims: Vec<OsString> = (0..500).map(|i| format!("victim_{i:05}_{pad}").into()).collect();
+    let keep: Vec<OsString> = (0..2000)
+        .map(|i| format!("keep_{i:05}_{pad}").into())
+        .collect();
+    let mut victims: Vec<OsString> = (0..500)
+        .map(|i| format!("victim_{i:05}_{pad}").into())
+        .collect();
     // Interleave creation so victims sit among the kept entries whatever
     // order the filesystem lists in (hash, name or insertion order).
     for (i, k) in keep.iter().enumerate() {
@@ -1084,12 +1304,20 @@ fn readdir_during_mutation_lists_stable_entries_once() {
         }
     }
     for k in &keep {
-        assert_eq!(seen.get(k).copied(), Some(1), "{k:?} seen {:?} times", seen.get(k));
+        assert_eq!(
+            seen.get(k).copied(),
+            Some(1),
+            "{k:?} seen {:?} times",
+            seen.get(k)
+        );
     }
     let dups: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
     assert!(dups.is_empty(), "duplicates: {dups:?}");
     assert!(created > 50);
     // Afterwards the listing is exactly the current set.
-    let now: Vec<_> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let now: Vec<_> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(now.len(), keep.len() + victims.len() + created);
 }

@@ -46,10 +46,16 @@ fn mv_renames_file() {
 #[test]
 fn mv_renames_directory_with_contents() {
     let m = Mount::new();
-    sh_ok(m.path(), "mkdir -p d/x/y && echo 1 > d/f1 && echo 2 > d/x/f2 && echo 3 > d/x/y/f3");
+    sh_ok(
+        m.path(),
+        "mkdir -p d/x/y && echo 1 > d/f1 && echo 2 > d/x/f2 && echo 3 > d/x/y/f3",
+    );
     sh_ok(m.path(), "mv d e");
     assert!(!m.p("d").exists());
-    assert_eq!(sh_ok(m.path(), "find e | LC_ALL=C sort"), "e\ne/f1\ne/x\ne/x/f2\ne/x/y\ne/x/y/f3\n");
+    assert_eq!(
+        sh_ok(m.path(), "find e | LC_ALL=C sort"),
+        "e\ne/f1\ne/x\ne/x/f2\ne/x/y\ne/x/y/f3\n"
+    );
     assert_eq!(sh_ok(m.path(), "cat e/f1 e/x/f2 e/x/y/f3"), "1\n2\n3\n");
     // Lookups through the old name must not hit a stale cache entry.
     let r = sh(m.path(), "cat d/x/y/f3");
@@ -68,10 +74,19 @@ fn mv_onto_existing_file_replaces_it() {
 #[test]
 fn mv_into_another_directory() {
     let m = Mount::new();
-    sh_ok(m.path(), "mkdir dst src && echo f > src/f && mkdir src/sub && echo g > src/sub/g");
-    sh_ok(m.path(), "mv src/f dst/ && mv src/sub dst/ && mv dst/f dst/renamed");
+    sh_ok(
+        m.path(),
+        "mkdir dst src && echo f > src/f && mkdir src/sub && echo g > src/sub/g",
+    );
+    sh_ok(
+        m.path(),
+        "mv src/f dst/ && mv src/sub dst/ && mv dst/f dst/renamed",
+    );
     assert_eq!(sh_ok(m.path(), "ls -A src"), "");
-    assert_eq!(sh_ok(m.path(), "find dst | LC_ALL=C sort"), "dst\ndst/renamed\ndst/sub\ndst/sub/g\n");
+    assert_eq!(
+        sh_ok(m.path(), "find dst | LC_ALL=C sort"),
+        "dst\ndst/renamed\ndst/sub\ndst/sub/g\n"
+    );
     assert_eq!(sh_ok(m.path(), "cat dst/renamed dst/sub/g"), "f\ng\n");
 }
 
@@ -154,9 +169,17 @@ fn ls_l_output_is_sane() {
     let fields = |i: usize| lines[i].split_whitespace().collect::<Vec<_>>();
     // Entries sort as d, f, l. Columns: mode nlink uid gid size time name.
     let d = fields(1);
-    assert_eq!((d[0], d[1], d[2], d[3], d[6]), ("drwxr-x---", "2", "0", "0", "d"), "{out}");
+    assert_eq!(
+        (d[0], d[1], d[2], d[3], d[6]),
+        ("drwxr-x---", "2", "0", "0", "d"),
+        "{out}"
+    );
     let f = fields(2);
-    assert_eq!((f[0], f[1], f[4], f[6]), ("-rw-r-----", "1", "1234", "f"), "{out}");
+    assert_eq!(
+        (f[0], f[1], f[4], f[6]),
+        ("-rw-r-----", "1", "1234", "f"),
+        "{out}"
+    );
     let l = fields(3);
     assert_eq!(l[0], "lrwxrwxrwx", "{out}");
     assert_eq!(l[4], "1", "symlink size is the target length: {out}");
@@ -180,11 +203,23 @@ fn ln_hard_link_shares_inode_and_content() {
 #[test]
 fn ln_s_and_readlink() {
     let m = Mount::new();
-    sh_ok(m.path(), "mkdir dir && echo data > target && ln -s target sl && ln -s ../target dir/rel && ln -s nowhere dangling");
-    assert_eq!(sh_ok(m.path(), "readlink sl dir/rel dangling"), "target\n../target\nnowhere\n");
+    sh_ok(
+        m.path(),
+        "mkdir dir && echo data > target && ln -s target sl && ln -s ../target dir/rel && ln -s nowhere dangling",
+    );
+    assert_eq!(
+        sh_ok(m.path(), "readlink sl dir/rel dangling"),
+        "target\n../target\nnowhere\n"
+    );
     assert_eq!(sh_ok(m.path(), "cat sl dir/rel"), "data\ndata\n");
-    sh_ok(m.path(), "test -L dangling && ! test -e dangling && test -h sl");
-    assert_eq!(sh_ok(m.path(), "readlink -f dir/rel"), format!("{}\n", m.p("target").display()));
+    sh_ok(
+        m.path(),
+        "test -L dangling && ! test -e dangling && test -h sl",
+    );
+    assert_eq!(
+        sh_ok(m.path(), "readlink -f dir/rel"),
+        format!("{}\n", m.p("target").display())
+    );
     // Writing through a symlink reaches the target.
     sh_ok(m.path(), "echo more >> sl");
     assert_eq!(sh_ok(m.path(), "cat target"), "data\nmore\n");
@@ -205,16 +240,28 @@ fn tar_roundtrip_preserves_modes_and_mtimes() {
          && touch -d @1400000000.5 src/sub/deeper src/sub src",
     );
     // posix (pax) format keeps sub-second mtimes.
-    sh_ok(m.p("src"), &format!("tar --format=posix -cf '{s}/from-mount.tar' ."));
-    sh_ok(m.path(), &format!("mkdir out && tar -C out -xpf '{s}/from-mount.tar'"));
+    sh_ok(
+        m.p("src"),
+        &format!("tar --format=posix -cf '{s}/from-mount.tar' ."),
+    );
+    sh_ok(
+        m.path(),
+        &format!("mkdir out && tar -C out -xpf '{s}/from-mount.tar'"),
+    );
     assert_eq!(sh_ok(m.p("out"), LISTING), sh_ok(m.p("src"), LISTING));
     assert!(sh_ok(m.p("out"), LISTING).contains("f 751 3 1500000000.1234567890 ./f1"));
 
     // A tarball of the local fixture extracted into the mount matches the original.
     sh_ok(&tree, &format!("tar --format=posix -cf '{s}/local.tar' ."));
-    sh_ok(m.path(), &format!("mkdir ext && tar -C ext -xpf '{s}/local.tar'"));
+    sh_ok(
+        m.path(),
+        &format!("mkdir ext && tar -C ext -xpf '{s}/local.tar'"),
+    );
     assert_eq!(sh_ok(m.p("ext"), LISTING), sh_ok(&tree, LISTING));
-    sh_ok(m.path(), &format!("diff -r --no-dereference '{}' ext", tree.display()));
+    sh_ok(
+        m.path(),
+        &format!("diff -r --no-dereference '{}' ext", tree.display()),
+    );
 }
 
 #[test]
@@ -236,27 +283,53 @@ fn git_init_add_commit_status() {
     let git = "env GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git -c user.name=Test -c user.email=test@example.com -c init.defaultBranch=main";
     sh_ok(m.path(), &format!("{git} init -q repo"));
     let repo = m.p("repo");
-    sh_ok(&repo, "mkdir -p src/deep && echo 'fn main() {}' > src/main.rs && echo readme > README && echo x > src/deep/x");
+    sh_ok(
+        &repo,
+        "mkdir -p src/deep && echo 'fn main() {}' > src/main.rs && echo readme > README && echo x > src/deep/x",
+    );
     sh_ok(&repo, &format!("{git} add -A && {git} commit -q -m first"));
     assert_eq!(sh_ok(&repo, &format!("{git} status --porcelain")), "");
-    assert_eq!(sh_ok(&repo, &format!("{git} log --oneline | wc -l")).trim(), "1");
+    assert_eq!(
+        sh_ok(&repo, &format!("{git} log --oneline | wc -l")).trim(),
+        "1"
+    );
 
     sh_ok(&repo, "echo changed >> README");
-    assert_eq!(sh_ok(&repo, &format!("{git} status --porcelain")), " M README\n");
-    sh_ok(&repo, &format!("{git} commit -q -am second && {git} mv src/deep/x src/y && {git} commit -q -m third"));
+    assert_eq!(
+        sh_ok(&repo, &format!("{git} status --porcelain")),
+        " M README\n"
+    );
+    sh_ok(
+        &repo,
+        &format!(
+            "{git} commit -q -am second && {git} mv src/deep/x src/y && {git} commit -q -m third"
+        ),
+    );
     assert_eq!(sh_ok(&repo, &format!("{git} status --porcelain")), "");
-    assert_eq!(sh_ok(&repo, &format!("{git} log --oneline | wc -l")).trim(), "3");
+    assert_eq!(
+        sh_ok(&repo, &format!("{git} log --oneline | wc -l")).trim(),
+        "3"
+    );
 
     // Packing exercises renames, mmap and many small files.
-    sh_ok(&repo, &format!("{git} gc -q && {git} fsck --strict --no-progress"));
+    sh_ok(
+        &repo,
+        &format!("{git} gc -q && {git} fsck --strict --no-progress"),
+    );
     sh_ok(m.path(), &format!("{git} clone -q repo clone"));
-    assert_eq!(sh_ok(m.p("clone"), "cat README src/y"), "readme\nchanged\nx\n");
+    assert_eq!(
+        sh_ok(m.p("clone"), "cat README src/y"),
+        "readme\nchanged\nx\n"
+    );
 }
 
 #[test]
 fn rm_rf_tree_leaves_nothing() {
     let (m, tree) = mount_with_tree();
-    sh_ok(m.path(), &format!("cp -a '{}' t && mkdir keep", tree.display()));
+    sh_ok(
+        m.path(),
+        &format!("cp -a '{}' t && mkdir keep", tree.display()),
+    );
     sh_ok(m.path(), "rm -rf t");
     assert_eq!(sh_ok(m.path(), "ls -A"), "keep\n");
     let r = sh(m.path(), "stat t");
@@ -267,7 +340,10 @@ fn rm_rf_tree_leaves_nothing() {
 fn directory_with_10000_entries_lists_completely() {
     let m = Mount::new();
     // `: >` is a bash builtin, so this does not fork 10000 times.
-    sh_ok(m.path(), "mkdir big && cd big && for i in $(seq 1 10000); do : > \"f$i\"; done");
+    sh_ok(
+        m.path(),
+        "mkdir big && cd big && for i in $(seq 1 10000); do : > \"f$i\"; done",
+    );
     let big = m.p("big");
     assert_eq!(sh_ok(&big, "ls | wc -l").trim(), "10000");
     assert_eq!(sh_ok(&big, "ls -a | wc -l").trim(), "10002");

@@ -14,11 +14,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(10);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A hung daemon would block the test (and CI) forever; after this long the
+/// watchdog SIGKILLs it so pending syscalls fail with ENOTCONN instead.
+const DEFAULT_WATCHDOG_SECS: u64 = 300;
 
 /// True when the suite runs against a plain local directory instead of esfs.
 pub fn plain_mode() -> bool {
@@ -40,6 +44,8 @@ pub struct Mount {
     tmp: tempfile::TempDir,
     mnt: PathBuf,
     child: Option<Child>,
+    /// Dropping this sender disarms the watchdog of the current child.
+    watchdog: Option<mpsc::Sender<()>>,
     plain: bool,
 }
 
@@ -56,7 +62,13 @@ impl Mount {
             fs::create_dir(root.join(d)).unwrap();
         }
         let mnt = root.join("mnt");
-        let mut m = Mount { tmp, mnt, child: None, plain: plain_mode() };
+        let mut m = Mount {
+            tmp,
+            mnt,
+            child: None,
+            watchdog: None,
+            plain: plain_mode(),
+        };
         if !m.plain {
             m.start();
         }
@@ -99,7 +111,7 @@ impl Mount {
     }
 
     pub fn log(&self) -> String {
-        fs::read_to_string(self.log_path()).unwrap_or_default()
+        String::from_utf8_lossy(&fs::read(self.log_path()).unwrap_or_default()).into_owned()
     }
 
     fn start(&mut self) {
@@ -126,6 +138,7 @@ impl Mount {
             .stderr(log)
             .spawn()
             .expect("spawn esfs");
+        self.arm_watchdog(child.id());
         self.child = Some(child);
 
         let deadline = Instant::now() + MOUNT_TIMEOUT;
@@ -135,14 +148,36 @@ impl Mount {
             }
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 self.child = None;
-                panic!("esfs exited early ({st}) before mounting; log:\n{}", self.log());
+                panic!(
+                    "esfs exited early ({st}) before mounting; log:\n{}",
+                    self.log()
+                );
             }
             if Instant::now() > deadline {
                 self.force_cleanup();
-                panic!("esfs did not mount within {MOUNT_TIMEOUT:?}; log:\n{}", self.log());
+                panic!(
+                    "esfs did not mount within {MOUNT_TIMEOUT:?}; log:\n{}",
+                    self.log()
+                );
             }
             sleep(Duration::from_millis(20));
         }
+    }
+
+    fn arm_watchdog(&mut self, pid: u32) {
+        let secs = std::env::var("ESFS_TEST_WATCHDOG_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_WATCHDOG_SECS);
+        let (tx, rx) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs))
+            {
+                eprintln!("watchdog: esfs (pid {pid}) still mounted after {secs}s; killing it");
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            }
+        });
+        self.watchdog = Some(tx);
     }
 
     /// Clean unmount: `fusermount3 -u`, then wait (bounded) for the daemon to exit.
@@ -151,13 +186,20 @@ impl Mount {
         if self.plain {
             return;
         }
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        self.watchdog = None;
         // The kernel may still hold the mount busy for a moment after a test's
         // last child process exited; retry briefly.
         let mut last_err = String::new();
         let mut ok = false;
         for _ in 0..50 {
-            let out = Command::new("fusermount3").arg("-u").arg(&self.mnt).output().unwrap();
+            let out = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .output()
+                .unwrap();
             if out.status.success() {
                 ok = true;
                 break;
@@ -177,7 +219,10 @@ impl Mount {
             None => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("esfs did not exit within {EXIT_TIMEOUT:?} of unmount; log:\n{}", self.log());
+                panic!(
+                    "esfs did not exit within {EXIT_TIMEOUT:?} of unmount; log:\n{}",
+                    self.log()
+                );
             }
         }
         assert!(!is_esfs_mounted(&self.mnt), "still mounted after unmount");
@@ -187,6 +232,7 @@ impl Mount {
     /// A no-op in plain mode (the directory simply stays as it is).
     pub fn remount(&mut self) {
         if self.plain {
+            eprintln!("plain mode: remount is a no-op (persistence not tested)");
             return;
         }
         self.unmount();
@@ -197,9 +243,11 @@ impl Mount {
     /// Follow with `start_again()` to mount on the same store. A no-op in plain mode.
     pub fn kill9(&mut self) {
         if self.plain {
+            eprintln!("plain mode: kill9 is a no-op (crash recovery not tested)");
             return;
         }
         let mut child = self.child.take().expect("not mounted");
+        self.watchdog = None;
         child.kill().expect("SIGKILL esfs");
         let _ = child.wait();
         lazy_unmount(&self.mnt);
@@ -215,7 +263,10 @@ impl Mount {
 
     /// Best-effort teardown that never panics.
     fn force_cleanup(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        self.watchdog = None;
         let clean = Command::new("fusermount3")
             .arg("-u")
             .arg(&self.mnt)
@@ -235,7 +286,14 @@ impl Drop for Mount {
         if std::thread::panicking() && !self.plain {
             let log = self.log();
             if !log.trim().is_empty() {
-                let tail: String = log.chars().rev().take(8000).collect::<Vec<_>>().into_iter().rev().collect();
+                let tail: String = log
+                    .chars()
+                    .rev()
+                    .take(8000)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
                 eprintln!("---- esfs log (tail) ----\n{tail}\n-------------------------");
             }
         }
@@ -277,7 +335,9 @@ pub fn mount_fstype(path: &Path) -> Option<String> {
     let mut found = None;
     for line in info.split(|&c| c == b'\n') {
         let fields: Vec<&[u8]> = line.split(|&c| c == b' ').collect();
-        let Some(sep) = fields.iter().position(|f| *f == b"-") else { continue };
+        let Some(sep) = fields.iter().position(|f| *f == b"-") else {
+            continue;
+        };
         if fields.len() < 5 || sep + 1 >= fields.len() {
             continue;
         }
@@ -297,8 +357,13 @@ fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            let v = b[i + 1..i + 4].iter().fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = b[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
             out.push(v as u8);
             i += 4;
         } else {
@@ -326,7 +391,14 @@ pub fn sh(dir: impl AsRef<Path>, cmd: &str) -> (ExitStatus, String, String) {
 /// Run `bash -c cmd` in `dir` as uid/gid 65534 (nobody) with no supplementary groups.
 pub fn sh_nobody(dir: impl AsRef<Path>, cmd: &str) -> (ExitStatus, String, String) {
     let o = run(Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", cmd])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "bash",
+            "-c",
+            cmd,
+        ])
         .env("HOME", "/tmp")
         .current_dir(dir));
     (o.status, o.stdout, o.stderr)
@@ -384,13 +456,19 @@ pub fn cstr(p: impl AsRef<OsStr>) -> CString {
 pub fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
     match r {
         Ok(v) => panic!("expected an error, got Ok({v:?})"),
-        Err(e) => e.raw_os_error().unwrap_or_else(|| panic!("not an OS error: {e}")),
+        Err(e) => e
+            .raw_os_error()
+            .unwrap_or_else(|| panic!("not an OS error: {e}")),
     }
 }
 
 /// Turn a libc return value (-1 = error) into an io::Result.
 pub fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret == -1 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
 }
 
 pub fn lstat(p: impl AsRef<Path>) -> io::Result<libc::stat> {
@@ -450,7 +528,9 @@ pub fn make_tree(dir: &Path) {
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(p, data).unwrap();
     };
-    let mode = |rel: &str, m: u32| fs::set_permissions(dir.join(rel), fs::Permissions::from_mode(m)).unwrap();
+    let mode = |rel: &str, m: u32| {
+        fs::set_permissions(dir.join(rel), fs::Permissions::from_mode(m)).unwrap()
+    };
 
     fs::create_dir(dir).unwrap();
     w("gen/README.txt", b"hello world\nthe needle is here\n");
@@ -463,7 +543,10 @@ pub fn make_tree(dir: &Path) {
     w("gen/sizes/1m3.bin", &pattern((1 << 20) + 3, 5));
     w("gen/a/b/c/deep.txt", b"deep needle\n");
     w("gen/a/b/notes.txt", b"no match in this one\n");
-    w("gen/a/b/code.rs", b"fn main() {\n    println!(\"needle\");\n}\n");
+    w(
+        "gen/a/b/code.rs",
+        b"fn main() {\n    println!(\"needle\");\n}\n",
+    );
     w("gen/name with spaces.txt", b"spaced needle\n");
     w("gen/exec.sh", b"#!/bin/sh\necho ok\n");
     w("gen/secret.txt", b"private\n");

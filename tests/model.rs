@@ -1,0 +1,315 @@
+//! The documents behind the filesystem: what the index holds after real
+//! operations, checked with the store's own queries (the ones search and
+//! rename rely on). Drives `Fs` directly, without FUSE, so large directories
+//! are cheap to build.
+
+use esfs::data::LocalDataStore;
+use esfs::fs::{Ctx, Fs, FsConfig, NewNode};
+use esfs::model::{Entry, ROOT_INO, encode_bytes};
+use esfs::store::embedded::EmbeddedStore;
+use esfs::store::{Idx, MetaStore, Query, SearchRequest, Sort, scan};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+struct T {
+    _dir: tempfile::TempDir,
+    fs: Fs,
+    store: Arc<EmbeddedStore>,
+}
+
+fn setup() -> T {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(EmbeddedStore::open(&dir.path().join("store")).unwrap());
+    let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
+    let cfg = FsConfig {
+        exclusive: true,
+        root_uid: 0,
+        root_gid: 0,
+    };
+    let fs = Fs::new(store.clone(), data, cfg).unwrap();
+    T {
+        _dir: dir,
+        fs,
+        store,
+    }
+}
+
+impl T {
+    fn mkdir(&self, parent: u64, name: &str) -> u64 {
+        self.fs
+            .make_node(Ctx::ROOT, parent, name.as_bytes(), NewNode::Dir, 0o755, 0)
+            .unwrap()
+            .ino
+    }
+    fn file(&self, parent: u64, name: &[u8], content: &[u8]) -> u64 {
+        let (inode, fh) = self.fs.create(Ctx::ROOT, parent, name, 0o644, 0).unwrap();
+        self.fs.write(inode.ino, fh, 0, content).unwrap();
+        self.fs.release(inode.ino, fh).unwrap();
+        inode.ino
+    }
+    /// Full paths of the entries matching `q`, sorted.
+    fn paths(&self, q: Query) -> Vec<String> {
+        let mut out = Vec::new();
+        scan(
+            &*self.store,
+            Idx::Entries,
+            q,
+            vec![Sort::asc("cookie")],
+            100,
+            |hits| {
+                out.extend(
+                    hits.into_iter()
+                        .map(|h| h.doc.source["path"].as_str().unwrap().to_string()),
+                );
+                Ok(true)
+            },
+        )
+        .unwrap();
+        out.sort();
+        out
+    }
+    fn all_entries(&self) -> Vec<Entry> {
+        let mut out = Vec::new();
+        scan(
+            &*self.store,
+            Idx::Entries,
+            Query::MatchAll,
+            vec![Sort::asc("cookie")],
+            1000,
+            |hits| {
+                out.extend(
+                    hits.into_iter()
+                        .map(|h| serde_json::from_value(h.doc.source).unwrap()),
+                );
+                Ok(true)
+            },
+        )
+        .unwrap();
+        out
+    }
+}
+
+/// Every entry's `path`/`dir` must equal the path derived from the parent chain.
+fn assert_paths_consistent(t: &T) {
+    for e in t.all_entries() {
+        let dir = t.fs.dir_path(e.parent).unwrap();
+        assert_eq!(e.dir, dir, "dir of {e:?}");
+        let want = if dir == "/" {
+            format!("/{}", e.name)
+        } else {
+            format!("{dir}/{}", e.name)
+        };
+        assert_eq!(e.path, want, "path of {e:?}");
+    }
+}
+
+fn range(field: &str, gte: Option<i64>, lt: Option<i64>) -> Query {
+    Query::Range {
+        field: field.into(),
+        gte: gte.map(Into::into),
+        gt: None,
+        lte: None,
+        lt: lt.map(Into::into),
+    }
+}
+
+#[test]
+fn documents_are_queryable_by_subtree_name_kind_size_and_mtime() {
+    let t = setup();
+    let clinton = t.mkdir(ROOT_INO, "clinton");
+    let projects = t.mkdir(clinton, "projects");
+    let es = t.mkdir(projects, "elasticsearch");
+    t.file(es, b"README.txt", b"hello world");
+    t.file(projects, b"big.bin", &vec![7u8; 100_000]);
+    let other = t.mkdir(ROOT_INO, "clintonx");
+    t.file(other, b"README.txt", b"");
+
+    // One term on path.tree selects the whole subtree, and only it.
+    assert_eq!(
+        t.paths(Query::tree("path", "/clinton")),
+        [
+            "/clinton",
+            "/clinton/projects",
+            "/clinton/projects/big.bin",
+            "/clinton/projects/elasticsearch",
+            "/clinton/projects/elasticsearch/README.txt"
+        ]
+    );
+    assert_eq!(
+        t.paths(Query::term("name", "README.txt")),
+        [
+            "/clinton/projects/elasticsearch/README.txt",
+            "/clintonx/README.txt"
+        ]
+    );
+    assert_eq!(
+        t.paths(Query::and(vec![
+            Query::tree("path", "/clinton"),
+            Query::term("kind", "dir")
+        ])),
+        [
+            "/clinton",
+            "/clinton/projects",
+            "/clinton/projects/elasticsearch"
+        ]
+    );
+    // Sizes and times are copied into entries when a file is closed.
+    assert_eq!(
+        t.paths(range("size", Some(1000), None)),
+        ["/clinton/projects/big.bin"]
+    );
+    assert_eq!(
+        t.paths(Query::and(vec![
+            Query::term("kind", "file"),
+            range("size", None, Some(1))
+        ])),
+        ["/clintonx/README.txt"]
+    );
+    let now_ms = esfs::model::now_ns() / 1_000_000;
+    let recent = t.paths(Query::and(vec![
+        Query::term("kind", "file"),
+        range("mtime", Some(now_ms - 60_000), Some(now_ms + 1)),
+    ]));
+    assert_eq!(recent.len(), 3);
+    assert!(
+        t.paths(range("mtime", None, Some(now_ms - 60_000)))
+            .is_empty()
+    );
+}
+
+#[test]
+fn directory_rename_rewrites_every_path_below_it() {
+    let t = setup();
+    let a = t.mkdir(ROOT_INO, "a");
+    let b = t.mkdir(a, "b");
+    let mut expect = BTreeSet::new();
+    for i in 0..2500 {
+        // More than two bulk pages.
+        t.file(b, format!("f{i}").as_bytes(), b"x");
+        expect.insert(format!("/z/b/f{i}"));
+    }
+    let c = t.mkdir(b, "c");
+    t.file(c, b"deep", b"");
+    t.file(ROOT_INO, b"ab", b""); // shares a string prefix, not a path prefix
+    t.fs.rename(ROOT_INO, b"a", ROOT_INO, b"z", 0).unwrap();
+
+    assert!(t.paths(Query::tree("path", "/a")).is_empty());
+    let moved: BTreeSet<String> = t.paths(Query::tree("path", "/z/b")).into_iter().collect();
+    expect.extend(["/z/b".to_string(), "/z/b/c".into(), "/z/b/c/deep".into()]);
+    assert_eq!(moved, expect);
+    assert_eq!(t.paths(Query::term("name", "ab")), ["/ab"]);
+    assert_paths_consistent(&t);
+    // Lookups by (parent, name) did not depend on paths and still work.
+    assert_eq!(t.fs.lookup(c, b"deep").unwrap().size, 0);
+}
+
+#[test]
+fn exchange_of_two_directories_swaps_their_subtrees() {
+    let t = setup();
+    let x = t.mkdir(ROOT_INO, "x");
+    let y = t.mkdir(ROOT_INO, "y");
+    let xs = t.mkdir(x, "sub");
+    t.file(xs, b"from_x", b"1");
+    t.file(y, b"from_y", b"2");
+    t.fs.rename(ROOT_INO, b"x", ROOT_INO, b"y", libc::RENAME_EXCHANGE)
+        .unwrap();
+    assert_eq!(
+        t.paths(Query::tree("path", "/y")),
+        ["/y", "/y/sub", "/y/sub/from_x"]
+    );
+    assert_eq!(t.paths(Query::tree("path", "/x")), ["/x", "/x/from_y"]);
+    assert_paths_consistent(&t);
+}
+
+#[test]
+fn non_utf8_names_are_stored_losslessly_and_found_by_subtree() {
+    let t = setup();
+    let d =
+        t.fs.make_node(Ctx::ROOT, ROOT_INO, b"caf\xe9", NewNode::Dir, 0o755, 0)
+            .unwrap()
+            .ino;
+    t.file(d, b"\xff\xfe", b"");
+    let enc_dir = format!("/{}", encode_bytes(b"caf\xe9"));
+    let under = t.paths(Query::tree("path", &enc_dir));
+    assert_eq!(
+        under,
+        [
+            enc_dir.clone(),
+            format!("{enc_dir}/{}", encode_bytes(b"\xff\xfe"))
+        ]
+    );
+    // The JSON documents are valid UTF-8 and decode back to the bytes.
+    let items = t.fs.readdir(d, 0, 0, false).unwrap();
+    let names: Vec<&[u8]> = items.iter().map(|i| i.name.as_slice()).collect();
+    assert_eq!(names, [&b"."[..], b"..", b"\xff\xfe"]);
+}
+
+#[test]
+fn directory_of_100k_entries_lists_completely_in_bounded_pages() {
+    let t = setup();
+    let d = t.mkdir(ROOT_INO, "big");
+    // Write the documents in bulk (what the filesystem would write for
+    // 100k creates) so the test stays fast; then list through Fs.
+    let n = 100_000u64;
+    let ops = (0..n)
+        .map(|i| {
+            let name = format!("f{i:06}");
+            esfs::store::BulkOp::Create {
+                index: Idx::Entries,
+                id: esfs::model::entry_id(d, name.as_bytes()),
+                source: json!({
+                    "parent": d, "name": name, "path": format!("/big/{name}"), "dir": "/big",
+                    "ino": d, "kind": "dir", "cookie": 1_000_000 + i,
+                    "size": 0, "mtime": 0, "mode": 0o755, "uid": 0, "gid": 0
+                }),
+            }
+        })
+        .collect();
+    for r in t.store.bulk(ops).unwrap() {
+        r.unwrap();
+    }
+    let mut seen = BTreeSet::new();
+    let mut offset = 2; // after "." and ".."
+    let mut largest_page = 0;
+    loop {
+        let page = t.fs.readdir(d, 0, offset, false).unwrap();
+        if page.is_empty() {
+            break;
+        }
+        largest_page = largest_page.max(page.len());
+        for it in &page {
+            assert!(seen.insert(it.name.clone()), "duplicate {:?}", it.name);
+        }
+        offset = page.last().unwrap().offset;
+    }
+    assert_eq!(seen.len() as u64, n);
+    assert!(largest_page <= 512, "pages are bounded, got {largest_page}");
+}
+
+#[test]
+fn entry_ids_are_realtime_gets_and_searchable_fields_match_inodes() {
+    let t = setup();
+    let ino = t.file(ROOT_INO, b"f", b"12345");
+    let e = t
+        .store
+        .get(Idx::Entries, &esfs::model::entry_id(ROOT_INO, b"f"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.source["ino"], json!(ino));
+    assert_eq!(e.source["size"], json!(5));
+    let i = t.store.get(Idx::Inodes, &ino.to_string()).unwrap().unwrap();
+    assert_eq!(i.source["links"], json!([{"p": ROOT_INO, "n": "f"}]));
+    // A search over readdir's field sorted by the readdir cookie.
+    let hits = t
+        .store
+        .search(&SearchRequest {
+            index: Idx::Entries,
+            query: Query::term("parent", ROOT_INO),
+            sort: vec![Sort::asc("cookie")],
+            search_after: None,
+            size: 10,
+        })
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+}
