@@ -54,6 +54,7 @@ pub fn run(args: MountArgs) -> Result<(), String> {
         mountpoint: mnt,
         ..args
     };
+    fuse_config(&args)?; // bad options fail here, not in the background server
     if args.foreground {
         serve(&args)
     } else {

@@ -24,9 +24,15 @@ pub trait DataStore: Send + Sync {
     /// holds there (fewer at its end; the caller zero-fills up to the size).
     fn read(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize>;
     fn write(&self, key: &str, off: u64, data: &[u8]) -> io::Result<()>;
+    /// Make buffered writes durable against a crash of this process and
+    /// visible to other mounts (called on every close, before the size is
+    /// published). Stores that write through need do nothing.
+    fn flush(&self, _key: &str) -> io::Result<()> {
+        Ok(())
+    }
     /// Set the length (extending leaves a hole).
     fn truncate(&self, key: &str, size: u64) -> io::Result<()>;
-    /// Make the contents durable.
+    /// Make the contents durable, also against power loss (fsync).
     fn sync(&self, key: &str) -> io::Result<()>;
     fn remove(&self, key: &str) -> io::Result<()>;
     /// Hint: the key is no longer open; resources held for it can go.

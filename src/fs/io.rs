@@ -187,12 +187,23 @@ impl Fs {
         Ok(())
     }
 
-    /// Write the in-memory size/times of an open file to its inode document.
+    /// Write the in-memory size/times of an open file to its inode document,
+    /// after the data they describe is flushed.
     pub(super) fn persist(&self, ino: u64) -> FsResult<()> {
-        let (size, atime, mtime, ctime, epoch) = match self.open.lock().get(&ino) {
-            Some(st) if st.dirty => (st.size, st.atime_ns, st.mtime_ns, st.ctime_ns, st.epoch),
+        let (size, atime, mtime, ctime, epoch, key) = match self.open.lock().get(&ino) {
+            Some(st) if st.dirty => (
+                st.size,
+                st.atime_ns,
+                st.mtime_ns,
+                st.ctime_ns,
+                st.epoch,
+                st.key.clone(),
+            ),
             _ => return Ok(()),
         };
+        if let Some(key) = key {
+            self.data.flush(&key)?;
+        }
         let inode = self.update_inode(ino, |i| {
             i.size = size;
             i.atime_ns = atime;

@@ -526,7 +526,12 @@ impl Fs {
             &*self.store,
             Idx::Entries,
             query,
-            vec![crate::store::Sort::asc("cookie")],
+            // Paths are unique and index-ordered; the cookie breaks ties for
+            // paths too long to be indexed as keywords on Elasticsearch.
+            vec![
+                crate::store::Sort::asc("path"),
+                crate::store::Sort::asc("cookie"),
+            ],
             1000,
             |hits| {
                 let mut ids = Vec::with_capacity(hits.len());

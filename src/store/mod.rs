@@ -14,6 +14,7 @@
 //! - ids are UTF-8 strings of at most [`MAX_ID_BYTES`] bytes.
 
 pub mod embedded;
+pub mod es;
 pub mod schema;
 
 use serde_json::Value;
@@ -220,10 +221,23 @@ pub trait MetaStore: Send + Sync {
     fn sync(&self) -> StoreResult<()>;
     /// A short human description ("sqlite:/path", "elasticsearch:http://...").
     fn describe(&self) -> String;
+    /// Visit every hit of a query, a page at a time, until `f` returns
+    /// false. The sort must end with a unique field. Backends with
+    /// snapshots (Elasticsearch's point in time) override this so a long
+    /// iteration sees one consistent view.
+    fn scan_pages(
+        &self,
+        index: Idx,
+        query: &Query,
+        sort: &[Sort],
+        page: usize,
+        f: &mut dyn FnMut(Vec<Hit>) -> StoreResult<bool>,
+    ) -> StoreResult<()> {
+        search_after_pages(self, index, query, sort, page, f)
+    }
 }
 
-/// Iterate over every hit of a query in pages of `page` (search_after paging).
-/// The sort must end with a unique field.
+/// Visit every hit of a query in pages of `page` (see [`MetaStore::scan_pages`]).
 pub fn scan(
     store: &dyn MetaStore,
     index: Idx,
@@ -232,12 +246,24 @@ pub fn scan(
     page: usize,
     mut f: impl FnMut(Vec<Hit>) -> StoreResult<bool>,
 ) -> StoreResult<()> {
+    store.scan_pages(index, &query, &sort, page, &mut f)
+}
+
+/// Plain `search_after` paging, for backends whose search has no snapshots.
+pub fn search_after_pages<S: MetaStore + ?Sized>(
+    store: &S,
+    index: Idx,
+    query: &Query,
+    sort: &[Sort],
+    page: usize,
+    f: &mut dyn FnMut(Vec<Hit>) -> StoreResult<bool>,
+) -> StoreResult<()> {
     let mut after: Option<Vec<Value>> = None;
     loop {
         let hits = store.search(&SearchRequest {
             index,
             query: query.clone(),
-            sort: sort.clone(),
+            sort: sort.to_vec(),
             search_after: after.clone(),
             size: page,
         })?;

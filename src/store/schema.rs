@@ -14,6 +14,8 @@
 //!   xattrs, symlink target, content key and back-links to its names.
 //! - `locks`: lock documents (global, per-document, tree locks) and intents.
 //! - `meta`: the superblock and the id allocator.
+//! - `chunks`: file contents in fixed-size chunks (`_id` = `<key>:<n>`), when
+//!   contents live in the cluster rather than a data directory.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Idx {
@@ -21,10 +23,12 @@ pub enum Idx {
     Inodes,
     Locks,
     Meta,
+    /// File contents as chunk documents (Elasticsearch mode without --data).
+    Chunks,
 }
 
 impl Idx {
-    pub const ALL: [Idx; 4] = [Idx::Entries, Idx::Inodes, Idx::Locks, Idx::Meta];
+    pub const ALL: [Idx; 5] = [Idx::Entries, Idx::Inodes, Idx::Locks, Idx::Meta, Idx::Chunks];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -32,6 +36,7 @@ impl Idx {
             Idx::Inodes => "inodes",
             Idx::Locks => "locks",
             Idx::Meta => "meta",
+            Idx::Chunks => "chunks",
         }
     }
 
@@ -41,6 +46,7 @@ impl Idx {
             Idx::Inodes => INODE_FIELDS,
             Idx::Locks => LOCK_FIELDS,
             Idx::Meta => &[],
+            Idx::Chunks => CHUNK_FIELDS,
         }
     }
 
@@ -94,3 +100,5 @@ pub const ENTRY_FIELDS: &[Field] = &[
 pub const INODE_FIELDS: &[Field] = &[f("kind", Keyword), f("orphan", Bool)];
 
 pub const LOCK_FIELDS: &[Field] = &[f("type", Keyword), f("owner", Keyword), f("expires", Date)];
+
+pub const CHUNK_FIELDS: &[Field] = &[f("file", Keyword), f("n", Long)];
