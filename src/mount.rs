@@ -4,10 +4,13 @@
 //! (a fresh process, so no threads are forked) and returns only once the
 //! kernel lists the mount, or prints why the server could not start.
 
-use crate::data::LocalDataStore;
+use crate::data::chunks::ChunkStore;
+use crate::data::{DataStore, LocalDataStore};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
+use crate::store::MetaStore;
 use crate::store::embedded::EmbeddedStore;
+use crate::store::es::{EsConfig, EsStore, redact};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -18,11 +21,20 @@ use std::time::{Duration, Instant};
 
 pub const FSTYPE: &str = "fuse.esfs";
 
+/// Where the metadata lives.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// The embedded SQLite store in this directory.
+    Embedded(PathBuf),
+    Elasticsearch(EsConfig),
+}
+
 #[derive(Clone, Debug)]
 pub struct MountArgs {
     pub mountpoint: PathBuf,
-    pub store: PathBuf,
-    pub data: PathBuf,
+    pub backend: Backend,
+    /// Contents directory; `None` on Elasticsearch keeps contents in the cluster.
+    pub data: Option<PathBuf>,
     pub foreground: bool,
     pub options: Vec<String>,
     pub attr_ttl: Duration,
@@ -74,14 +86,35 @@ fn background(args: &MountArgs) -> Result<(), String> {
     let start_len = log.metadata().map(|m| m.len()).unwrap_or(0);
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("mount")
-        .arg(&args.mountpoint)
-        .arg("--foreground")
-        .arg("--store")
-        .arg(&args.store)
-        .arg("--data")
-        .arg(&args.data)
-        .arg("--attr-ttl")
+    cmd.arg("mount").arg(&args.mountpoint).arg("--foreground");
+    match &args.backend {
+        Backend::Embedded(dir) => {
+            cmd.arg("--store").arg(dir);
+        }
+        Backend::Elasticsearch(es) => {
+            // Secrets travel in the environment, never on a command line.
+            cmd.env("ESFS_ES_URL", &es.url)
+                .arg("--index")
+                .arg(&es.index);
+            for (var, val) in [
+                ("ESFS_ES_USER", &es.user),
+                ("ESFS_ES_PASSWORD", &es.password),
+                ("ESFS_ES_API_KEY", &es.api_key),
+            ] {
+                match val {
+                    Some(v) => cmd.env(var, v),
+                    None => cmd.env_remove(var),
+                };
+            }
+            if let Some(ca) = &es.ca {
+                cmd.arg("--es-ca").arg(ca);
+            }
+        }
+    }
+    if let Some(data) = &args.data {
+        cmd.arg("--data").arg(data);
+    }
+    cmd.arg("--attr-ttl")
         .arg(args.attr_ttl.as_secs_f64().to_string())
         .arg("--threads")
         .arg(args.threads.to_string())
@@ -110,19 +143,26 @@ fn background(args: &MountArgs) -> Result<(), String> {
                 "esfs: mounted {} (pid {})\n  metadata: {}\n  data:     {}\n  log:      {}\n  unmount:  fusermount3 -u {}",
                 args.mountpoint.display(),
                 child.id(),
-                args.store.display(),
-                args.data.display(),
+                describe_backend(&args.backend),
+                describe_data(args),
                 args.log.display(),
                 args.mountpoint.display()
             );
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
+            // The server's own one-line error is its last line.
             let text = std::fs::read(&args.log).unwrap_or_default();
             let tail = String::from_utf8_lossy(&text[(start_len as usize).min(text.len())..]);
+            let last = tail
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            let last = last.strip_prefix("esfs: ").unwrap_or(last);
             return Err(format!(
-                "server exited ({status}) before mounting:\n{}",
-                tail.trim_end()
+                "{last} (server exited: {status}; log: {})",
+                args.log.display()
             ));
         }
         if Instant::now() > deadline {
@@ -253,22 +293,72 @@ fn fuse_config(args: &MountArgs) -> Result<fuser::Config, String> {
     Ok(cfg)
 }
 
+fn describe_backend(b: &Backend) -> String {
+    match b {
+        Backend::Embedded(dir) => dir.display().to_string(),
+        Backend::Elasticsearch(es) => format!("{} (indices {}-*)", redact(&es.url), es.index),
+    }
+}
+
+fn describe_data(args: &MountArgs) -> String {
+    match (&args.data, &args.backend) {
+        (Some(d), _) => d.display().to_string(),
+        (None, Backend::Elasticsearch(es)) => format!("{}-chunks index", es.index),
+        (None, Backend::Embedded(_)) => "?".into(),
+    }
+}
+
+/// The stores a mount (or a maintenance command) works on.
+pub struct Stores {
+    pub meta: Arc<dyn MetaStore>,
+    pub data: Arc<dyn DataStore>,
+    /// Holds an embedded store's mount lock while alive.
+    pub lock: Option<File>,
+}
+
+/// Open the metadata store and the content store; with `lock`, claim an
+/// embedded store for this process.
+pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result<Stores, String> {
+    let (store, guard): (Arc<dyn MetaStore>, _) = match backend {
+        Backend::Embedded(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("store {}: {e}", dir.display()))?;
+            let guard = if lock { Some(lock_store(dir)?) } else { None };
+            let s = EmbeddedStore::open(dir)
+                .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?;
+            (Arc::new(s), guard)
+        }
+        Backend::Elasticsearch(cfg) => {
+            let s = EsStore::connect(cfg).map_err(|e| e.to_string())?;
+            log::info!("connected: {}", s.describe());
+            (Arc::new(s), None)
+        }
+    };
+    let data: Arc<dyn DataStore> = match data {
+        Some(dir) => Arc::new(
+            LocalDataStore::open(dir)
+                .map_err(|e| format!("cannot open data directory {}: {e}", dir.display()))?,
+        ),
+        None => Arc::new(ChunkStore::new(store.clone())),
+    };
+    Ok(Stores {
+        meta: store,
+        data,
+        lock: guard,
+    })
+}
+
 fn serve(args: &MountArgs) -> Result<(), String> {
     let cfg = fuse_config(args)?;
-    std::fs::create_dir_all(&args.store)
-        .map_err(|e| format!("store {}: {e}", args.store.display()))?;
-    let _lock = lock_store(&args.store)?;
-    let store = EmbeddedStore::open(&args.store)
-        .map_err(|e| format!("cannot open store {}: {e}", args.store.display()))?;
-    let data = LocalDataStore::open(&args.data)
-        .map_err(|e| format!("cannot open data directory {}: {e}", args.data.display()))?;
+    let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
+    // The embedded store has exactly one mount; Elasticsearch may have many.
+    let exclusive = matches!(args.backend, Backend::Embedded(_));
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let fs = Fs::new(
-        Arc::new(store),
-        Arc::new(data),
+        stores.meta.clone(),
+        stores.data.clone(),
         FsConfig {
-            exclusive: true,
+            exclusive,
             root_uid: uid,
             root_gid: gid,
         },
@@ -280,7 +370,7 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     // unmounts cleanly, so `kill` never leaves a dead mount behind.
     let signals = block_signals();
     let mut session = fuser::Session::new(
-        FuseFs::new(fs.clone(), args.attr_ttl, true),
+        FuseFs::new(fs.clone(), args.attr_ttl, exclusive),
         &args.mountpoint,
         &cfg,
     )

@@ -2,6 +2,8 @@
 //! never move data. The inode document's `size` is the truth for the length;
 //! the data store only has to return what was written (holes read as zeros).
 
+pub mod chunks;
+
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};

@@ -1,0 +1,938 @@
+//! The Elasticsearch backend: [`MetaStore`] over the official `elasticsearch`
+//! crate. One index per logical index (`<name>-entries`, `<name>-inodes`, ...),
+//! created on first mount with explicit mappings built from `schema`.
+//!
+//! How it respects Elasticsearch's behaviour:
+//! - lookups are realtime GET/mget; only listings and subtree queries search.
+//! - search is near-real-time, so this client remembers which indices it
+//!   wrote since their last refresh and refreshes such an index before
+//!   searching it: a mount reads its own writes immediately, and other
+//!   mounts' writes become visible within `refresh_interval` (1 s). Nothing
+//!   refreshes when nothing was written.
+//! - bulk answers 200 with per-item results: every item is checked, and items
+//!   rejected with 429 are retried.
+//! - 429/502/503/504 and transport failures are retried with jittered
+//!   exponential backoff for at most `retry_budget`, then reported as
+//!   `Unavailable` (EIO above), so a lost server never hangs a syscall.
+//! - 409 `version_conflict_engine_exception` is `Conflict`; a GET miss is a
+//!   404 `{"found": false}`, not an error.
+//! - long iterations use a point in time with `search_after`, so a 100k-entry
+//!   subtree is read completely and consistently past the 10k window.
+
+use super::schema::{Field, FieldType, Idx};
+use super::*;
+use elasticsearch::auth::Credentials;
+use elasticsearch::cert::{Certificate, CertificateValidation};
+use elasticsearch::http::Url;
+use elasticsearch::http::response::Response;
+use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
+use elasticsearch::indices::{
+    IndicesCreateParts, IndicesExistsParts, IndicesGetMappingParts, IndicesRefreshParts,
+};
+use elasticsearch::*;
+use serde_json::{Value, json};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Version of the index layout; a mount refuses indices with another one.
+pub const MAPPING_FORMAT: u64 = 1;
+/// keyword terms above this many characters are not indexed (Lucene's term
+/// limit is 32766 bytes; 4 bytes per character at most).
+const IGNORE_ABOVE: u64 = 8191;
+/// Bulk requests are cut at about this many bytes.
+const BULK_BYTES: usize = 8 << 20;
+
+#[derive(Clone, Debug)]
+pub struct EsConfig {
+    pub url: String,
+    /// Prefix of the index names.
+    pub index: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub api_key: Option<String>,
+    /// PEM file of a CA to trust (self-signed clusters).
+    pub ca: Option<std::path::PathBuf>,
+    /// Timeout of one request.
+    pub timeout: Duration,
+    /// How long one operation may keep retrying before it fails.
+    pub retry_budget: Duration,
+}
+
+impl EsConfig {
+    pub fn new(url: &str, index: &str) -> EsConfig {
+        EsConfig {
+            url: url.to_string(),
+            index: index.to_string(),
+            user: None,
+            password: None,
+            api_key: None,
+            ca: None,
+            timeout: Duration::from_secs(10),
+            retry_budget: Duration::from_secs(15),
+        }
+    }
+}
+
+pub struct EsStore {
+    client: Elasticsearch,
+    rt: tokio::runtime::Runtime,
+    prefix: String,
+    /// URL without credentials, for messages.
+    url: String,
+    retry_budget: Duration,
+    /// Per index: written by this client since its last refresh.
+    dirty: [AtomicBool; Idx::ALL.len()],
+    /// The server's version string, as reported at connect time.
+    pub server_version: String,
+}
+
+/// The URL with any user:password removed, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string().trim_end_matches('/').to_string()
+        }
+        Err(_) => url.to_string(),
+    }
+}
+
+/// Index names must be lowercase and free of a few characters.
+fn check_index_name(name: &str) -> StoreResult<()> {
+    let bad = name.is_empty()
+        || name.starts_with(['_', '-', '+'])
+        || name.chars().any(|c| {
+            c.is_uppercase()
+                || matches!(
+                    c,
+                    '\\' | '/' | '*' | '?' | '"' | '<' | '>' | '|' | ' ' | ',' | '#' | ':'
+                )
+        });
+    if bad {
+        return Err(StoreError::Invalid(format!(
+            "index name {name:?} must be lowercase, without spaces or any of \\/*?\"<>|,#:, and not start with _ - +"
+        )));
+    }
+    Ok(())
+}
+
+fn field_mapping(f: &Field) -> Value {
+    match f.ty {
+        FieldType::Keyword => json!({"type": "keyword", "ignore_above": IGNORE_ABOVE}),
+        FieldType::KeywordText => json!({
+            "type": "keyword", "ignore_above": IGNORE_ABOVE,
+            "fields": {"text": {"type": "text"}}
+        }),
+        FieldType::Path => json!({
+            "type": "keyword", "ignore_above": IGNORE_ABOVE,
+            "fields": {"tree": {"type": "text", "analyzer": "esfs_path", "search_analyzer": "keyword"}}
+        }),
+        FieldType::Long => json!({"type": "long"}),
+        FieldType::Date => json!({"type": "date", "format": "epoch_millis"}),
+        FieldType::Bool => json!({"type": "boolean"}),
+    }
+}
+
+/// Settings and mappings of one index: only declared fields are indexed
+/// (`dynamic: false`); everything else stays in `_source`.
+pub fn index_body(idx: Idx) -> Value {
+    let mut props = serde_json::Map::new();
+    for f in idx.fields() {
+        props.insert(f.name.to_string(), field_mapping(f));
+    }
+    if idx == Idx::Chunks {
+        props.insert("data".into(), json!({"type": "binary"}));
+    }
+    json!({
+        "settings": {
+            "index": {
+                "number_of_shards": 1,
+                "refresh_interval": "1s",
+                "max_result_window": 10000
+            },
+            "analysis": {
+                "tokenizer": {"esfs_path": {"type": "path_hierarchy", "delimiter": "/"}},
+                "analyzer": {"esfs_path": {"type": "custom", "tokenizer": "esfs_path"}}
+            }
+        },
+        "mappings": {
+            "dynamic": false,
+            "_meta": {"esfs_format": MAPPING_FORMAT, "esfs_index": idx.name()},
+            "properties": props
+        }
+    })
+}
+
+/// The Elasticsearch query DSL for a [`Query`].
+pub fn query_json(q: &Query) -> Value {
+    match q {
+        Query::MatchAll => json!({"match_all": {}}),
+        Query::Term { field, value } => json!({"term": {field: value}}),
+        Query::Terms { field, values } => json!({"terms": {field: values}}),
+        Query::Prefix { field, value } => json!({"prefix": {field: value}}),
+        Query::Tree { field, path } => json!({"term": {format!("{field}.tree"): path}}),
+        Query::Range {
+            field,
+            gte,
+            gt,
+            lte,
+            lt,
+        } => {
+            let mut r = serde_json::Map::new();
+            for (k, v) in [("gte", gte), ("gt", gt), ("lte", lte), ("lt", lt)] {
+                if let Some(v) = v {
+                    r.insert(k.into(), v.clone());
+                }
+            }
+            json!({"range": {field: r}})
+        }
+        Query::Exists { field } => json!({"exists": {"field": field}}),
+        Query::Bool {
+            must,
+            must_not,
+            should,
+        } => {
+            let list = |qs: &Vec<Query>| qs.iter().map(query_json).collect::<Vec<_>>();
+            let mut b = serde_json::Map::new();
+            b.insert("filter".into(), json!(list(must)));
+            b.insert("must_not".into(), json!(list(must_not)));
+            if !should.is_empty() {
+                b.insert("should".into(), json!(list(should)));
+                b.insert("minimum_should_match".into(), json!(1));
+            }
+            json!({"bool": b})
+        }
+    }
+}
+
+fn sort_json(sort: &[Sort]) -> Value {
+    json!(
+        sort.iter()
+            .map(|s| json!({&s.field: {"order": if s.descending { "desc" } else { "asc" }}}))
+            .collect::<Vec<_>>()
+    )
+}
+
+fn version_of(v: &Value) -> Option<Version> {
+    Some(Version {
+        seq_no: v["_seq_no"].as_u64()?,
+        primary_term: v["_primary_term"].as_u64()?,
+    })
+}
+
+fn doc_of(v: &Value) -> StoreResult<Doc> {
+    Ok(Doc {
+        id: v["_id"].as_str().unwrap_or_default().to_string(),
+        version: version_of(v)
+            .ok_or_else(|| StoreError::Other(format!("response without _seq_no: {v}")))?,
+        source: v["_source"].clone(),
+    })
+}
+
+/// The error type and reason of an Elasticsearch error body.
+fn reason(body: &Value) -> String {
+    let e = &body["error"];
+    match (e["type"].as_str(), e["reason"].as_str()) {
+        (Some(t), Some(r)) => format!("{t}: {r}"),
+        _ => body.to_string(),
+    }
+}
+
+/// A per-item or per-request failure in store terms.
+fn error_of(status: u16, body: &Value, id: &str) -> StoreError {
+    match status {
+        409 => StoreError::Conflict(id.to_string()),
+        404 => StoreError::NotFound(format!("{id}: {}", reason(body))),
+        400 | 413 => StoreError::Invalid(reason(body)),
+        429 | 502 | 503 | 504 => {
+            StoreError::Unavailable(format!("HTTP {status}: {}", reason(body)))
+        }
+        _ => StoreError::Other(format!("HTTP {status}: {}", reason(body))),
+    }
+}
+
+/// An error with its causes ("error sending request: ...: Connection refused").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !msg.contains(&s) {
+            msg.push_str(": ");
+            msg.push_str(&s);
+        }
+        cur = c.source();
+    }
+    msg
+}
+
+fn retryable(status: u16) -> bool {
+    matches!(status, 429 | 502 | 503 | 504)
+}
+
+impl EsStore {
+    /// Connect, check the server, and create or verify the indices. Fails
+    /// within about `timeout` with one line naming the URL and the cause.
+    pub fn connect(cfg: &EsConfig) -> StoreResult<EsStore> {
+        check_index_name(&cfg.index)?;
+        let shown = redact(&cfg.url);
+        let url = Url::parse(&cfg.url)
+            .map_err(|e| StoreError::Invalid(format!("bad Elasticsearch URL {shown:?}: {e}")))?;
+        let mut tb = TransportBuilder::new(SingleNodeConnectionPool::new(url.clone()))
+            .disable_proxy()
+            .timeout(cfg.timeout);
+        let (url_user, url_pass) = (url.username(), url.password());
+        if let Some(key) = &cfg.api_key {
+            tb = tb.auth(Credentials::EncodedApiKey(key.clone()));
+        } else if let Some(user) = cfg
+            .user
+            .as_deref()
+            .or((!url_user.is_empty()).then_some(url_user))
+        {
+            let pass = cfg.password.as_deref().or(url_pass).unwrap_or("");
+            tb = tb.auth(Credentials::Basic(user.to_string(), pass.to_string()));
+        }
+        if let Some(ca) = &cfg.ca {
+            let pem = std::fs::read(ca)
+                .map_err(|e| StoreError::Invalid(format!("CA file {}: {e}", ca.display())))?;
+            let cert = Certificate::from_pem(&pem)
+                .map_err(|e| StoreError::Invalid(format!("CA file {}: {e}", ca.display())))?;
+            tb = tb.cert_validation(CertificateValidation::Full(cert));
+        }
+        let transport = tb
+            .build()
+            .map_err(|e| StoreError::Invalid(format!("Elasticsearch client for {shown}: {e}")))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("esfs-es")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Other(format!("tokio runtime: {e}")))?;
+        let mut store = EsStore {
+            client: Elasticsearch::new(transport),
+            rt,
+            prefix: cfg.index.clone(),
+            url: shown.clone(),
+            retry_budget: cfg.retry_budget,
+            dirty: Default::default(),
+            server_version: String::new(),
+        };
+        // At connect time fail fast: one attempt, no retry budget.
+        let info = store
+            .once(|c| async move { c.info().send().await })
+            .map_err(|e| {
+                StoreError::Unavailable(format!("cannot reach Elasticsearch at {shown}: {e}"))
+            })?;
+        if info.0 != 200 {
+            return Err(StoreError::Unavailable(format!(
+                "Elasticsearch at {shown} answered HTTP {}: {}",
+                info.0,
+                reason(&info.1)
+            )));
+        }
+        let version = info.1["version"]["number"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
+        let major: u32 = version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if !(8..=9).contains(&major) {
+            return Err(StoreError::Invalid(format!(
+                "Elasticsearch at {shown} is version {version}; esfs supports 8.x and 9.x"
+            )));
+        }
+        store.server_version = version;
+        store.ensure_indices()?;
+        Ok(store)
+    }
+
+    pub fn index_name(&self, idx: Idx) -> String {
+        format!("{}-{}", self.prefix, idx.name())
+    }
+
+    /// Create missing indices; refuse ones made by an incompatible esfs.
+    fn ensure_indices(&self) -> StoreResult<()> {
+        for idx in Idx::ALL {
+            let name = &self.index_name(idx);
+            let name = name.as_str();
+            let (status, _) = self.call(|c| async move {
+                c.indices()
+                    .exists(IndicesExistsParts::Index(&[name]))
+                    .send()
+                    .await
+            })?;
+            if status == 404 {
+                let body = index_body(idx);
+                let body = &body;
+                let (status, resp) = self.call(|c| async move {
+                    c.indices()
+                        .create(IndicesCreateParts::Index(name))
+                        .body(body.clone())
+                        .send()
+                        .await
+                })?;
+                let raced = resp["error"]["type"] == "resource_already_exists_exception";
+                if status != 200 && !raced {
+                    return Err(StoreError::Other(format!(
+                        "creating index {name}: {}",
+                        reason(&resp)
+                    )));
+                }
+                if !raced {
+                    continue;
+                }
+            }
+            let (status, resp) = self.call(|c| async move {
+                c.indices()
+                    .get_mapping(IndicesGetMappingParts::Index(&[name]))
+                    .send()
+                    .await
+            })?;
+            if status != 200 {
+                return Err(StoreError::Other(format!(
+                    "mapping of {name}: {}",
+                    reason(&resp)
+                )));
+            }
+            let format = resp[&name]["mappings"]["_meta"]["esfs_format"].as_u64();
+            if format != Some(MAPPING_FORMAT) {
+                return Err(StoreError::Invalid(format!(
+                    "index {name} was not created by this esfs (mapping format {}, expected {MAPPING_FORMAT}); \
+                     use another --index or delete it",
+                    format.map_or("none".to_string(), |f| f.to_string())
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// One request, no retries: (status, body). Used at connect time.
+    fn once<F, Fut>(&self, f: F) -> Result<(u16, Value), String>
+    where
+        F: Fn(Elasticsearch) -> Fut,
+        Fut: Future<Output = Result<Response, elasticsearch::Error>>,
+    {
+        self.rt.block_on(async {
+            let resp = f(self.client.clone()).await.map_err(|e| error_chain(&e))?;
+            let status = resp.status_code().as_u16();
+            let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+            Ok((status, body))
+        })
+    }
+
+    /// A request with bounded retries on overload and transport failures:
+    /// (status, body) of the final answer, or `Unavailable`.
+    fn call<F, Fut>(&self, f: F) -> StoreResult<(u16, Value)>
+    where
+        F: Fn(Elasticsearch) -> Fut,
+        Fut: Future<Output = Result<Response, elasticsearch::Error>>,
+    {
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let last = match self.once(&f) {
+                Ok((status, body)) if !retryable(status) => return Ok((status, body)),
+                Ok((status, body)) => format!("HTTP {status}: {}", reason(&body)),
+                Err(e) => e,
+            };
+            if start.elapsed() + delay > self.retry_budget {
+                log::warn!("Elasticsearch at {} unavailable: {last}", self.url);
+                return Err(StoreError::Unavailable(format!(
+                    "Elasticsearch at {} unavailable: {last}",
+                    self.url
+                )));
+            }
+            log::debug!("retrying in {delay:?} after: {last}");
+            std::thread::sleep(jitter(delay));
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    fn mark_dirty(&self, idx: Idx) {
+        self.dirty[idx as usize].store(true, Ordering::Release);
+    }
+
+    /// Read-your-writes for search: refresh an index this client changed.
+    fn refresh_if_dirty(&self, idx: Idx) -> StoreResult<()> {
+        if self.dirty[idx as usize].swap(false, Ordering::AcqRel)
+            && let Err(e) = self.refresh(idx)
+        {
+            self.mark_dirty(idx);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn search_body(&self, req: &SearchRequest) -> Value {
+        let mut body = json!({
+            "query": query_json(&req.query),
+            "size": req.size,
+            "seq_no_primary_term": true,
+            "track_total_hits": false,
+        });
+        if !req.sort.is_empty() {
+            body["sort"] = sort_json(&req.sort);
+        }
+        if let Some(after) = &req.search_after {
+            body["search_after"] = json!(after);
+        }
+        body
+    }
+
+    fn hits_of(resp: &Value, strip: usize) -> StoreResult<Vec<Hit>> {
+        let mut out = Vec::new();
+        for h in resp["hits"]["hits"].as_array().into_iter().flatten() {
+            let mut sort: Vec<Value> = h["sort"].as_array().cloned().unwrap_or_default();
+            sort.truncate(sort.len().saturating_sub(strip));
+            out.push(Hit {
+                doc: doc_of(h)?,
+                sort,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn jitter(d: Duration) -> Duration {
+    // Cheap jitter from the clock: spreads retries of concurrent callers.
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|t| t.subsec_nanos())
+        .unwrap_or(0);
+    d + d * (n % 1000) / 2000
+}
+
+/// One NDJSON action line (+ source) of a bulk request.
+fn bulk_lines(op: &BulkOp, index: &str, out: &mut Vec<String>) {
+    let meta = |id: &str, v: Option<Version>| {
+        let mut m = json!({"_index": index, "_id": id});
+        if let Some(v) = v {
+            m["if_seq_no"] = json!(v.seq_no);
+            m["if_primary_term"] = json!(v.primary_term);
+        }
+        m
+    };
+    match op {
+        BulkOp::Create { id, source, .. } => {
+            out.push(json!({"create": meta(id, None)}).to_string());
+            out.push(source.to_string());
+        }
+        BulkOp::Index {
+            id,
+            source,
+            if_version,
+            ..
+        } => {
+            out.push(json!({"index": meta(id, *if_version)}).to_string());
+            out.push(source.to_string());
+        }
+        BulkOp::Delete { id, if_version, .. } => {
+            out.push(json!({"delete": meta(id, *if_version)}).to_string());
+        }
+    }
+}
+
+fn op_index(op: &BulkOp) -> Idx {
+    match op {
+        BulkOp::Create { index, .. }
+        | BulkOp::Index { index, .. }
+        | BulkOp::Delete { index, .. } => *index,
+    }
+}
+
+fn op_id(op: &BulkOp) -> &str {
+    match op {
+        BulkOp::Create { id, .. } | BulkOp::Index { id, .. } | BulkOp::Delete { id, .. } => id,
+    }
+}
+
+impl MetaStore for EsStore {
+    fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let (status, body) =
+            self.call(|c| async move { c.get(GetParts::IndexId(name, id)).send().await })?;
+        match status {
+            200 => Ok(Some(doc_of(&body)?)),
+            404 if body["found"] == false => Ok(None),
+            _ => Err(error_of(status, &body, id)),
+        }
+    }
+
+    fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let body = &json!({ "ids": ids });
+        let (status, resp) = self.call(|c| async move {
+            c.mget(MgetParts::Index(name))
+                .body(body.clone())
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(error_of(status, &resp, "_mget"));
+        }
+        let docs = resp["docs"].as_array().cloned().unwrap_or_default();
+        if docs.len() != ids.len() {
+            return Err(StoreError::Other(format!(
+                "mget answered {} docs for {} ids",
+                docs.len(),
+                ids.len()
+            )));
+        }
+        docs.iter()
+            .map(|d| {
+                if d["found"] == true {
+                    doc_of(d).map(Some)
+                } else if d.get("error").is_some() {
+                    Err(StoreError::Other(reason(d)))
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect()
+    }
+
+    fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let (status, body) = self.call(|c| async move {
+            c.create(CreateParts::IndexId(name, id))
+                .body(source.clone())
+                .send()
+                .await
+        })?;
+        self.mark_dirty(index);
+        match status {
+            200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
+            _ => Err(error_of(status, &body, id)),
+        }
+    }
+
+    fn put(
+        &self,
+        index: Idx,
+        id: &str,
+        source: &Value,
+        if_version: Option<Version>,
+    ) -> StoreResult<Version> {
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let (status, body) = self.call(|c| async move {
+            let mut req = c.index(IndexParts::IndexId(name, id)).body(source.clone());
+            if let Some(v) = if_version {
+                req = req
+                    .if_seq_no(v.seq_no as i64)
+                    .if_primary_term(v.primary_term as i64);
+            }
+            req.send().await
+        })?;
+        self.mark_dirty(index);
+        match status {
+            200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
+            // A conditional write on a missing document is a conflict too.
+            404 if if_version.is_some() => Err(StoreError::Conflict(id.to_string())),
+            _ => Err(error_of(status, &body, id)),
+        }
+    }
+
+    fn delete(&self, index: Idx, id: &str, if_version: Option<Version>) -> StoreResult<bool> {
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let (status, body) = self.call(|c| async move {
+            let mut req = c.delete(DeleteParts::IndexId(name, id));
+            if let Some(v) = if_version {
+                req = req
+                    .if_seq_no(v.seq_no as i64)
+                    .if_primary_term(v.primary_term as i64);
+            }
+            req.send().await
+        })?;
+        self.mark_dirty(index);
+        match status {
+            200 => Ok(true),
+            404 if body["result"] == "not_found" && if_version.is_none() => Ok(false),
+            404 if body["result"] == "not_found" => Err(StoreError::Conflict(id.to_string())),
+            _ => Err(error_of(status, &body, id)),
+        }
+    }
+
+    fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
+        let mut results: Vec<Option<BulkItemResult>> = vec![None; ops.len()];
+        let mut pending: Vec<usize> = (0..ops.len()).collect();
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(50);
+        for idx in Idx::ALL {
+            if ops.iter().any(|o| op_index(o) == idx) {
+                self.mark_dirty(idx);
+            }
+        }
+        while !pending.is_empty() {
+            let mut retry = Vec::new();
+            // Cut into requests of bounded size.
+            let mut i = 0;
+            while i < pending.len() {
+                let mut lines = Vec::new();
+                let mut bytes = 0;
+                let mut batch = Vec::new();
+                while i < pending.len() && (batch.is_empty() || bytes < BULK_BYTES) {
+                    let op = &ops[pending[i]];
+                    let before = lines.len();
+                    bulk_lines(op, &self.index_name(op_index(op)), &mut lines);
+                    bytes += lines[before..].iter().map(|l| l.len() + 1).sum::<usize>();
+                    batch.push(pending[i]);
+                    i += 1;
+                }
+                let lines = &lines;
+                let (status, resp) = self.call(|c| async move {
+                    c.bulk(BulkParts::None).body(lines.clone()).send().await
+                })?;
+                if status != 200 {
+                    return Err(error_of(status, &resp, "_bulk"));
+                }
+                let items = resp["items"].as_array().cloned().unwrap_or_default();
+                if items.len() != batch.len() {
+                    return Err(StoreError::Other(format!(
+                        "bulk answered {} items for {} actions",
+                        items.len(),
+                        batch.len()
+                    )));
+                }
+                for (&k, item) in batch.iter().zip(&items) {
+                    // Each item is {"<action>": {...}}.
+                    let r = item
+                        .as_object()
+                        .and_then(|o| o.values().next())
+                        .cloned()
+                        .unwrap_or_default();
+                    let status = r["status"].as_u64().unwrap_or(500) as u16;
+                    let id = op_id(&ops[k]);
+                    results[k] = Some(match status {
+                        200 | 201 => version_of(&r).ok_or_else(|| StoreError::Other(r.to_string())),
+                        404 if r["result"] == "not_found" => match &ops[k] {
+                            BulkOp::Delete {
+                                if_version: None, ..
+                            } => Err(StoreError::NotFound(id.to_string())),
+                            _ => Err(StoreError::Conflict(id.to_string())),
+                        },
+                        s if retryable(s) => {
+                            retry.push(k);
+                            continue;
+                        }
+                        s => Err(error_of(s, &r, id)),
+                    });
+                }
+            }
+            if !retry.is_empty() {
+                if start.elapsed() + delay > self.retry_budget {
+                    for k in retry {
+                        results[k] = Some(Err(StoreError::Unavailable(format!(
+                            "Elasticsearch at {} kept rejecting bulk items",
+                            self.url
+                        ))));
+                    }
+                    break;
+                }
+                std::thread::sleep(jitter(delay));
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            pending = retry_pending(&results);
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect())
+    }
+
+    fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        self.refresh_if_dirty(req.index)?;
+        let name = &self.index_name(req.index);
+        let name = name.as_str();
+        let body = &self.search_body(req);
+        let (status, resp) = self.call(|c| async move {
+            c.search(SearchParts::Index(&[name]))
+                .body(body.clone())
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(error_of(status, &resp, "_search"));
+        }
+        Self::hits_of(&resp, 0)
+    }
+
+    fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
+        self.refresh_if_dirty(index)?;
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let body = &json!({ "query": query_json(query) });
+        let (status, resp) = self.call(|c| async move {
+            c.count(CountParts::Index(&[name]))
+                .body(body.clone())
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(error_of(status, &resp, "_count"));
+        }
+        resp["count"]
+            .as_u64()
+            .ok_or_else(|| StoreError::Other(format!("count answer without count: {resp}")))
+    }
+
+    fn refresh(&self, index: Idx) -> StoreResult<()> {
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let (status, resp) = self.call(|c| async move {
+            c.indices()
+                .refresh(IndicesRefreshParts::Index(&[name]))
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(error_of(status, &resp, "_refresh"));
+        }
+        Ok(())
+    }
+
+    /// Elasticsearch acknowledges a write only after its translog is fsync'd
+    /// (`index.translog.durability: request`, the default): nothing to do.
+    fn sync(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "elasticsearch:{} (index {}-*, server {})",
+            self.url, self.prefix, self.server_version
+        )
+    }
+
+    /// Point-in-time paging: one consistent snapshot for the whole iteration.
+    fn scan_pages(
+        &self,
+        index: Idx,
+        query: &Query,
+        sort: &[Sort],
+        page: usize,
+        f: &mut dyn FnMut(Vec<Hit>) -> StoreResult<bool>,
+    ) -> StoreResult<()> {
+        self.refresh_if_dirty(index)?;
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let (status, resp) = self.call(|c| async move {
+            c.open_point_in_time(OpenPointInTimeParts::Index(&[name]))
+                .keep_alive("2m")
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(error_of(status, &resp, "_pit"));
+        }
+        let mut pit = resp["id"].as_str().unwrap_or_default().to_string();
+        let result = (|| {
+            let mut after: Option<Vec<Value>> = None;
+            loop {
+                let mut body = self.search_body(&SearchRequest {
+                    index,
+                    query: query.clone(),
+                    sort: sort.to_vec(),
+                    search_after: None,
+                    size: page,
+                });
+                body["pit"] = json!({"id": pit, "keep_alive": "2m"});
+                // The PIT's implicit `_shard_doc` tiebreaker is appended to
+                // each hit's sort values; keep it for search_after only.
+                if let Some(a) = &after {
+                    body["search_after"] = json!(a);
+                }
+                let body = &body;
+                let (status, resp) = self.call(|c| async move {
+                    c.search(SearchParts::None).body(body.clone()).send().await
+                })?;
+                if status != 200 {
+                    return Err(error_of(status, &resp, "_search"));
+                }
+                if let Some(id) = resp["pit_id"].as_str() {
+                    pit = id.to_string();
+                }
+                let raw: Vec<Value> = resp["hits"]["hits"].as_array().cloned().unwrap_or_default();
+                let n = raw.len();
+                if n == 0 {
+                    return Ok(());
+                }
+                after = raw[n - 1]["sort"].as_array().cloned();
+                let hits = Self::hits_of(&resp, 1)?;
+                if !f(hits)? || n < page {
+                    return Ok(());
+                }
+            }
+        })();
+        let close = &json!({ "id": pit });
+        if let Err(e) =
+            self.call(|c| async move { c.close_point_in_time().body(close.clone()).send().await })
+        {
+            log::warn!("closing point in time: {e}");
+        }
+        result
+    }
+}
+
+fn retry_pending(results: &[Option<BulkItemResult>]) -> Vec<usize> {
+    results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_none())
+        .map(|(k, _)| k)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(redact("http://u:secret@h:9200/"), "http://h:9200");
+        assert_eq!(redact("https://h:9200"), "https://h:9200");
+    }
+
+    #[test]
+    fn index_names_are_checked() {
+        assert!(check_index_name("esfs").is_ok());
+        assert!(check_index_name("Esfs").is_err());
+        assert!(check_index_name("_x").is_err());
+        assert!(check_index_name("a b").is_err());
+    }
+
+    #[test]
+    fn tree_queries_use_the_path_hierarchy_subfield() {
+        let q = Query::and(vec![
+            Query::tree("path", "/a/b"),
+            Query::term("kind", "dir"),
+        ]);
+        assert_eq!(
+            query_json(&q),
+            json!({"bool": {"filter": [{"term": {"path.tree": "/a/b"}}, {"term": {"kind": "dir"}}], "must_not": []}})
+        );
+    }
+
+    #[test]
+    fn mappings_declare_every_field() {
+        let b = index_body(Idx::Entries);
+        assert_eq!(
+            b["mappings"]["properties"]["path"]["fields"]["tree"]["analyzer"],
+            "esfs_path"
+        );
+        assert_eq!(b["mappings"]["dynamic"], false);
+        assert_eq!(b["settings"]["index"]["refresh_interval"], "1s");
+    }
+}

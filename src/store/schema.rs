@@ -28,7 +28,13 @@ pub enum Idx {
 }
 
 impl Idx {
-    pub const ALL: [Idx; 5] = [Idx::Entries, Idx::Inodes, Idx::Locks, Idx::Meta, Idx::Chunks];
+    pub const ALL: [Idx; 5] = [
+        Idx::Entries,
+        Idx::Inodes,
+        Idx::Locks,
+        Idx::Meta,
+        Idx::Chunks,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
