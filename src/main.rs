@@ -1,8 +1,10 @@
 //! The `esfs` command line.
 
 use clap::{Parser, Subcommand};
-use esfs::mount::{self, Backend, MountArgs};
-use esfs::store::es::EsConfig;
+use esfs::cli::StoreArgs;
+use esfs::fs::{Fs, FsConfig};
+use esfs::locks::LockManager;
+use esfs::mount::{self, MountArgs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,7 +12,8 @@ use std::time::Duration;
 ///
 /// Every file and directory is a document (path, name, size, times, ...),
 /// so a subtree is one query. Metadata lives in an embedded store by
-/// default; file contents live in a data directory keyed by file id.
+/// default, or in an Elasticsearch cluster (--es); file contents live in a
+/// data directory keyed by file id, or in the cluster.
 #[derive(Parser)]
 #[command(name = "esfs", version, about, long_about)]
 struct Cli {
@@ -26,22 +29,21 @@ enum Cmd {
     /// background and logs to --log), unless --foreground is given.
     /// Unmount with `fusermount3 -u MOUNTPOINT` (or `umount` as root).
     Mount(MountCmd),
+    /// Check the filesystem's documents and, with --repair, restore them.
+    ///
+    /// Safe while mounts are live. Exit status: 0 clean, 1 problems found
+    /// and repaired, 4 problems left (run again with --repair), 8 error.
+    Fsck(FsckCmd),
+    /// List the lock, intent and session documents, or break one.
+    Locks(LocksCmd),
 }
 
 #[derive(clap::Args)]
 struct MountCmd {
     /// Directory to mount on (must exist).
     mountpoint: PathBuf,
-    /// Directory of the embedded metadata store [default: $XDG_DATA_HOME/esfs/store,
-    /// else ~/.local/share/esfs/store].
-    #[arg(long, value_name = "DIR", env = "ESFS_STORE", conflicts_with = "es")]
-    store: Option<PathBuf>,
-    /// Directory holding file contents [default with the embedded store:
-    /// $XDG_DATA_HOME/esfs/data; with --es: chunk documents in the cluster].
-    #[arg(long, value_name = "DIR", env = "ESFS_DATA")]
-    data: Option<PathBuf>,
     #[command(flatten)]
-    es: EsArgs,
+    store: StoreArgs,
     /// Stay in the foreground and serve until unmounted (logs to stderr).
     #[arg(short, long)]
     foreground: bool,
@@ -62,56 +64,24 @@ struct MountCmd {
     log: Option<PathBuf>,
 }
 
-/// Elasticsearch connection (metadata, and contents unless --data is given).
 #[derive(clap::Args)]
-struct EsArgs {
-    /// Keep metadata in the Elasticsearch cluster at URL instead of the
-    /// embedded store (e.g. http://127.0.0.1:9200).
-    #[arg(long = "es", value_name = "URL", env = "ESFS_ES_URL")]
-    es: Option<String>,
-    /// Prefix of the index names (<NAME>-entries, <NAME>-inodes, ...).
-    #[arg(
-        long,
-        value_name = "NAME",
-        env = "ESFS_ES_INDEX",
-        default_value = "esfs"
-    )]
-    index: String,
-    /// User for basic authentication.
-    #[arg(long, value_name = "USER", env = "ESFS_ES_USER")]
-    es_user: Option<String>,
-    /// Password for basic authentication (prefer the environment variable:
-    /// command lines are visible to every user in `ps`).
-    #[arg(
-        long,
-        value_name = "PASSWORD",
-        env = "ESFS_ES_PASSWORD",
-        hide_env_values = true
-    )]
-    es_password: Option<String>,
-    /// API key (base64 "id:key" as Elasticsearch issues it).
-    #[arg(
-        long,
-        value_name = "KEY",
-        env = "ESFS_ES_API_KEY",
-        hide_env_values = true
-    )]
-    es_api_key: Option<String>,
-    /// PEM file of a certificate authority to trust for https.
-    #[arg(long, value_name = "FILE", env = "ESFS_ES_CA")]
-    es_ca: Option<PathBuf>,
+struct FsckCmd {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Repair what is wrong: roll forward unfinished renames of dead mounts,
+    /// break their locks, fix paths, link counts, unreferenced inodes and
+    /// contents.
+    #[arg(long)]
+    repair: bool,
 }
 
-impl EsArgs {
-    fn config(&self) -> Option<EsConfig> {
-        let url = self.es.as_ref()?;
-        let mut c = EsConfig::new(url, &self.index);
-        c.user = self.es_user.clone();
-        c.password = self.es_password.clone();
-        c.api_key = self.es_api_key.clone();
-        c.ca = self.es_ca.clone();
-        Some(c)
-    }
+#[derive(clap::Args)]
+struct LocksCmd {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Delete the lock document with this id (as listed), whoever holds it.
+    #[arg(long = "break", value_name = "ID")]
+    break_id: Option<String>,
 }
 
 fn main() {
@@ -120,40 +90,141 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Mount(m) => {
-            let home = mount::default_home();
-            // Absolute, so messages and the background server agree on them.
-            let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
-            let (backend, data, log_dir) = match m.es.config() {
-                Some(mut es) => {
-                    es.ca = es.ca.map(abs);
-                    (Backend::Elasticsearch(es), m.data.map(abs), home.clone())
-                }
-                None => {
-                    let store = abs(m.store.unwrap_or_else(|| home.join("store")));
-                    let data = abs(m.data.unwrap_or_else(|| home.join("data")));
-                    (Backend::Embedded(store.clone()), Some(data), store)
-                }
-            };
-            let log = abs(m.log.unwrap_or_else(|| log_dir.join("esfs.log")));
-            if !(m.attr_ttl.is_finite() && m.attr_ttl >= 0.0) {
-                eprintln!("esfs: --attr-ttl must be a non-negative number of seconds");
-                std::process::exit(2);
-            }
-            mount::run(MountArgs {
-                mountpoint: m.mountpoint,
-                backend,
-                data,
-                foreground: m.foreground,
-                options: m.options,
-                attr_ttl: Duration::from_secs_f64(m.attr_ttl),
-                threads: m.threads,
-                log,
-            })
-        }
+        Cmd::Mount(m) => run_mount(m),
+        Cmd::Fsck(f) => run_fsck(f),
+        Cmd::Locks(l) => run_locks(l),
     };
-    if let Err(e) = result {
-        eprintln!("esfs: {e}");
-        std::process::exit(1);
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("esfs: {e}");
+            std::process::exit(8);
+        }
     }
+}
+
+fn run_mount(m: MountCmd) -> Result<i32, String> {
+    let (backend, data, log_dir) = m.store.resolve();
+    if !(m.attr_ttl.is_finite() && m.attr_ttl >= 0.0) {
+        return Err("--attr-ttl must be a non-negative number of seconds".into());
+    }
+    let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+    mount::run(MountArgs {
+        mountpoint: m.mountpoint,
+        backend,
+        data,
+        foreground: m.foreground,
+        options: m.options,
+        attr_ttl: Duration::from_secs_f64(m.attr_ttl),
+        threads: m.threads,
+        log: abs(m.log.unwrap_or_else(|| log_dir.join("esfs.log"))),
+    })
+    .map(|()| 0)
+    .map_err(|e| {
+        // Mount failures exit 1, as mount(8) helpers do.
+        eprintln!("esfs: {e}");
+        std::process::exit(1)
+    })
+}
+
+/// An Fs for a maintenance command: no formatting or recovery on open.
+fn open_fs(store: &StoreArgs) -> Result<(Fs, mount::Stores), String> {
+    let (backend, data, _) = store.resolve();
+    let stores = mount::open_stores(&backend, data.as_deref(), false)?;
+    let fs = Fs::new(
+        stores.meta.clone(),
+        stores.data.clone(),
+        FsConfig {
+            label: "esfs maintenance".into(),
+            maintenance: true,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((fs, stores))
+}
+
+fn run_fsck(f: FsckCmd) -> Result<i32, String> {
+    let (fs, stores) = open_fs(&f.store)?;
+    let report =
+        esfs::fsck::fsck(&fs, &stores.meta, &stores.data, f.repair).map_err(|e| e.to_string())?;
+    for p in &report.problems {
+        println!("{p}");
+    }
+    println!(
+        "esfs fsck: {} entries, {} inodes, {} problem(s){}",
+        report.entries,
+        report.inodes,
+        report.problems.len(),
+        if f.repair {
+            format!(", {} repair(s)", report.repaired)
+        } else {
+            String::new()
+        }
+    );
+    Ok(report.exit_code(f.repair))
+}
+
+fn run_locks(l: LocksCmd) -> Result<i32, String> {
+    let (fs, stores) = open_fs(&l.store)?;
+    let lm = fs.lock_manager();
+    if let Some(id) = l.break_id {
+        let gone = stores
+            .meta
+            .delete(esfs::store::Idx::Locks, &id, None)
+            .map_err(|e| e.to_string())?;
+        println!(
+            "{}",
+            if gone {
+                format!("broke {id}")
+            } else {
+                format!("no lock {id}")
+            }
+        );
+        return Ok(if gone { 0 } else { 1 });
+    }
+    let now = esfs::locks::manager::now_ms();
+    println!(
+        "{:<48} {:<10} {:>8} {:<6} OWNER",
+        "ID", "TYPE", "AGE", "ALIVE"
+    );
+    for (id, _, doc) in LockManager::list(&*stores.meta).map_err(|e| e.to_string())? {
+        let ty = doc["type"].as_str().unwrap_or("?");
+        let owners: Vec<(String, String)> = match doc["holders"].as_object() {
+            Some(h) => h
+                .iter()
+                .map(|(o, n)| (o.clone(), format!("{o} ({n})")))
+                .collect(),
+            None => {
+                let o = doc["owner"].as_str().unwrap_or("").to_string();
+                vec![(o.clone(), o)]
+            }
+        };
+        // Our own maintenance session is not worth listing.
+        if ty == "session" && doc["owner"] == lm.owner() {
+            continue;
+        }
+        let alive = owners.iter().all(|(o, _)| lm.alive(o).unwrap_or(false));
+        let shown: Vec<&str> = owners.iter().map(|(_, s)| s.as_str()).collect();
+        let age = (now - doc["since"].as_i64().unwrap_or(now)) as f64 / 1000.0;
+        let extra = match ty {
+            "session" => format!(
+                " {} pid {} {}",
+                doc["host"].as_str().unwrap_or(""),
+                doc["pid"],
+                doc["mount"].as_str().unwrap_or("")
+            ),
+            "intent" => format!(" {}", doc["op"]["kind"].as_str().unwrap_or("")),
+            _ => doc["pending"]
+                .as_str()
+                .map(|p| format!(" (pending exclusive: {p})"))
+                .unwrap_or_default(),
+        };
+        println!(
+            "{id:<48} {ty:<10} {age:>7.1}s {:<6} {}{extra}",
+            if alive { "yes" } else { "NO" },
+            shown.join(", ")
+        );
+    }
+    Ok(0)
 }

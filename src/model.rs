@@ -198,9 +198,32 @@ pub struct Entry {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// The file's text, for content search (see `crate::search::indexer`):
+    /// valid for the `size`/`mtime` above, cleared when they change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contents: Option<String>,
+    /// What the indexer made of the contents: [`INDEXED_TEXT`],
+    /// [`INDEXED_BINARY`] or [`INDEXED_TOO_LARGE`]; absent = not indexed
+    /// (yet), which search treats like binary: the file is always scanned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub indexed: Option<String>,
+    /// The inode's mtime (ns) when `contents`/`indexed` were taken: any
+    /// other mtime means they are stale (see [`Entry::refresh_attrs`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_mtime_ns: Option<i64>,
+    /// The inode's xattrs as keywords (see [`xattr_keywords`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xattrs: Vec<String>,
 }
 
+pub const INDEXED_TEXT: &str = "text";
+pub const INDEXED_BINARY: &str = "binary";
+pub const INDEXED_TOO_LARGE: &str = "too_large";
+
 impl Entry {
+    /// Copy the inode's searchable attributes; true when anything changed.
+    /// A changed size or mtime means other contents: the indexed text is
+    /// dropped (search then scans the file) until the indexer redoes it.
     pub fn refresh_attrs(&mut self, inode: &Inode) -> bool {
         let before = (self.size, self.mtime, self.mode, self.uid, self.gid);
         self.size = inode.size;
@@ -208,8 +231,73 @@ impl Entry {
         self.mode = inode.mode;
         self.uid = inode.uid;
         self.gid = inode.gid;
-        before != (self.size, self.mtime, self.mode, self.uid, self.gid)
+        let mut changed = before != (self.size, self.mtime, self.mode, self.uid, self.gid);
+        if (self.contents.is_some() || self.indexed.is_some())
+            && ((before.0, before.1) != (self.size, self.mtime)
+                || self.text_mtime_ns != Some(inode.mtime_ns))
+        {
+            self.contents = None;
+            self.indexed = None;
+            self.text_mtime_ns = None;
+            changed = true;
+        }
+        let x = xattr_keywords(inode);
+        if x != self.xattrs {
+            self.xattrs = x;
+            changed = true;
+        }
+        changed
     }
+
+    /// The inode-derived fields of `from` (for RENAME_EXCHANGE, where a
+    /// position keeps its name and takes the other inode).
+    pub fn take_inode_fields(&mut self, from: &Entry) {
+        self.ino = from.ino;
+        self.kind = from.kind;
+        self.size = from.size;
+        self.mtime = from.mtime;
+        self.mode = from.mode;
+        self.uid = from.uid;
+        self.gid = from.gid;
+        self.contents = from.contents.clone();
+        self.indexed = from.indexed.clone();
+        self.text_mtime_ns = from.text_mtime_ns;
+        self.xattrs = from.xattrs.clone();
+    }
+}
+
+/// An inode's xattrs as search keywords: for every xattr whose name is UTF-8,
+/// `name` alone, and when its value is UTF-8 (a trailing NUL dropped),
+/// `name=value`, plus `name=item` for each comma-separated item (file
+/// managers keep tags as `user.xdg.tags=work,personal`). Sorted, unique.
+pub fn xattr_keywords(inode: &Inode) -> Vec<String> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    for (k, v) in &inode.xattrs {
+        if k.contains('\0') {
+            continue; // not UTF-8 (encoded bytes)
+        }
+        out.push(k.clone());
+        let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(v) else {
+            continue;
+        };
+        let raw = raw.strip_suffix(b"\0").unwrap_or(&raw);
+        let Ok(val) = std::str::from_utf8(raw) else {
+            continue;
+        };
+        if val.contains('\0') || val.len() > 4096 {
+            continue;
+        }
+        out.push(format!("{k}={val}"));
+        if val.contains(',') {
+            for item in val.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                out.push(format!("{k}={item}"));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 pub fn now_ns() -> i64 {

@@ -109,6 +109,8 @@ fn background(args: &MountArgs) -> Result<(), String> {
             if let Some(ca) = &es.ca {
                 cmd.arg("--es-ca").arg(ca);
             }
+            cmd.arg("--es-timeout")
+                .arg(es.retry_budget.as_secs_f64().to_string());
         }
     }
     if let Some(data) = &args.data {
@@ -361,9 +363,13 @@ fn serve(args: &MountArgs) -> Result<(), String> {
             exclusive,
             root_uid: uid,
             root_gid: gid,
+            label: args.mountpoint.display().to_string(),
+            maintenance: false,
         },
     )
     .map_err(|e| format!("cannot start filesystem: {e}"))?;
+    // Content indexing for `esfs search` (a background thread).
+    crate::search::attach(&fs, &args.backend, args.data.as_deref());
     let fs = Arc::new(fs);
 
     // Signals are handled by one thread (blocked everywhere else) that

@@ -26,6 +26,8 @@ fn setup() -> T {
         exclusive: true,
         root_uid: 0,
         root_gid: 0,
+        label: "test".into(),
+        maintenance: false,
     };
     let fs = Fs::new(store.clone(), data, cfg).unwrap();
     T {

@@ -10,12 +10,19 @@ use crate::error::{EsError, EsResult};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Tokenizer {
-    Standard { max_token_length: usize },
+    Standard {
+        max_token_length: usize,
+    },
     Keyword,
     Whitespace,
     Letter,
     Lowercase,
-    PathHierarchy { delimiter: char, replacement: char, skip: usize, reverse: bool },
+    PathHierarchy {
+        delimiter: char,
+        replacement: char,
+        skip: usize,
+        reverse: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -34,13 +41,18 @@ pub struct Analyzer {
 impl Analyzer {
     pub fn standard() -> Analyzer {
         Analyzer {
-            tokenizer: Tokenizer::Standard { max_token_length: 255 },
+            tokenizer: Tokenizer::Standard {
+                max_token_length: 255,
+            },
             filters: vec![Filter::Lowercase],
         }
     }
 
     pub fn keyword() -> Analyzer {
-        Analyzer { tokenizer: Tokenizer::Keyword, filters: vec![] }
+        Analyzer {
+            tokenizer: Tokenizer::Keyword,
+            filters: vec![],
+        }
     }
 
     /// Tokens of `text` in order; positions are the indexes in the returned vector.
@@ -56,10 +68,16 @@ impl Analyzer {
             }
             Tokenizer::Whitespace => text.split_whitespace().map(str::to_string).collect(),
             Tokenizer::Letter => letter_tokens(text),
-            Tokenizer::Lowercase => letter_tokens(text).into_iter().map(|t| t.to_lowercase()).collect(),
-            Tokenizer::PathHierarchy { delimiter, replacement, skip, reverse } => {
-                path_hierarchy(text, *delimiter, *replacement, *skip, *reverse)
-            }
+            Tokenizer::Lowercase => letter_tokens(text)
+                .into_iter()
+                .map(|t| t.to_lowercase())
+                .collect(),
+            Tokenizer::PathHierarchy {
+                delimiter,
+                replacement,
+                skip,
+                reverse,
+            } => path_hierarchy(text, *delimiter, *replacement, *skip, *reverse),
         };
         for f in &self.filters {
             for t in toks.iter_mut() {
@@ -95,13 +113,21 @@ enum WordClass {
 
 fn classify(c: char) -> WordClass {
     match c {
-        '_' | '\u{203F}' | '\u{2040}' | '\u{2054}' | '\u{FE33}' | '\u{FE34}' | '\u{FE4D}'..='\u{FE4F}' | '\u{FF3F}' => {
-            WordClass::ExtendNumLet
-        }
-        '.' | '\'' | '\u{2018}' | '\u{2019}' | '\u{2024}' | '\u{FE52}' | '\u{FF07}' | '\u{FF0E}' => WordClass::MidNumLet,
-        ':' | '\u{00B7}' | '\u{0387}' | '\u{05F4}' | '\u{2027}' | '\u{FE13}' | '\u{FE55}' | '\u{FF1A}' => WordClass::MidLetter,
-        ',' | ';' | '\u{037E}' | '\u{0589}' | '\u{060C}' | '\u{060D}' | '\u{066C}' | '\u{07F8}' | '\u{2044}' | '\u{FE10}'
-        | '\u{FE14}' | '\u{FE50}' | '\u{FE54}' | '\u{FF0C}' | '\u{FF1B}' => WordClass::MidNum,
+        '_'
+        | '\u{203F}'
+        | '\u{2040}'
+        | '\u{2054}'
+        | '\u{FE33}'
+        | '\u{FE34}'
+        | '\u{FE4D}'..='\u{FE4F}'
+        | '\u{FF3F}' => WordClass::ExtendNumLet,
+        '.' | '\'' | '\u{2018}' | '\u{2019}' | '\u{2024}' | '\u{FE52}' | '\u{FF07}'
+        | '\u{FF0E}' => WordClass::MidNumLet,
+        ':' | '\u{00B7}' | '\u{0387}' | '\u{05F4}' | '\u{2027}' | '\u{FE13}' | '\u{FE55}'
+        | '\u{FF1A}' => WordClass::MidLetter,
+        ',' | ';' | '\u{037E}' | '\u{0589}' | '\u{060C}' | '\u{060D}' | '\u{066C}' | '\u{07F8}'
+        | '\u{2044}' | '\u{FE10}' | '\u{FE14}' | '\u{FE50}' | '\u{FE54}' | '\u{FF0C}'
+        | '\u{FF1B}' => WordClass::MidNum,
         c if is_ideographic(c) => WordClass::Ideographic,
         c if c.is_numeric() => WordClass::Numeric,
         c if c.is_alphabetic() => WordClass::Letter,
@@ -121,7 +147,12 @@ fn is_ideographic(c: char) -> bool {
 pub fn standard_tokens(text: &str, max_len: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let classes: Vec<WordClass> = chars.iter().map(|&c| classify(c)).collect();
-    let is_word = |k: WordClass| matches!(k, WordClass::Letter | WordClass::Numeric | WordClass::ExtendNumLet);
+    let is_word = |k: WordClass| {
+        matches!(
+            k,
+            WordClass::Letter | WordClass::Numeric | WordClass::ExtendNumLet
+        )
+    };
     let mut out = Vec::new();
     let mut i = 0;
     while i < chars.len() {
@@ -170,12 +201,22 @@ pub fn standard_tokens(text: &str, max_len: usize) -> Vec<String> {
 
 /// Lucene's PathHierarchyTokenizer / ReversePathHierarchyTokenizer.
 /// `/a/b/c` gives `/a`, `/a/b`, `/a/b/c`; reversed: `/a/b/c`, `a/b/c`, `b/c`, `c`.
-pub fn path_hierarchy(text: &str, delim: char, repl: char, skip: usize, reverse: bool) -> Vec<String> {
+pub fn path_hierarchy(
+    text: &str,
+    delim: char,
+    repl: char,
+    skip: usize,
+    reverse: bool,
+) -> Vec<String> {
     if text.is_empty() {
         return vec![];
     }
     let chars: Vec<char> = text.chars().collect();
-    let fix = |s: &[char]| -> String { s.iter().map(|&c| if c == delim { repl } else { c }).collect() };
+    let fix = |s: &[char]| -> String {
+        s.iter()
+            .map(|&c| if c == delim { repl } else { c })
+            .collect()
+    };
     let mut out = Vec::new();
     if !reverse {
         let mut start = 0;
@@ -196,7 +237,9 @@ pub fn path_hierarchy(text: &str, delim: char, repl: char, skip: usize, reverse:
     } else {
         let mut end = chars.len();
         if skip > 0 {
-            let delims: Vec<usize> = (0..chars.len().saturating_sub(1)).filter(|&p| chars[p] == delim).collect();
+            let delims: Vec<usize> = (0..chars.len().saturating_sub(1))
+                .filter(|&p| chars[p] == delim)
+                .collect();
             if skip > delims.len() {
                 return vec![];
             }
@@ -224,8 +267,14 @@ fn builtin_analyzer(name: &str) -> Option<Analyzer> {
     Some(match name {
         "standard" | "default" => Analyzer::standard(),
         "keyword" => Analyzer::keyword(),
-        "simple" => Analyzer { tokenizer: Tokenizer::Lowercase, filters: vec![] },
-        "whitespace" => Analyzer { tokenizer: Tokenizer::Whitespace, filters: vec![] },
+        "simple" => Analyzer {
+            tokenizer: Tokenizer::Lowercase,
+            filters: vec![],
+        },
+        "whitespace" => Analyzer {
+            tokenizer: Tokenizer::Whitespace,
+            filters: vec![],
+        },
         _ => return None,
     })
 }
@@ -246,7 +295,9 @@ fn single_char(v: &Value, key: &str, default: char, tok: &str) -> EsResult<char>
             let mut it = s.chars();
             match (it.next(), it.next()) {
                 (Some(c), None) => Ok(c),
-                _ => Err(EsError::bad_request(format!("[{key}] of tokenizer [{tok}] must be a single character"))),
+                _ => Err(EsError::bad_request(format!(
+                    "[{key}] of tokenizer [{tok}] must be a single character"
+                ))),
             }
         }
     }
@@ -259,31 +310,62 @@ fn build_tokenizer(name: &str, defs: &serde_json::Map<String, Value>) -> EsResul
             "path_hierarchy" | "PathHierarchy" => {
                 let delimiter = single_char(def, "delimiter", '/', name)?;
                 let replacement = single_char(def, "replacement", delimiter, name)?;
-                let skip = str_param(def, "skip").map(|s| s.parse::<usize>()).transpose().map_err(|_| {
-                    EsError::bad_request(format!("Failed to parse value for [skip] of tokenizer [{name}]"))
-                })?;
-                let reverse = str_param(def, "reverse").map(|s| s == "true").unwrap_or(false);
-                Tokenizer::PathHierarchy { delimiter, replacement, skip: skip.unwrap_or(0), reverse }
+                let skip = str_param(def, "skip")
+                    .map(|s| s.parse::<usize>())
+                    .transpose()
+                    .map_err(|_| {
+                        EsError::bad_request(format!(
+                            "Failed to parse value for [skip] of tokenizer [{name}]"
+                        ))
+                    })?;
+                let reverse = str_param(def, "reverse")
+                    .map(|s| s == "true")
+                    .unwrap_or(false);
+                Tokenizer::PathHierarchy {
+                    delimiter,
+                    replacement,
+                    skip: skip.unwrap_or(0),
+                    reverse,
+                }
             }
             "standard" => {
-                let max = str_param(def, "max_token_length").and_then(|s| s.parse().ok()).unwrap_or(255);
-                Tokenizer::Standard { max_token_length: max }
+                let max = str_param(def, "max_token_length")
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(255);
+                Tokenizer::Standard {
+                    max_token_length: max,
+                }
             }
             "keyword" => Tokenizer::Keyword,
             "whitespace" => Tokenizer::Whitespace,
             "letter" => Tokenizer::Letter,
             "lowercase" => Tokenizer::Lowercase,
-            other => return Err(EsError::unsupported(&format!("the tokenizer type [{other}] (tokenizer [{name}])"))),
+            other => {
+                return Err(EsError::unsupported(&format!(
+                    "the tokenizer type [{other}] (tokenizer [{name}])"
+                )));
+            }
         });
     }
     Ok(match name {
-        "standard" => Tokenizer::Standard { max_token_length: 255 },
+        "standard" => Tokenizer::Standard {
+            max_token_length: 255,
+        },
         "keyword" => Tokenizer::Keyword,
         "whitespace" => Tokenizer::Whitespace,
         "letter" => Tokenizer::Letter,
         "lowercase" => Tokenizer::Lowercase,
-        "path_hierarchy" => Tokenizer::PathHierarchy { delimiter: '/', replacement: '/', skip: 0, reverse: false },
-        _ => return Err(EsError::bad_request(format!("failed to find tokenizer under name [{name}]"))),
+        "path_hierarchy" => Tokenizer::PathHierarchy {
+            delimiter: '/',
+            replacement: '/',
+            skip: 0,
+            reverse: false,
+        },
+        _ => {
+            return Err(EsError::bad_request(format!(
+                "failed to find tokenizer under name [{name}]"
+            )));
+        }
     })
 }
 
@@ -296,15 +378,24 @@ fn build_filter(name: &str, defs: &serde_json::Map<String, Value>) -> EsResult<F
         "lowercase" => Ok(Filter::Lowercase),
         "uppercase" => Ok(Filter::Uppercase),
         "trim" => Ok(Filter::Trim),
-        _ if defs.contains_key(name) => Err(EsError::unsupported(&format!("the token filter type [{ty}] (filter [{name}])"))),
+        _ if defs.contains_key(name) => Err(EsError::unsupported(&format!(
+            "the token filter type [{ty}] (filter [{name}])"
+        ))),
         _ => Err(EsError::unsupported(&format!("the token filter [{name}]"))),
     }
 }
 
 fn filter_list(def: &Value, key: &str) -> Vec<String> {
     match def.get(key) {
-        Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
-        Some(Value::String(s)) => s.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        Some(Value::String(s)) => s
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
         _ => vec![],
     }
 }
@@ -328,30 +419,44 @@ impl Analysis {
             let analyzer = match ty.as_str() {
                 "custom" => {
                     let tok = str_param(def, "tokenizer").ok_or_else(|| {
-                        EsError::bad_request(format!("analyzer [{name}] must specify either an analyzer type, or a tokenizer"))
+                        EsError::bad_request(format!(
+                            "analyzer [{name}] must specify either an analyzer type, or a tokenizer"
+                        ))
                     })?;
                     if !filter_list(def, "char_filter").is_empty() {
-                        return Err(EsError::unsupported(&format!("char filters (analyzer [{name}])")));
+                        return Err(EsError::unsupported(&format!(
+                            "char filters (analyzer [{name}])"
+                        )));
                     }
                     let mut fl = Vec::new();
                     for f in filter_list(def, "filter") {
                         fl.push(build_filter(&f, filters)?);
                     }
-                    Analyzer { tokenizer: build_tokenizer(&tok, tokenizers)?, filters: fl }
+                    Analyzer {
+                        tokenizer: build_tokenizer(&tok, tokenizers)?,
+                        filters: fl,
+                    }
                 }
                 other => match builtin_analyzer(other) {
                     Some(mut an) => {
-                        if let (Tokenizer::Standard { max_token_length }, Some(m)) =
-                            (&mut an.tokenizer, str_param(def, "max_token_length").and_then(|s| s.parse().ok()))
-                        {
+                        if let (Tokenizer::Standard { max_token_length }, Some(m)) = (
+                            &mut an.tokenizer,
+                            str_param(def, "max_token_length").and_then(|s| s.parse().ok()),
+                        ) {
                             *max_token_length = m;
                         }
                         if def.get("stopwords").is_some() {
-                            return Err(EsError::unsupported(&format!("stopwords (analyzer [{name}])")));
+                            return Err(EsError::unsupported(&format!(
+                                "stopwords (analyzer [{name}])"
+                            )));
                         }
                         an
                     }
-                    None => return Err(EsError::unsupported(&format!("the analyzer type [{other}] (analyzer [{name}])"))),
+                    None => {
+                        return Err(EsError::unsupported(&format!(
+                            "the analyzer type [{other}] (analyzer [{name}])"
+                        )));
+                    }
                 },
             };
             a.analyzers.insert(name.clone(), analyzer);
@@ -367,7 +472,10 @@ impl Analysis {
     }
 
     pub fn analyzer(&self, name: &str) -> Option<Analyzer> {
-        self.analyzers.get(name).cloned().or_else(|| builtin_analyzer(name))
+        self.analyzers
+            .get(name)
+            .cloned()
+            .or_else(|| builtin_analyzer(name))
     }
 
     pub fn normalizer(&self, name: &str) -> Option<Vec<Filter>> {
@@ -396,16 +504,28 @@ mod tests {
 
     #[test]
     fn path_hierarchy_forward() {
-        assert_eq!(path_hierarchy("/a/b/c", '/', '/', 0, false), vec!["/a", "/a/b", "/a/b/c"]);
+        assert_eq!(
+            path_hierarchy("/a/b/c", '/', '/', 0, false),
+            vec!["/a", "/a/b", "/a/b/c"]
+        );
         assert_eq!(path_hierarchy("a/b", '/', '/', 0, false), vec!["a", "a/b"]);
         assert_eq!(path_hierarchy("/", '/', '/', 0, false), vec!["/"]);
-        assert_eq!(path_hierarchy("/a/b/c", '/', '/', 1, false), vec!["/b", "/b/c"]);
-        assert_eq!(path_hierarchy("/a/b", '/', '|', 0, false), vec!["|a", "|a|b"]);
+        assert_eq!(
+            path_hierarchy("/a/b/c", '/', '/', 1, false),
+            vec!["/b", "/b/c"]
+        );
+        assert_eq!(
+            path_hierarchy("/a/b", '/', '|', 0, false),
+            vec!["|a", "|a|b"]
+        );
     }
 
     #[test]
     fn path_hierarchy_reverse() {
-        assert_eq!(path_hierarchy("/a/b/c", '/', '/', 0, true), vec!["/a/b/c", "a/b/c", "b/c", "c"]);
+        assert_eq!(
+            path_hierarchy("/a/b/c", '/', '/', 0, true),
+            vec!["/a/b/c", "a/b/c", "b/c", "c"]
+        );
         assert_eq!(
             path_hierarchy("www.site.co.uk", '.', '.', 0, true),
             vec!["www.site.co.uk", "site.co.uk", "co.uk", "uk"]
@@ -415,9 +535,12 @@ mod tests {
     #[test]
     fn standard() {
         let a = Analyzer::standard();
-        assert_eq!(a.analyze("Hello, World! file.txt don't 3.14 foo-bar a_b"), vec![
-            "hello", "world", "file.txt", "don't", "3.14", "foo", "bar", "a_b"
-        ]);
+        assert_eq!(
+            a.analyze("Hello, World! file.txt don't 3.14 foo-bar a_b"),
+            vec![
+                "hello", "world", "file.txt", "don't", "3.14", "foo", "bar", "a_b"
+            ]
+        );
         assert_eq!(a.analyze("Report 2024 v1"), vec!["report", "2024", "v1"]);
     }
 }

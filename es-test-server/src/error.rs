@@ -73,11 +73,15 @@ impl EsError {
     }
 
     pub fn index_not_found(index: &str) -> EsError {
-        EsError::new(404, "index_not_found_exception", format!("no such index [{index}]"))
-            .with("resource.type", "index_or_alias")
-            .with("resource.id", index)
-            .with("index_uuid", "_na_")
-            .with("index", index)
+        EsError::new(
+            404,
+            "index_not_found_exception",
+            format!("no such index [{index}]"),
+        )
+        .with("resource.type", "index_or_alias")
+        .with("resource.id", index)
+        .with("index_uuid", "_na_")
+        .with("index", index)
     }
 
     pub fn invalid_index_name(index: &str, why: &str) -> EsError {
@@ -103,7 +107,11 @@ impl EsError {
     /// (`search_phase_execution_exception`, "all shards failed").
     pub fn search_phase(inner: EsError, index: Option<&str>) -> EsError {
         let cause = inner.flat();
-        let mut e = EsError::new(inner.status, "search_phase_execution_exception", "all shards failed");
+        let mut e = EsError::new(
+            inner.status,
+            "search_phase_execution_exception",
+            "all shards failed",
+        );
         e.root_cause = Some(vec![cause.clone()]);
         e.extra.insert("phase".into(), json!("query"));
         e.extra.insert("grouped".into(), json!(true));
@@ -176,7 +184,15 @@ pub fn injected(status: u16) -> EsError {
             "blocked by: [SERVICE_UNAVAILABLE/2/no master]; (injected by es-test-server)",
         ),
         500 => EsError::new(500, "exception", "injected failure (es-test-server)"),
-        404 => EsError::new(404, "resource_not_found_exception", "injected failure (es-test-server)"),
-        s => EsError::new(s, "es_test_server_injected_failure", format!("injected HTTP {s} (es-test-server)")),
+        404 => EsError::new(
+            404,
+            "resource_not_found_exception",
+            "injected failure (es-test-server)",
+        ),
+        s => EsError::new(
+            s,
+            "es_test_server_injected_failure",
+            format!("injected HTTP {s} (es-test-server)"),
+        ),
     }
 }

@@ -1,1 +1,599 @@
-pub fn x(){}
+//! `es-test-server`: a stateful test double that speaks the subset of the Elasticsearch REST
+//! API that esfs uses, with Elasticsearch's status codes and response bodies.
+//!
+//! **It is not Elasticsearch.** It was written from the official Elasticsearch documentation
+//! to stand in for a server in tests and benchmarks on machines where none can be installed.
+//! See README.md for what it implements and what it deliberately does not.
+//!
+//! ```no_run
+//! let mut server = es_test_server::EsTestServer::start("127.0.0.1:0").unwrap();
+//! println!("{}", server.url());
+//! server.fail_next(2, 429);           // the next two requests get a real-looking 429
+//! server.stop();                      // connection refused from now on, state kept
+//! server.restart().unwrap();          // same port, same documents
+//! ```
+
+mod aggs;
+mod analysis;
+mod api;
+mod error;
+mod mapping;
+mod query;
+mod search;
+mod settings;
+mod store;
+mod time;
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::api::{Body, Outcome, Req, Resp};
+use crate::error::EsError;
+
+/// The Elasticsearch version this server reports in `GET /`.
+pub const VERSION: &str = "9.1.0";
+/// `index.version.created` reported in index settings.
+pub(crate) const INDEX_VERSION_CREATED: &str = "9033000";
+pub(crate) const NODE_ID: &str = "es-test-server-node";
+/// Request bodies larger than this get 413, like `http.max_content_length`.
+pub const MAX_CONTENT_LENGTH: usize = 100 * 1024 * 1024;
+
+struct Injection {
+    remaining: usize,
+    status: u16,
+}
+
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<store::Cluster>,
+    inject: Mutex<Injection>,
+    latency: Mutex<Duration>,
+    requests: AtomicU64,
+    listener: Mutex<Option<Listening>>,
+    addr: Mutex<SocketAddr>,
+}
+
+struct Listening {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A running test double. Dropping it stops the server and its runtime.
+pub struct EsTestServer {
+    shared: Arc<Shared>,
+    rt: Option<Runtime>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl EsTestServer {
+    /// Binds `addr` (e.g. `"127.0.0.1:0"` for a free port) and serves on background threads.
+    pub fn start(addr: &str) -> io::Result<EsTestServer> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(8)
+            .thread_name("es-test-server")
+            .enable_all()
+            .build()?;
+        let std_listener = std::net::TcpListener::bind(addr)?;
+        let local = std_listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(store::Cluster::default()),
+            inject: Mutex::new(Injection {
+                remaining: 0,
+                status: 503,
+            }),
+            latency: Mutex::new(Duration::ZERO),
+            requests: AtomicU64::new(0),
+            listener: Mutex::new(None),
+            addr: Mutex::new(local),
+        });
+        {
+            let _g = rt.enter();
+            start_listening(&shared, std_listener)?;
+        }
+        let ticker = rt.spawn(ticker(Arc::downgrade(&shared)));
+        Ok(EsTestServer {
+            shared,
+            rt: Some(rt),
+            ticker: Some(ticker),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        *self.shared.addr.lock()
+    }
+
+    /// Stops listening and closes every open connection. The documents are kept.
+    pub fn stop(&mut self) {
+        if let Some(rt) = &self.rt {
+            rt.block_on(stop_listening(&self.shared));
+        }
+    }
+
+    /// Listens again on the same address, with the same state.
+    pub fn restart(&mut self) -> io::Result<()> {
+        let rt = self.rt.as_ref().expect("runtime");
+        rt.block_on(stop_listening(&self.shared));
+        let addr = self.addr();
+        let l = bind_retry(addr)?;
+        let _g = rt.enter();
+        start_listening(&self.shared, l)
+    }
+
+    /// The next `n` requests (admin `/_test/...` requests excepted) get `status` with an
+    /// Elasticsearch-shaped error body (429: `es_rejected_execution_exception`,
+    /// 503: `cluster_block_exception`, ...).
+    pub fn fail_next(&self, n: usize, status: u16) {
+        *self.shared.inject.lock() = Injection {
+            remaining: n,
+            status,
+        };
+    }
+
+    /// Delays every response by `d` (admin requests excepted).
+    pub fn set_latency(&self, d: Duration) {
+        *self.shared.latency.lock() = d;
+    }
+
+    /// Requests received so far (admin requests included).
+    pub fn request_count(&self) -> u64 {
+        self.shared.requests.load(Ordering::Relaxed)
+    }
+
+    /// Makes every acknowledged write of every index visible to search now.
+    pub fn refresh_all(&self) {
+        let mut st = self.shared.state.lock();
+        for ix in st.indices.values_mut() {
+            ix.refresh();
+        }
+    }
+
+    /// Deletes every index and point in time.
+    pub fn wipe(&self) {
+        let mut st = self.shared.state.lock();
+        st.indices.clear();
+        st.pits.clear();
+    }
+}
+
+impl Drop for EsTestServer {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(t) = self.ticker.take() {
+            t.abort();
+        }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+fn bind_retry(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Must be called inside the runtime context.
+fn start_listening(shared: &Arc<Shared>, l: std::net::TcpListener) -> io::Result<()> {
+    l.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(l)?;
+    let (tx, rx) = watch::channel(false);
+    let task = tokio::spawn(accept_loop(shared.clone(), listener, rx));
+    *shared.listener.lock() = Some(Listening { stop: tx, task });
+    Ok(())
+}
+
+async fn stop_listening(shared: &Arc<Shared>) {
+    let l = shared.listener.lock().take();
+    if let Some(l) = l {
+        let _ = l.stop.send(true);
+        let _ = l.task.await;
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let sh = shared.clone();
+                    conns.spawn(async move {
+                        let svc = service_fn(move |req| {
+                            let sh = sh.clone();
+                            async move { Ok::<_, Infallible>(handle(sh, req).await) }
+                        });
+                        let _ = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), svc).await;
+                    });
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    conns.shutdown().await;
+}
+
+/// Periodic refreshes, PIT expiry.
+async fn ticker(shared: std::sync::Weak<Shared>) {
+    let mut iv = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        iv.tick().await;
+        let Some(sh) = shared.upgrade() else { return };
+        let now = Instant::now();
+        let mut st = sh.state.lock();
+        for ix in st.indices.values_mut() {
+            ix.tick(now);
+        }
+        st.pits.retain(|_, p| p.expires > now);
+    }
+}
+
+fn response(status: u16, body: Bytes, head: bool) -> Response<Full<Bytes>> {
+    let mut b = Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("X-elastic-product", "Elasticsearch");
+    if !body.is_empty() || !head {
+        b = b.header("content-type", "application/json");
+    }
+    b.body(Full::new(if head { Bytes::new() } else { body }))
+        .expect("response")
+}
+
+fn render(
+    resp: Resp,
+    params: &std::collections::HashMap<String, String>,
+    head: bool,
+) -> Response<Full<Bytes>> {
+    let pretty = params
+        .get("pretty")
+        .is_some_and(|v| v.is_empty() || v == "true");
+    let fp = params.get("filter_path");
+    let text = match resp.body {
+        Body::Empty => String::new(),
+        Body::Json(v) => {
+            let v = match fp {
+                Some(f) => api::filter_path(v, f),
+                None => v,
+            };
+            if pretty {
+                serde_json::to_string_pretty(&v).unwrap_or_default()
+            } else {
+                v.to_string()
+            }
+        }
+        Body::Text(t) => {
+            if fp.is_some() || pretty {
+                let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
+                let v = match fp {
+                    Some(f) => api::filter_path(v, f),
+                    None => v,
+                };
+                if pretty {
+                    serde_json::to_string_pretty(&v).unwrap_or_default()
+                } else {
+                    v.to_string()
+                }
+            } else {
+                t
+            }
+        }
+    };
+    response(resp.status, Bytes::from(text), head)
+}
+
+fn error_resp(e: EsError) -> Resp {
+    Resp::json(e.status, e.to_body())
+}
+
+fn decode_query(q: &str) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    for part in q.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        let dec = |s: &str| {
+            let s = s.replace('+', " ");
+            percent_encoding::percent_decode_str(&s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        out.insert(dec(k), dec(v));
+    }
+    out
+}
+
+async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    sh.requests.fetch_add(1, Ordering::Relaxed);
+    let method = req.method().as_str().to_string();
+    let head = method == "HEAD";
+    let path = req.uri().path().to_string();
+    let params = decode_query(req.uri().query().unwrap_or(""));
+
+    if let Some(rest) = path.strip_prefix("/_test/") {
+        let r = admin(&sh, &method, rest, &params);
+        return render(r, &params, head);
+    }
+    let latency = *sh.latency.lock();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    {
+        let mut inj = sh.inject.lock();
+        if inj.remaining > 0 {
+            inj.remaining -= 1;
+            let status = inj.status;
+            drop(inj);
+            return render(error_resp(error::injected(status)), &params, head);
+        }
+    }
+    // Body: size limit, content type.
+    let too_big = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n > MAX_CONTENT_LENGTH);
+    if too_big {
+        let mut r = response(413, Bytes::new(), true);
+        r.headers_mut().insert(
+            "connection",
+            hyper::header::HeaderValue::from_static("close"),
+        );
+        return r;
+    }
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let encoding = req
+        .headers()
+        .get(hyper::header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = match Limited::new(req.into_body(), MAX_CONTENT_LENGTH)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                let mut r = response(413, Bytes::new(), true);
+                r.headers_mut().insert(
+                    "connection",
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+                return r;
+            }
+            return render(
+                error_resp(EsError::bad_request("failed to read the request body")),
+                &params,
+                head,
+            );
+        }
+    };
+    if !body.is_empty() {
+        if let Some(enc) = encoding.filter(|e| e != "identity") {
+            return render(
+                error_resp(EsError::unsupported(&format!(
+                    "Content-Encoding [{enc}] request bodies"
+                ))),
+                &params,
+                head,
+            );
+        }
+        match content_type.as_deref() {
+            None => {
+                return render(
+                    Resp::json(
+                        406,
+                        json!({"error": "Content-Type header is missing", "status": 406}),
+                    ),
+                    &params,
+                    head,
+                );
+            }
+            Some(ct) => {
+                let base = ct
+                    .split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase();
+                let ok = matches!(
+                    base.as_str(),
+                    "application/json"
+                        | "application/x-ndjson"
+                        | "application/vnd.elasticsearch+json"
+                        | "application/vnd.elasticsearch+x-ndjson"
+                );
+                if !ok {
+                    return render(
+                        Resp::json(
+                            406,
+                            json!({"error": format!("Content-Type header [{ct}] is not supported"), "status": 406}),
+                        ),
+                        &params,
+                        head,
+                    );
+                }
+            }
+        }
+    }
+    let mut segs = Vec::new();
+    for s in path.split('/').filter(|s| !s.is_empty()) {
+        match percent_encoding::percent_decode_str(s).decode_utf8() {
+            Ok(d) => segs.push(d.into_owned()),
+            Err(_) => {
+                return render(
+                    error_resp(EsError::bad_request(format!(
+                        "unable to decode [{s}] as UTF-8"
+                    ))),
+                    &params,
+                    head,
+                );
+            }
+        }
+    }
+    let api_req = Req {
+        method,
+        path,
+        segs,
+        params: params.clone(),
+        body,
+    };
+    let sh2 = sh.clone();
+    let outcome = tokio::task::spawn_blocking(move || api::dispatch(&sh2, &api_req)).await;
+    let outcome = match outcome {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => Outcome::Done(error_resp(e)),
+        Err(_) => Outcome::Done(error_resp(EsError::new(
+            500,
+            "exception",
+            "es-test-server: handler panicked",
+        ))),
+    };
+    let resp = match outcome {
+        Outcome::Done(r) => r,
+        Outcome::Delay(d, r) => {
+            tokio::time::sleep(d).await;
+            r
+        }
+        Outcome::WaitFor(waits, r) => {
+            for (mut rx, seq) in waits {
+                let _ = rx.wait_for(|v| *v >= seq).await;
+            }
+            r
+        }
+    };
+    render(resp, &params, head)
+}
+
+/// `/_test/...` administration for process mode.
+fn admin(
+    sh: &Arc<Shared>,
+    method: &str,
+    rest: &str,
+    params: &std::collections::HashMap<String, String>,
+) -> Resp {
+    let num = |k: &str, d: u64| {
+        params
+            .get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(d)
+    };
+    match (method, rest.trim_end_matches('/')) {
+        ("POST", "fail") | ("PUT", "fail") => {
+            let status = num("status", 503) as u16;
+            let count = num("count", 1) as usize;
+            *sh.inject.lock() = Injection {
+                remaining: count,
+                status,
+            };
+            Resp::json(
+                200,
+                json!({"acknowledged": true, "status": status, "count": count}),
+            )
+        }
+        ("POST", "latency") | ("PUT", "latency") => {
+            let ms = num("ms", 0);
+            *sh.latency.lock() = Duration::from_millis(ms);
+            Resp::json(200, json!({"acknowledged": true, "latency_ms": ms}))
+        }
+        ("POST", "reset") => {
+            *sh.inject.lock() = Injection {
+                remaining: 0,
+                status: 503,
+            };
+            *sh.latency.lock() = Duration::ZERO;
+            Resp::json(200, json!({"acknowledged": true}))
+        }
+        ("POST", "wipe") => {
+            let mut st = sh.state.lock();
+            st.indices.clear();
+            st.pits.clear();
+            Resp::json(200, json!({"acknowledged": true}))
+        }
+        ("POST", "refresh") => {
+            let mut st = sh.state.lock();
+            for ix in st.indices.values_mut() {
+                ix.refresh();
+            }
+            Resp::json(200, json!({"acknowledged": true}))
+        }
+        ("POST", "outage") => {
+            // Stop listening for `ms` milliseconds (connections are closed), then come back.
+            let ms = num("ms", 1000);
+            let sh2 = sh.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                stop_listening(&sh2).await;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let addr = *sh2.addr.lock();
+                if let Ok(l) = tokio::task::spawn_blocking(move || bind_retry(addr))
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e)))
+                {
+                    let _ = start_listening(&sh2, l);
+                }
+            });
+            Resp::json(200, json!({"acknowledged": true, "outage_ms": ms}))
+        }
+        ("GET", "stats") => {
+            let st = sh.state.lock();
+            let indices: serde_json::Map<String, Value> = st
+                .indices
+                .iter()
+                .map(|(n, ix)| (n.clone(), json!({"docs": ix.live.len(), "searchable_docs": ix.snapshot.docs.len(), "next_seq_no": ix.next_seq})))
+                .collect();
+            Resp::json(
+                200,
+                json!({
+                    "requests": sh.requests.load(Ordering::Relaxed),
+                    "pending_failures": sh.inject.lock().remaining,
+                    "latency_ms": sh.latency.lock().as_millis() as u64,
+                    "open_pits": st.pits.len(),
+                    "indices": indices,
+                }),
+            )
+        }
+        _ => Resp::json(
+            400,
+            json!({"error": format!("unknown es-test-server admin endpoint [{method} /_test/{rest}]; known: POST fail?status=&count=, latency?ms=, reset, wipe, refresh, outage?ms=; GET stats"), "status": 400}),
+        ),
+    }
+}

@@ -72,7 +72,10 @@ impl FType {
     }
 
     pub fn is_integer(self) -> bool {
-        matches!(self, FType::Long | FType::Integer | FType::Short | FType::Byte)
+        matches!(
+            self,
+            FType::Long | FType::Integer | FType::Short | FType::Byte
+        )
     }
 
     pub fn is_float(self) -> bool {
@@ -87,20 +90,58 @@ impl FType {
         const COMMON: &[&str] = &["index", "doc_values", "store", "meta", "fields", "copy_to"];
         let own: &[&str] = match self {
             FType::Keyword => &[
-                "ignore_above", "null_value", "normalizer", "eager_global_ordinals", "index_options", "norms",
-                "similarity", "split_queries_on_whitespace", "script", "on_script_error", "time_series_dimension",
+                "ignore_above",
+                "null_value",
+                "normalizer",
+                "eager_global_ordinals",
+                "index_options",
+                "norms",
+                "similarity",
+                "split_queries_on_whitespace",
+                "script",
+                "on_script_error",
+                "time_series_dimension",
             ],
             FType::Text => &[
-                "analyzer", "search_analyzer", "search_quote_analyzer", "fielddata", "fielddata_frequency_filter",
-                "index_options", "index_prefixes", "index_phrases", "norms", "position_increment_gap", "similarity",
-                "term_vector", "eager_global_ordinals",
+                "analyzer",
+                "search_analyzer",
+                "search_quote_analyzer",
+                "fielddata",
+                "fielddata_frequency_filter",
+                "index_options",
+                "index_prefixes",
+                "index_phrases",
+                "norms",
+                "position_increment_gap",
+                "similarity",
+                "term_vector",
+                "eager_global_ordinals",
             ],
-            FType::Date | FType::DateNanos => {
-                &["format", "locale", "ignore_malformed", "null_value", "script", "on_script_error", "precision_step"]
-            }
-            FType::Boolean => &["null_value", "ignore_malformed", "script", "on_script_error"],
+            FType::Date | FType::DateNanos => &[
+                "format",
+                "locale",
+                "ignore_malformed",
+                "null_value",
+                "script",
+                "on_script_error",
+                "precision_step",
+            ],
+            FType::Boolean => &[
+                "null_value",
+                "ignore_malformed",
+                "script",
+                "on_script_error",
+            ],
             FType::Binary => &[],
-            _ => &["coerce", "ignore_malformed", "null_value", "script", "on_script_error", "time_series_metric", "time_series_dimension"],
+            _ => &[
+                "coerce",
+                "ignore_malformed",
+                "null_value",
+                "script",
+                "on_script_error",
+                "time_series_metric",
+                "time_series_dimension",
+            ],
         };
         if self == FType::Binary {
             return &["doc_values", "store", "meta"];
@@ -179,9 +220,13 @@ fn parse_dynamic(v: &Value) -> EsResult<Dynamic> {
             "false" => Ok(Dynamic::False),
             "strict" => Ok(Dynamic::Strict),
             "runtime" => Err(EsError::unsupported("dynamic: runtime")),
-            _ => Err(mapper_err(format!("Could not convert [dynamic] to boolean, value [{s}]"))),
+            _ => Err(mapper_err(format!(
+                "Could not convert [dynamic] to boolean, value [{s}]"
+            ))),
         },
-        other => Err(mapper_err(format!("Could not convert [dynamic] to boolean, value [{other}]"))),
+        other => Err(mapper_err(format!(
+            "Could not convert [dynamic] to boolean, value [{other}]"
+        ))),
     }
 }
 
@@ -207,7 +252,12 @@ fn as_bool_param(v: &Value, name: &str, field: &str) -> EsResult<bool> {
 impl Mapping {
     pub fn empty(analysis: Analysis) -> Mapping {
         Mapping {
-            root: ObjectDef { dynamic: None, enabled: true, props: BTreeMap::new(), params: Map::new() },
+            root: ObjectDef {
+                dynamic: None,
+                enabled: true,
+                props: BTreeMap::new(),
+                params: Map::new(),
+            },
             root_extra: Map::new(),
             date_detection: true,
             numeric_detection: false,
@@ -226,12 +276,18 @@ impl Mapping {
     /// Merges a `mappings` body (index creation or PUT _mapping) into this mapping.
     pub fn merge_json(&mut self, body: &Value) -> EsResult<()> {
         let Some(obj) = body.as_object() else {
-            return Err(mapper_err("Failed to parse mapping: Expected map for property [mappings]"));
+            return Err(mapper_err(
+                "Failed to parse mapping: Expected map for property [mappings]",
+            ));
         };
         if obj.len() == 1
             && let Some((k, v)) = obj.iter().next()
             && v.is_object()
-            && (k == "_doc" || !k.starts_with('_') && k != "properties" && k != "dynamic_templates" && k != "runtime")
+            && (k == "_doc"
+                || !k.starts_with('_')
+                    && k != "properties"
+                    && k != "dynamic_templates"
+                    && k != "runtime")
             && v.get("properties").is_some()
         {
             return Err(mapper_err(format!(
@@ -246,11 +302,15 @@ impl Mapping {
                 "date_detection" => self.date_detection = as_bool_param(v, k, "_doc")?,
                 "numeric_detection" => self.numeric_detection = as_bool_param(v, k, "_doc")?,
                 "_source" => {
-                    if v.get("enabled") == Some(&Value::Bool(false)) || v.get("mode").and_then(Value::as_str) == Some("disabled") {
+                    if v.get("enabled") == Some(&Value::Bool(false))
+                        || v.get("mode").and_then(Value::as_str) == Some("disabled")
+                    {
                         return Err(EsError::unsupported("disabling _source"));
                     }
                     if v.get("includes").is_some() || v.get("excludes").is_some() {
-                        return Err(EsError::unsupported("_source includes/excludes in mappings"));
+                        return Err(EsError::unsupported(
+                            "_source includes/excludes in mappings",
+                        ));
                     }
                     self.root_extra.insert(k.clone(), v.clone());
                 }
@@ -277,9 +337,9 @@ impl Mapping {
             )));
         }
         if let Some(props) = obj.get("properties") {
-            let props = props
-                .as_object()
-                .ok_or_else(|| mapper_err("Failed to parse mapping: Expected map for property [properties]"))?;
+            let props = props.as_object().ok_or_else(|| {
+                mapper_err("Failed to parse mapping: Expected map for property [properties]")
+            })?;
             let mut root = std::mem::replace(&mut self.root.props, BTreeMap::new());
             let r = self.merge_props(&mut root, props, "");
             self.root.props = root;
@@ -288,10 +348,17 @@ impl Mapping {
         self.rebuild()
     }
 
-    fn merge_props(&mut self, into: &mut BTreeMap<String, Node>, props: &Map<String, Value>, prefix: &str) -> EsResult<()> {
+    fn merge_props(
+        &mut self,
+        into: &mut BTreeMap<String, Node>,
+        props: &Map<String, Value>,
+        prefix: &str,
+    ) -> EsResult<()> {
         for (name, def) in props {
             if name.is_empty() {
-                return Err(mapper_err("Failed to parse mapping: field name cannot be an empty string"));
+                return Err(mapper_err(
+                    "Failed to parse mapping: field name cannot be an empty string",
+                ));
             }
             // Dotted names are object paths.
             if let Some((head, rest)) = name.split_once('.') {
@@ -303,7 +370,11 @@ impl Mapping {
                 self.merge_props(into, &single, prefix)?;
                 continue;
             }
-            let full = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+            let full = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
             let node = self.parse_node(&full, def)?;
             match (into.get_mut(name), node) {
                 (None, node) => {
@@ -320,7 +391,11 @@ impl Mapping {
                         )));
                     }
                     existing.params.extend(new.params);
-                    let props = def.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
+                    let props = def
+                        .get("properties")
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
                     let mut sub = std::mem::take(&mut existing.props);
                     let r = self.merge_props(&mut sub, &props, &full);
                     if let Some(Node::Object(existing)) = into.get_mut(name) {
@@ -341,7 +416,8 @@ impl Mapping {
                         existing.subfields.entry(k).or_insert(v);
                     }
                 }
-                (Some(Node::Object(_)), Node::Field(_)) | (Some(Node::Field(_)), Node::Object(_)) => {
+                (Some(Node::Object(_)), Node::Field(_))
+                | (Some(Node::Field(_)), Node::Object(_)) => {
                     return Err(EsError::bad_request(format!(
                         "can't merge a non object mapping [{full}] with an object mapping"
                     )));
@@ -353,12 +429,19 @@ impl Mapping {
 
     fn parse_node(&mut self, full: &str, def: &Value) -> EsResult<Node> {
         let Some(obj) = def.as_object() else {
-            return Err(mapper_err(format!("Expected map for property [fields] on field [{full}] but got a class java.lang.String")));
+            return Err(mapper_err(format!(
+                "Expected map for property [fields] on field [{full}] but got a class java.lang.String"
+            )));
         };
         let ty = obj.get("type").map(value_str);
         match ty.as_deref() {
             None | Some("object") => {
-                let mut od = ObjectDef { dynamic: None, enabled: true, props: BTreeMap::new(), params: Map::new() };
+                let mut od = ObjectDef {
+                    dynamic: None,
+                    enabled: true,
+                    props: BTreeMap::new(),
+                    params: Map::new(),
+                };
                 let mut bad = Vec::new();
                 for (k, v) in obj {
                     match k.as_str() {
@@ -385,9 +468,11 @@ impl Mapping {
                     // {"type":"object"} without properties is fine.
                 }
                 if let Some(props) = obj.get("properties") {
-                    let props = props
-                        .as_object()
-                        .ok_or_else(|| mapper_err(format!("Expected map for property [properties] on field [{full}]")))?;
+                    let props = props.as_object().ok_or_else(|| {
+                        mapper_err(format!(
+                            "Expected map for property [properties] on field [{full}]"
+                        ))
+                    })?;
                     let mut sub = BTreeMap::new();
                     self.merge_props(&mut sub, props, full)?;
                     od.props = sub;
@@ -397,15 +482,47 @@ impl Mapping {
             Some(t) => {
                 let Some(ft) = FType::parse(t) else {
                     return Err(match t {
-                        "nested" | "flattened" | "ip" | "geo_point" | "geo_shape" | "point" | "shape" | "unsigned_long"
-                        | "scaled_float" | "wildcard" | "constant_keyword" | "match_only_text" | "search_as_you_type"
-                        | "completion" | "dense_vector" | "sparse_vector" | "rank_feature" | "rank_features" | "alias"
-                        | "join" | "percolator" | "version" | "histogram" | "integer_range" | "long_range" | "float_range"
-                        | "double_range" | "date_range" | "ip_range" | "token_count" | "murmur3" | "semantic_text"
-                        | "aggregate_metric_double" | "counted_keyword" | "annotated_text" | "passthrough" => {
+                        "nested"
+                        | "flattened"
+                        | "ip"
+                        | "geo_point"
+                        | "geo_shape"
+                        | "point"
+                        | "shape"
+                        | "unsigned_long"
+                        | "scaled_float"
+                        | "wildcard"
+                        | "constant_keyword"
+                        | "match_only_text"
+                        | "search_as_you_type"
+                        | "completion"
+                        | "dense_vector"
+                        | "sparse_vector"
+                        | "rank_feature"
+                        | "rank_features"
+                        | "alias"
+                        | "join"
+                        | "percolator"
+                        | "version"
+                        | "histogram"
+                        | "integer_range"
+                        | "long_range"
+                        | "float_range"
+                        | "double_range"
+                        | "date_range"
+                        | "ip_range"
+                        | "token_count"
+                        | "murmur3"
+                        | "semantic_text"
+                        | "aggregate_metric_double"
+                        | "counted_keyword"
+                        | "annotated_text"
+                        | "passthrough" => {
                             EsError::unsupported(&format!("the field type [{t}] (field [{full}])"))
                         }
-                        _ => mapper_err(format!("Failed to parse mapping: No handler for type [{t}] declared on field [{full}]")),
+                        _ => mapper_err(format!(
+                            "Failed to parse mapping: No handler for type [{t}] declared on field [{full}]"
+                        )),
                     });
                 };
                 self.parse_field(full, ft, obj, true)
@@ -413,7 +530,13 @@ impl Mapping {
         }
     }
 
-    fn parse_field(&mut self, full: &str, ft: FType, obj: &Map<String, Value>, allow_fields: bool) -> EsResult<Node> {
+    fn parse_field(
+        &mut self,
+        full: &str,
+        ft: FType,
+        obj: &Map<String, Value>,
+        allow_fields: bool,
+    ) -> EsResult<Node> {
         let mut params = Map::new();
         let mut subfields = BTreeMap::new();
         let mut bad = Vec::new();
@@ -427,16 +550,31 @@ impl Mapping {
                     bad.push(format!("{k} : {}", value_str(v)));
                     continue;
                 }
-                let f = v.as_object().ok_or_else(|| mapper_err(format!("Expected map for property [fields] on field [{full}]")))?;
+                let f = v.as_object().ok_or_else(|| {
+                    mapper_err(format!(
+                        "Expected map for property [fields] on field [{full}]"
+                    ))
+                })?;
                 for (sname, sdef) in f {
                     let sfull = format!("{full}.{sname}");
-                    let sobj = sdef.as_object().ok_or_else(|| mapper_err(format!("Expected map for property [fields] on field [{sfull}]")))?;
-                    let st = sobj.get("type").map(value_str).unwrap_or_else(|| "object".into());
+                    let sobj = sdef.as_object().ok_or_else(|| {
+                        mapper_err(format!(
+                            "Expected map for property [fields] on field [{sfull}]"
+                        ))
+                    })?;
+                    let st = sobj
+                        .get("type")
+                        .map(value_str)
+                        .unwrap_or_else(|| "object".into());
                     let Some(sft) = FType::parse(&st) else {
                         return Err(if st == "object" {
-                            mapper_err(format!("Failed to parse mapping: Type [object] cannot be used in multi field [{sfull}]"))
+                            mapper_err(format!(
+                                "Failed to parse mapping: Type [object] cannot be used in multi field [{sfull}]"
+                            ))
                         } else {
-                            EsError::unsupported(&format!("the field type [{st}] (field [{sfull}])"))
+                            EsError::unsupported(&format!(
+                                "the field type [{st}] (field [{sfull}])"
+                            ))
                         });
                     };
                     if let Node::Field(fd) = self.parse_field(&sfull, sft, sobj, false)? {
@@ -448,7 +586,8 @@ impl Mapping {
             if k == "copy_to" {
                 return Err(EsError::unsupported(&format!("copy_to (field [{full}])")));
             }
-            let known = ["index", "doc_values", "store", "meta"].contains(&k) || ft.allowed_params().contains(&k);
+            let known = ["index", "doc_values", "store", "meta"].contains(&k)
+                || ft.allowed_params().contains(&k);
             if !known {
                 bad.push(format!("{k} : {}", value_str(v)));
                 continue;
@@ -463,7 +602,12 @@ impl Mapping {
             )));
         }
         // Validate what we resolve.
-        let fd = FieldDef { ty: ft, params, subfields, id: u16::MAX };
+        let fd = FieldDef {
+            ty: ft,
+            params,
+            subfields,
+            id: u16::MAX,
+        };
         self.resolve(full, &fd)?;
         Ok(Node::Field(fd))
     }
@@ -471,7 +615,9 @@ impl Mapping {
     /// Computes the FieldInfo of a field definition (validating analyzers and parameters).
     fn resolve(&self, full: &str, fd: &FieldDef) -> EsResult<FieldInfo> {
         let p = &fd.params;
-        let get_bool = |k: &str, d: bool| -> EsResult<bool> { p.get(k).map(|v| as_bool_param(v, k, full)).unwrap_or(Ok(d)) };
+        let get_bool = |k: &str, d: bool| -> EsResult<bool> {
+            p.get(k).map(|v| as_bool_param(v, k, full)).unwrap_or(Ok(d))
+        };
         let analyzer_named = |k: &str| -> EsResult<Option<Analyzer>> {
             match p.get(k) {
                 None => Ok(None),
@@ -485,22 +631,32 @@ impl Mapping {
             }
         };
         let analyzer = analyzer_named("analyzer")?.unwrap_or_else(|| {
-            self.analysis.analyzers.get("default").cloned().unwrap_or_else(Analyzer::standard)
+            self.analysis
+                .analyzers
+                .get("default")
+                .cloned()
+                .unwrap_or_else(Analyzer::standard)
         });
-        let search_analyzer = analyzer_named("search_analyzer")?.unwrap_or_else(|| analyzer.clone());
+        let search_analyzer =
+            analyzer_named("search_analyzer")?.unwrap_or_else(|| analyzer.clone());
         let normalizer = match p.get("normalizer") {
             None => None,
             Some(v) => {
                 let n = value_str(v);
                 Some(self.analysis.normalizer(&n).ok_or_else(|| {
-                    mapper_err(format!("Failed to parse mapping: normalizer [{n}] not found for field [{full}]"))
+                    mapper_err(format!(
+                        "Failed to parse mapping: normalizer [{n}] not found for field [{full}]"
+                    ))
                 })?)
             }
         };
         let ignore_above = match p.get("ignore_above") {
             None => None,
             Some(v) => Some(value_str(v).parse::<usize>().map_err(|_| {
-                mapper_err(format!("Failed to parse mapping: For input string: \"{}\"", value_str(v)))
+                mapper_err(format!(
+                    "Failed to parse mapping: For input string: \"{}\"",
+                    value_str(v)
+                ))
             })?),
         };
         let default_format = if fd.ty == FType::DateNanos {
@@ -519,7 +675,10 @@ impl Mapping {
             index: get_bool("index", fd.ty != FType::Binary)?,
             doc_values: get_bool("doc_values", !matches!(fd.ty, FType::Text | FType::Binary))?,
             null_value: p.get("null_value").cloned(),
-            format: p.get("format").map(value_str).unwrap_or_else(|| default_format.to_string()),
+            format: p
+                .get("format")
+                .map(value_str)
+                .unwrap_or_else(|| default_format.to_string()),
             coerce: get_bool("coerce", true)?,
             ignore_malformed: get_bool("ignore_malformed", false)?,
             fielddata: get_bool("fielddata", false)?,
@@ -546,7 +705,14 @@ impl Mapping {
         let mut objects = HashSet::new();
         let mut next_id = self.next_id;
         let mut root = std::mem::replace(&mut self.root.props, BTreeMap::new());
-        let r = self.walk_assign(&mut root, "", &mut next_id, &mut fields, &mut by_name, &mut objects);
+        let r = self.walk_assign(
+            &mut root,
+            "",
+            &mut next_id,
+            &mut fields,
+            &mut by_name,
+            &mut objects,
+        );
         self.root.props = root;
         r?;
         self.next_id = next_id;
@@ -586,7 +752,11 @@ impl Mapping {
         objects: &mut HashSet<String>,
     ) -> EsResult<()> {
         for (name, node) in props.iter_mut() {
-            let full = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+            let full = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
             match node {
                 Node::Object(od) => {
                     objects.insert(full.clone());
@@ -610,7 +780,9 @@ impl Mapping {
     ) -> EsResult<()> {
         if fd.id == u16::MAX {
             if *next_id == u16::MAX - 1 {
-                return Err(EsError::bad_request("Limit of total fields has been exceeded"));
+                return Err(EsError::bad_request(
+                    "Limit of total fields has been exceeded",
+                ));
             }
             fd.id = *next_id;
             *next_id += 1;
@@ -732,7 +904,10 @@ pub struct Indexed {
 
 impl Indexed {
     pub fn get(&self, id: u16) -> Option<&FV> {
-        self.fields.binary_search_by_key(&id, |(i, _)| *i).ok().map(|i| &self.fields[i].1)
+        self.fields
+            .binary_search_by_key(&id, |(i, _)| *i)
+            .ok()
+            .map(|i| &self.fields[i].1)
     }
 }
 
@@ -758,7 +933,10 @@ fn preview(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Object(m) => {
-            let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={}", preview(v))).collect();
+            let parts: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{k}={}", preview(v)))
+                .collect();
             format!("{{{}}}", parts.join(", "))
         }
         Value::Array(a) => format!("[{}]", a.iter().map(preview).collect::<Vec<_>>().join(", ")),
@@ -784,7 +962,12 @@ fn parse_failure(info: &FieldInfo, v: &Value, doc_id: &str, cause: EsError) -> E
 const MAX_TERM_BYTES: usize = 32766;
 
 fn immense(field: &str, term: &str) -> EsError {
-    let prefix: Vec<String> = term.as_bytes().iter().take(30).map(|b| b.to_string()).collect();
+    let prefix: Vec<String> = term
+        .as_bytes()
+        .iter()
+        .take(30)
+        .map(|b| b.to_string())
+        .collect();
     EsError::new(
         400,
         "illegal_argument_exception",
@@ -817,24 +1000,38 @@ fn number_as_i64(v: &Value, info: &FieldInfo) -> Result<i64, EsError> {
         Value::Number(n) => n.to_string(),
         Value::String(s) if info.coerce => s.trim().to_string(),
         _ => {
-            return Err(EsError::bad_request(format!("Current token ({}) not numeric, can not use numeric value accessors", token_name(v))));
+            return Err(EsError::bad_request(format!(
+                "Current token ({}) not numeric, can not use numeric value accessors",
+                token_name(v)
+            )));
         }
     };
     let val: i128 = if let Ok(i) = text.parse::<i128>() {
         i
     } else if let Ok(f) = text.parse::<f64>() {
         if !f.is_finite() {
-            return Err(EsError::bad_request(format!("[{}] supports only finite values, but got [{f}]", info.ty.name())));
+            return Err(EsError::bad_request(format!(
+                "[{}] supports only finite values, but got [{f}]",
+                info.ty.name()
+            )));
         }
         if f.fract() != 0.0 && !info.coerce {
-            return Err(EsError::bad_request(format!("Value [{text}] has a decimal part")));
+            return Err(EsError::bad_request(format!(
+                "Value [{text}] has a decimal part"
+            )));
         }
         f.trunc() as i128
     } else {
-        return Err(EsError::new(400, "number_format_exception", format!("For input string: \"{text}\"")));
+        return Err(EsError::new(
+            400,
+            "number_format_exception",
+            format!("For input string: \"{text}\""),
+        ));
     };
     if val < lo || val > hi {
-        return Err(EsError::bad_request(format!("Value [{text}] is out of range for {tyname}")));
+        return Err(EsError::bad_request(format!(
+            "Value [{text}] is out of range for {tyname}"
+        )));
     }
     Ok(val as i64)
 }
@@ -860,7 +1057,12 @@ fn convert_leaf(info: &FieldInfo, v: &Value, doc_id: &str, out: &mut Vec<Pending
                 Value::String(s) => s.clone(),
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => b.to_string(),
-                _ => return Err(fail(EsError::bad_request(format!("Can't get text on a {} at 1:1", token_name(v))))),
+                _ => {
+                    return Err(fail(EsError::bad_request(format!(
+                        "Can't get text on a {} at 1:1",
+                        token_name(v)
+                    ))));
+                }
             };
             if let Some(limit) = info.ignore_above
                 && s.chars().count() > limit
@@ -881,14 +1083,25 @@ fn convert_leaf(info: &FieldInfo, v: &Value, doc_id: &str, out: &mut Vec<Pending
                 Value::String(s) => s.clone(),
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => b.to_string(),
-                _ => return Err(fail(EsError::bad_request(format!("Can't get text on a {} at 1:1", token_name(v))))),
+                _ => {
+                    return Err(fail(EsError::bad_request(format!(
+                        "Can't get text on a {} at 1:1",
+                        token_name(v)
+                    ))));
+                }
             };
             let toks = info.analyzer.analyze(&s);
             if let Some(t) = toks.iter().find(|t| t.len() > MAX_TERM_BYTES) {
                 return Err(immense(&info.name, t));
             }
             let n = toks.len() as u32;
-            out.push(Pending::Text(toks.into_iter().enumerate().map(|(i, t)| (t.into_boxed_str(), i as u32)).collect(), n));
+            out.push(Pending::Text(
+                toks.into_iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.into_boxed_str(), i as u32))
+                    .collect(),
+                n,
+            ));
         }
         t if t.is_integer() => match number_as_i64(v, info) {
             Ok(n) => out.push(Pending::Long(vec![n])),
@@ -897,20 +1110,35 @@ fn convert_leaf(info: &FieldInfo, v: &Value, doc_id: &str, out: &mut Vec<Pending
         },
         t if t.is_float() => {
             let r = match v {
-                Value::Number(n) => n.as_f64().ok_or_else(|| EsError::bad_request("not a number")),
-                Value::String(s) if info.coerce => s
-                    .trim()
-                    .parse::<f64>()
-                    .map_err(|_| EsError::new(400, "number_format_exception", format!("For input string: \"{s}\""))),
-                _ => Err(EsError::bad_request(format!("Current token ({}) not numeric", token_name(v)))),
+                Value::Number(n) => n
+                    .as_f64()
+                    .ok_or_else(|| EsError::bad_request("not a number")),
+                Value::String(s) if info.coerce => s.trim().parse::<f64>().map_err(|_| {
+                    EsError::new(
+                        400,
+                        "number_format_exception",
+                        format!("For input string: \"{s}\""),
+                    )
+                }),
+                _ => Err(EsError::bad_request(format!(
+                    "Current token ({}) not numeric",
+                    token_name(v)
+                ))),
             };
             match r {
                 Ok(f) if f.is_finite() => {
-                    let f = if t == FType::Float { f as f32 as f64 } else { f };
+                    let f = if t == FType::Float {
+                        f as f32 as f64
+                    } else {
+                        f
+                    };
                     out.push(Pending::Double(vec![f]));
                 }
                 Ok(f) if !info.ignore_malformed => {
-                    return Err(fail(EsError::bad_request(format!("[{}] supports only finite values, but got [{f}]", t.name()))));
+                    return Err(fail(EsError::bad_request(format!(
+                        "[{}] supports only finite values, but got [{f}]",
+                        t.name()
+                    ))));
                 }
                 Err(e) if !info.ignore_malformed => return Err(fail(e)),
                 _ => {}
@@ -977,11 +1205,19 @@ fn convert_leaf(info: &FieldInfo, v: &Value, doc_id: &str, out: &mut Vec<Pending
         FType::Binary => {
             if let Value::String(s) = v {
                 use base64::Engine;
-                if base64::engine::general_purpose::STANDARD.decode(s.trim()).is_err() {
-                    return Err(fail(EsError::bad_request("Failed to decode VALUE_STRING as base64")));
+                if base64::engine::general_purpose::STANDARD
+                    .decode(s.trim())
+                    .is_err()
+                {
+                    return Err(fail(EsError::bad_request(
+                        "Failed to decode VALUE_STRING as base64",
+                    )));
                 }
             } else {
-                return Err(fail(EsError::bad_request(format!("Current token ({}) not binary", token_name(v)))));
+                return Err(fail(EsError::bad_request(format!(
+                    "Current token ({}) not binary",
+                    token_name(v)
+                ))));
             }
         }
         _ => unreachable!(),
@@ -1053,7 +1289,13 @@ impl Indexer<'_> {
         Ok(())
     }
 
-    fn object(&mut self, od: &ObjectDef, path: &[String], obj: &Map<String, Value>, dynamic: Dynamic) -> EsResult<()> {
+    fn object(
+        &mut self,
+        od: &ObjectDef,
+        path: &[String],
+        obj: &Map<String, Value>,
+        dynamic: Dynamic,
+    ) -> EsResult<()> {
         let dynamic = od.dynamic.unwrap_or(dynamic);
         for (key, v) in obj {
             if key.is_empty() {
@@ -1076,7 +1318,14 @@ impl Indexer<'_> {
         Ok(())
     }
 
-    fn entry(&mut self, od: &ObjectDef, path: &[String], parts: &[&str], v: &Value, dynamic: Dynamic) -> EsResult<()> {
+    fn entry(
+        &mut self,
+        od: &ObjectDef,
+        path: &[String],
+        parts: &[&str],
+        v: &Value,
+        dynamic: Dynamic,
+    ) -> EsResult<()> {
         let name = parts[0];
         let mut full_path: Vec<String> = path.to_vec();
         full_path.push(name.to_string());
@@ -1087,7 +1336,13 @@ impl Indexer<'_> {
                     return Ok(());
                 }
                 if parts.len() > 1 {
-                    return self.entry(child, &full_path, &parts[1..], v, child.dynamic.unwrap_or(dynamic));
+                    return self.entry(
+                        child,
+                        &full_path,
+                        &parts[1..],
+                        v,
+                        child.dynamic.unwrap_or(dynamic),
+                    );
                 }
                 self.object_value(child, &full_path, &full, v, dynamic)
             }
@@ -1106,20 +1361,29 @@ impl Indexer<'_> {
                 }
                 if let Value::Object(_) = v {
                     let info = &self.m.fields[fd.id as usize];
-                    return Err(parse_failure(info, v, self.doc_id, EsError::bad_request(format!(
-                        "Can't get text on a START_OBJECT at 1:1"
-                    ))));
+                    return Err(parse_failure(
+                        info,
+                        v,
+                        self.doc_id,
+                        EsError::bad_request(format!("Can't get text on a START_OBJECT at 1:1")),
+                    ));
                 }
                 self.leaf(fd, &full, v)
             }
             None => match dynamic {
                 Dynamic::False => Ok(()),
                 Dynamic::Strict => {
-                    let within = if path.is_empty() { "_doc".to_string() } else { path.join(".") };
+                    let within = if path.is_empty() {
+                        "_doc".to_string()
+                    } else {
+                        path.join(".")
+                    };
                     Err(EsError::new(
                         400,
                         "strict_dynamic_mapping_exception",
-                        format!("[1:2] mapping set to strict, dynamic introduction of [{name}] within [{within}] is not allowed"),
+                        format!(
+                            "[1:2] mapping set to strict, dynamic introduction of [{name}] within [{within}] is not allowed"
+                        ),
                     ))
                 }
                 Dynamic::True => {
@@ -1136,7 +1400,14 @@ impl Indexer<'_> {
         }
     }
 
-    fn object_value(&mut self, od: &ObjectDef, path: &[String], full: &str, v: &Value, dynamic: Dynamic) -> EsResult<()> {
+    fn object_value(
+        &mut self,
+        od: &ObjectDef,
+        path: &[String],
+        full: &str,
+        v: &Value,
+        dynamic: Dynamic,
+    ) -> EsResult<()> {
         match v {
             Value::Object(o) => self.object(od, path, o, dynamic),
             Value::Array(a) => {
@@ -1208,23 +1479,35 @@ impl Mapping {
                 "[1:1] failed to parse: Root value must be an object",
             ));
         };
-        let mut ix = Indexer { m: self, doc_id: ctx.id, acc: BTreeMap::new(), new: vec![] };
+        let mut ix = Indexer {
+            m: self,
+            doc_id: ctx.id,
+            acc: BTreeMap::new(),
+            new: vec![],
+        };
         ix.object(&self.root, &[], obj, self.root_dynamic())?;
         if !ix.new.is_empty() {
             let mut seen = HashSet::new();
-            let new: Vec<_> = ix.new.into_iter().filter(|(p, _)| seen.insert(p.clone())).collect();
+            let new: Vec<_> = ix
+                .new
+                .into_iter()
+                .filter(|(p, _)| seen.insert(p.clone()))
+                .collect();
             return Ok(IndexOutcome::NeedMapping(new));
         }
         let fields = ix
             .acc
             .into_iter()
             .map(|(id, p)| {
-                (id, match p {
-                    Pending::Kw(v) => FV::Kw(v),
-                    Pending::Text(v, _) => FV::Text(v),
-                    Pending::Long(v) => FV::Long(v),
-                    Pending::Double(v) => FV::Double(v),
-                })
+                (
+                    id,
+                    match p {
+                        Pending::Kw(v) => FV::Kw(v),
+                        Pending::Text(v, _) => FV::Text(v),
+                        Pending::Long(v) => FV::Long(v),
+                        Pending::Double(v) => FV::Double(v),
+                    },
+                )
             })
             .collect();
         Ok(IndexOutcome::Done(Indexed { fields }))
@@ -1249,7 +1532,9 @@ impl Mapping {
         }
         self.rebuild()?;
         if self.total_fields() > limit {
-            return Err(EsError::bad_request(format!("Limit of total fields [{limit}] has been exceeded")));
+            return Err(EsError::bad_request(format!(
+                "Limit of total fields [{limit}] has been exceeded"
+            )));
         }
         Ok(())
     }

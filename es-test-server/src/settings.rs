@@ -26,12 +26,20 @@ fn flatten_into(prefix: &str, v: &Value, out: &mut Flat) {
     match v {
         Value::Object(m) => {
             for (k, v) in m {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 flatten_into(&key, v, out);
             }
         }
         other => {
-            let key = if prefix.starts_with("index.") { prefix.to_string() } else { format!("index.{prefix}") };
+            let key = if prefix.starts_with("index.") {
+                prefix.to_string()
+            } else {
+                format!("index.{prefix}")
+            };
             match scalar(other) {
                 Some(s) => {
                     out.insert(key, s);
@@ -111,11 +119,13 @@ fn known(key: &str) -> bool {
 
 fn num(key: &str, v: &Value, min: i64) -> EsResult<i64> {
     let s = v.as_str().unwrap_or_default();
-    let n: i64 = s
-        .parse()
-        .map_err(|_| EsError::bad_request(format!("Failed to parse value [{s}] for setting [{key}]")))?;
+    let n: i64 = s.parse().map_err(|_| {
+        EsError::bad_request(format!("Failed to parse value [{s}] for setting [{key}]"))
+    })?;
     if n < min {
-        return Err(EsError::bad_request(format!("Failed to parse value [{s}] for setting [{key}] must be >= {min}")));
+        return Err(EsError::bad_request(format!(
+            "Failed to parse value [{s}] for setting [{key}] must be >= {min}"
+        )));
     }
     Ok(n)
 }
@@ -138,8 +148,13 @@ pub fn time_setting(key: &str, v: &Value) -> EsResult<Option<Duration>> {
 /// Validates user-given settings. `update` is true for PUT _settings on an existing index.
 pub fn validate(flat: &Flat, update: bool) -> EsResult<()> {
     for (k, v) in flat {
-        if matches!(k.as_str(), "index.uuid" | "index.creation_date" | "index.provided_name" | "index.version.created") {
-            return Err(EsError::bad_request(format!("private index setting [{k}] can not be set explicitly")));
+        if matches!(
+            k.as_str(),
+            "index.uuid" | "index.creation_date" | "index.provided_name" | "index.version.created"
+        ) {
+            return Err(EsError::bad_request(format!(
+                "private index setting [{k}] can not be set explicitly"
+            )));
         }
         if !known(k) {
             return Err(EsError::bad_request(format!(
@@ -163,8 +178,18 @@ pub fn validate(flat: &Flat, update: bool) -> EsResult<()> {
                     )));
                 }
             }
-            "index.number_of_replicas" | "index.max_result_window" | "index.mapping.total_fields.limit" => {
-                num(k, v, if k == "index.number_of_replicas" { 0 } else { 1 })?;
+            "index.number_of_replicas"
+            | "index.max_result_window"
+            | "index.mapping.total_fields.limit" => {
+                num(
+                    k,
+                    v,
+                    if k == "index.number_of_replicas" {
+                        0
+                    } else {
+                        1
+                    },
+                )?;
             }
             "index.refresh_interval" | "index.search.idle.after" | "index.gc_deletes" => {
                 time_setting(k, v)?;
@@ -190,7 +215,9 @@ pub fn nest(flat: &Flat) -> Value {
         let parts: Vec<&str> = k.split('.').collect();
         let mut cur = &mut root;
         for p in &parts[..parts.len() - 1] {
-            let e = cur.entry(p.to_string()).or_insert_with(|| Value::Object(Map::new()));
+            let e = cur
+                .entry(p.to_string())
+                .or_insert_with(|| Value::Object(Map::new()));
             if !e.is_object() {
                 *e = Value::Object(Map::new());
             }
@@ -203,9 +230,16 @@ pub fn nest(flat: &Flat) -> Value {
 
 /// The nested `index.analysis` object (for building analyzers).
 pub fn analysis_section(flat: &Flat) -> Option<Value> {
-    let sub: Flat = flat.iter().filter(|(k, _)| k.starts_with("index.analysis.")).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let sub: Flat = flat
+        .iter()
+        .filter(|(k, _)| k.starts_with("index.analysis."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     if sub.is_empty() {
         return None;
     }
-    nest(&sub).get("index").and_then(|i| i.get("analysis")).cloned()
+    nest(&sub)
+        .get("index")
+        .and_then(|i| i.get("analysis"))
+        .cloned()
 }

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::analysis::Analysis;
 use crate::error::{EsError, EsResult};
-use crate::mapping::{DocCtx, IndexOutcome, Indexed, Mapping};
+use crate::mapping::{DocCtx, FV, IndexOutcome, Indexed, Mapping};
 use crate::settings::{self, Flat};
 
 pub const PRIMARY_TERM: i64 = 1;
@@ -22,7 +24,12 @@ static RNG_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(RNG_COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     h.finish()
 }
 
@@ -57,6 +64,83 @@ pub struct Doc {
 pub struct Snapshot {
     pub docs: Vec<Arc<Doc>>,
     pub mapping: Arc<Mapping>,
+    /// Term -> positions (in `docs`) per field, built on first use and kept for the
+    /// snapshot's life (a snapshot never changes).
+    terms: Mutex<HashMap<u16, Arc<Postings>>>,
+    ids: OnceLock<HashMap<Arc<str>, u32>>,
+}
+
+/// An exact term of a field, as the inverted index keys it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TermKey {
+    S(Box<str>),
+    I(i64),
+    /// A double, by its bits (-0.0 folded into 0.0).
+    F(u64),
+}
+
+impl TermKey {
+    pub fn f(x: f64) -> TermKey {
+        TermKey::F(if x == 0.0 {
+            0.0f64.to_bits()
+        } else {
+            x.to_bits()
+        })
+    }
+}
+
+pub type Postings = HashMap<TermKey, Vec<u32>>;
+
+impl Snapshot {
+    pub fn new(docs: Vec<Arc<Doc>>, mapping: Arc<Mapping>) -> Snapshot {
+        Snapshot {
+            docs,
+            mapping,
+            terms: Mutex::new(HashMap::new()),
+            ids: OnceLock::new(),
+        }
+    }
+
+    /// The inverted index of one field (keyword, text tokens, integers, dates, booleans).
+    pub fn postings(&self, fid: u16) -> Arc<Postings> {
+        if let Some(p) = self.terms.lock().get(&fid) {
+            return p.clone();
+        }
+        let mut p: Postings = HashMap::new();
+        for (pos, d) in self.docs.iter().enumerate() {
+            let pos = pos as u32;
+            let mut add = |k: TermKey| {
+                let v = p.entry(k).or_default();
+                if v.last() != Some(&pos) {
+                    v.push(pos);
+                }
+            };
+            match d.indexed.get(fid) {
+                Some(FV::Kw(v)) => v.iter().for_each(|s| add(TermKey::S(s.clone()))),
+                Some(FV::Text(v)) => v.iter().for_each(|(s, _)| add(TermKey::S(s.clone()))),
+                Some(FV::Long(v)) => v.iter().for_each(|i| add(TermKey::I(*i))),
+                Some(FV::Double(v)) => v.iter().for_each(|x| add(TermKey::f(*x))),
+                None => {}
+            }
+        }
+        let p = Arc::new(p);
+        self.terms.lock().insert(fid, p.clone());
+        p
+    }
+
+    /// Position of a document by id.
+    pub fn position(&self, id: &str) -> Option<u32> {
+        self.ids
+            .get_or_init(|| {
+                self.docs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (d.id.clone(), i as u32))
+                    .collect()
+            })
+            .get(id)
+            .copied()
+    }
 }
 
 pub struct Index {
@@ -102,7 +186,8 @@ pub struct UpdateReq {
 impl Index {
     pub fn new(name: &str, user_settings: Flat, mappings: Option<&Value>) -> EsResult<Index> {
         settings::validate(&user_settings, false)?;
-        let analysis = Analysis::from_settings(settings::analysis_section(&user_settings).as_ref())?;
+        let analysis =
+            Analysis::from_settings(settings::analysis_section(&user_settings).as_ref())?;
         let mut mapping = Mapping::empty(analysis);
         if let Some(m) = mappings {
             mapping.merge_json(m)?;
@@ -112,7 +197,10 @@ impl Index {
         let mut s = Flat::new();
         s.insert("index.number_of_shards".into(), json!("1"));
         s.insert("index.number_of_replicas".into(), json!("1"));
-        s.insert("index.routing.allocation.include._tier_preference".into(), json!("data_content"));
+        s.insert(
+            "index.routing.allocation.include._tier_preference".into(),
+            json!("data_content"),
+        );
         for (k, v) in user_settings {
             if !v.is_null() {
                 s.insert(k, v);
@@ -121,7 +209,10 @@ impl Index {
         s.insert("index.uuid".into(), json!(uuid));
         s.insert("index.creation_date".into(), json!(created_ms.to_string()));
         s.insert("index.provided_name".into(), json!(name));
-        s.insert("index.version.created".into(), json!(crate::INDEX_VERSION_CREATED));
+        s.insert(
+            "index.version.created".into(),
+            json!(crate::INDEX_VERSION_CREATED),
+        );
         let (tx, _rx) = watch::channel(-1i64);
         let mapping = Arc::new(mapping);
         let now = Instant::now();
@@ -135,7 +226,7 @@ impl Index {
             order: BTreeMap::new(),
             tombstones: HashMap::new(),
             next_seq: 0,
-            snapshot: Arc::new(Snapshot { docs: vec![], mapping }),
+            snapshot: Arc::new(Snapshot::new(vec![], mapping)),
             dirty: false,
             refreshed: tx,
             last_refresh: now,
@@ -151,7 +242,10 @@ impl Index {
         };
         ix.apply_settings()?;
         if ix.mapping.total_fields() > ix.total_fields_limit {
-            return Err(EsError::bad_request(format!("Limit of total fields [{}] has been exceeded", ix.total_fields_limit)));
+            return Err(EsError::bad_request(format!(
+                "Limit of total fields [{}] has been exceeded",
+                ix.total_fields_limit
+            )));
         }
         Ok(ix)
     }
@@ -162,7 +256,10 @@ impl Index {
 
     fn apply_settings(&mut self) -> EsResult<()> {
         let int = |s: &Index, k: &str, d: u64| -> u64 {
-            s.setting(k).and_then(Value::as_str).and_then(|v| v.parse().ok()).unwrap_or(d)
+            s.setting(k)
+                .and_then(Value::as_str)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
         };
         self.shards = int(self, "index.number_of_shards", 1) as u32;
         self.replicas = int(self, "index.number_of_replicas", 1) as u32;
@@ -179,10 +276,12 @@ impl Index {
             }
         }
         if let Some(v) = self.setting("index.search.idle.after").cloned() {
-            self.search_idle_after = settings::time_setting("index.search.idle.after", &v)?.unwrap_or(Duration::MAX);
+            self.search_idle_after =
+                settings::time_setting("index.search.idle.after", &v)?.unwrap_or(Duration::MAX);
         }
         if let Some(v) = self.setting("index.gc_deletes").cloned() {
-            self.gc_deletes = settings::time_setting("index.gc_deletes", &v)?.unwrap_or(Duration::ZERO);
+            self.gc_deletes =
+                settings::time_setting("index.gc_deletes", &v)?.unwrap_or(Duration::ZERO);
         }
         Ok(())
     }
@@ -213,7 +312,10 @@ impl Index {
         let mut m = (*self.mapping).clone();
         m.merge_json(body)?;
         if m.total_fields() > self.total_fields_limit {
-            return Err(EsError::bad_request(format!("Limit of total fields [{}] has been exceeded", self.total_fields_limit)));
+            return Err(EsError::bad_request(format!(
+                "Limit of total fields [{}] has been exceeded",
+                self.total_fields_limit
+            )));
         }
         self.mapping = Arc::new(m);
         Ok(())
@@ -224,17 +326,26 @@ impl Index {
     }
 
     fn conflict(&self, id: &str, what: String) -> EsError {
-        EsError::new(409, "version_conflict_engine_exception", format!("[{id}]: version conflict, {what}"))
-            .with("index_uuid", self.uuid.clone())
-            .with("shard", "0")
-            .with("index", self.name.clone())
+        EsError::new(
+            409,
+            "version_conflict_engine_exception",
+            format!("[{id}]: version conflict, {what}"),
+        )
+        .with("index_uuid", self.uuid.clone())
+        .with("shard", "0")
+        .with("index", self.name.clone())
     }
 
     fn check_cas(&self, id: &str, cas: Option<(i64, i64)>) -> EsResult<()> {
         if let Some((s, t)) = cas {
             match self.live.get(id) {
                 None => {
-                    return Err(self.conflict(id, format!("required seqNo [{s}], primary term [{t}]. but no document was found")));
+                    return Err(self.conflict(
+                        id,
+                        format!(
+                            "required seqNo [{s}], primary term [{t}]. but no document was found"
+                        ),
+                    ));
                 }
                 Some(d) if d.seq_no != s || PRIMARY_TERM != t => {
                     return Err(self.conflict(
@@ -290,10 +401,20 @@ impl Index {
     }
 
     /// Index (or create, when `create`) a document.
-    pub fn put(&mut self, id: &str, raw: Arc<str>, src: &Value, create: bool, cas: Option<(i64, i64)>) -> EsResult<WriteOk> {
+    pub fn put(
+        &mut self,
+        id: &str,
+        raw: Arc<str>,
+        src: &Value,
+        create: bool,
+        cas: Option<(i64, i64)>,
+    ) -> EsResult<WriteOk> {
         let (indexed, new_mapping) = self.parse_source(id, src)?;
         if create && let Some(d) = self.live.get(id) {
-            return Err(self.conflict(id, format!("document already exists (current version [{}])", d.version)));
+            return Err(self.conflict(
+                id,
+                format!("document already exists (current version [{}])", d.version),
+            ));
         }
         self.check_cas(id, cas)?;
         if let Some(m) = new_mapping {
@@ -303,7 +424,13 @@ impl Index {
         let version = self.prior_version(id) + 1;
         let seq_no = self.next_seq;
         self.next_seq += 1;
-        self.install(Doc { id: Arc::from(id), source: raw, seq_no, version, indexed });
+        self.install(Doc {
+            id: Arc::from(id),
+            source: raw,
+            seq_no,
+            version,
+            indexed,
+        });
         Ok(WriteOk {
             result: if existed { "updated" } else { "created" },
             status: if existed { 200 } else { 201 },
@@ -338,12 +465,20 @@ impl Index {
     pub fn update(&mut self, id: &str, req: &UpdateReq) -> EsResult<WriteOk> {
         let existing = self.live.get(id).cloned();
         let Some(existing) = existing else {
-            let body = if req.doc_as_upsert { req.doc.clone() } else { req.upsert.clone() };
+            let body = if req.doc_as_upsert {
+                req.doc.clone()
+            } else {
+                req.upsert.clone()
+            };
             let Some(body) = body else {
-                return Err(EsError::new(404, "document_missing_exception", format!("[{id}]: document missing"))
-                    .with("index_uuid", self.uuid.clone())
-                    .with("shard", "0")
-                    .with("index", self.name.clone()));
+                return Err(EsError::new(
+                    404,
+                    "document_missing_exception",
+                    format!("[{id}]: document missing"),
+                )
+                .with("index_uuid", self.uuid.clone())
+                .with("shard", "0")
+                .with("index", self.name.clone()));
             };
             let raw: Arc<str> = Arc::from(serde_json::to_string(&body).unwrap_or_default());
             return self.put(id, raw, &body, true, None);
@@ -359,24 +494,40 @@ impl Index {
                 ),
             ));
         }
-        let old: Value = serde_json::from_str(&existing.source).unwrap_or(Value::Object(Map::new()));
+        let old: Value =
+            serde_json::from_str(&existing.source).unwrap_or(Value::Object(Map::new()));
         let mut merged = old.clone();
         if let Some(doc) = &req.doc {
             deep_merge(&mut merged, doc);
         }
         if req.detect_noop && merged == old {
-            return Ok(WriteOk { result: "noop", status: 200, version: existing.version, seq_no: existing.seq_no });
+            return Ok(WriteOk {
+                result: "noop",
+                status: 200,
+                version: existing.version,
+                seq_no: existing.seq_no,
+            });
         }
         let raw: Arc<str> = Arc::from(serde_json::to_string(&merged).unwrap_or_default());
-        let r = self.put(id, raw, &merged, false, Some((existing.seq_no, PRIMARY_TERM)))?;
-        Ok(WriteOk { result: "updated", status: 200, ..r })
+        let r = self.put(
+            id,
+            raw,
+            &merged,
+            false,
+            Some((existing.seq_no, PRIMARY_TERM)),
+        )?;
+        Ok(WriteOk {
+            result: "updated",
+            status: 200,
+            ..r
+        })
     }
 
     /// Makes every acknowledged write visible to search.
     pub fn refresh(&mut self) {
         if self.dirty || !Arc::ptr_eq(&self.snapshot.mapping, &self.mapping) {
             let docs: Vec<Arc<Doc>> = self.order.values().cloned().collect();
-            self.snapshot = Arc::new(Snapshot { docs, mapping: self.mapping.clone() });
+            self.snapshot = Arc::new(Snapshot::new(docs, self.mapping.clone()));
             self.dirty = false;
         }
         self.last_refresh = Instant::now();
@@ -412,7 +563,9 @@ impl Index {
 
     /// The periodic refresh (the caller checks every ~50 ms).
     pub fn tick(&mut self, now: Instant) {
-        let Some(iv) = self.refresh_interval else { return };
+        let Some(iv) = self.refresh_interval else {
+            return;
+        };
         if now.duration_since(self.last_refresh) < iv {
             return;
         }
@@ -469,7 +622,12 @@ pub struct Cluster {
 
 impl Default for Cluster {
     fn default() -> Self {
-        Cluster { indices: BTreeMap::new(), pits: HashMap::new(), pit_counter: 0, cluster_uuid: random_id(22) }
+        Cluster {
+            indices: BTreeMap::new(),
+            pits: HashMap::new(),
+            pit_counter: 0,
+            cluster_uuid: random_id(22),
+        }
     }
 }
 
@@ -492,10 +650,16 @@ pub fn validate_index_name(name: &str) -> EsResult<()> {
         return Err(EsError::invalid_index_name(name, "must not contain ':'"));
     }
     if name.starts_with('_') || name.starts_with('-') || name.starts_with('+') {
-        return Err(EsError::invalid_index_name(name, "must not start with '_', '-', or '+'"));
+        return Err(EsError::invalid_index_name(
+            name,
+            "must not start with '_', '-', or '+'",
+        ));
     }
     if name.len() > 255 {
-        return Err(EsError::invalid_index_name(name, &format!("index name is too long, ({} > 255)", name.len())));
+        return Err(EsError::invalid_index_name(
+            name,
+            &format!("index name is too long, ({} > 255)", name.len()),
+        ));
     }
     if name == "." || name == ".." {
         return Err(EsError::invalid_index_name(name, "must not be '.' or '..'"));
@@ -512,11 +676,15 @@ fn glob(pat: &str, s: &str) -> bool {
 
 impl Cluster {
     pub fn index(&self, name: &str) -> EsResult<&Index> {
-        self.indices.get(name).ok_or_else(|| EsError::index_not_found(name))
+        self.indices
+            .get(name)
+            .ok_or_else(|| EsError::index_not_found(name))
     }
 
     pub fn index_mut(&mut self, name: &str) -> EsResult<&mut Index> {
-        self.indices.get_mut(name).ok_or_else(|| EsError::index_not_found(name))
+        self.indices
+            .get_mut(name)
+            .ok_or_else(|| EsError::index_not_found(name))
     }
 
     /// The index for a write, created with dynamic mappings when missing (auto-create).
@@ -530,7 +698,12 @@ impl Cluster {
     }
 
     /// Resolves an index expression (`a,b`, `logs-*`, `_all`, `-excluded`).
-    pub fn resolve(&self, expr: &str, ignore_unavailable: bool, allow_no_indices: bool) -> EsResult<Vec<String>> {
+    pub fn resolve(
+        &self,
+        expr: &str,
+        ignore_unavailable: bool,
+        allow_no_indices: bool,
+    ) -> EsResult<Vec<String>> {
         let mut out: Vec<String> = Vec::new();
         let mut any_wildcard = false;
         for part in expr.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -545,7 +718,11 @@ impl Cluster {
                 let pat = if part == "_all" { "*" } else { part };
                 for n in self.indices.keys() {
                     let hidden = n.starts_with('.')
-                        || self.indices[n].settings.get("index.hidden").and_then(Value::as_str) == Some("true");
+                        || self.indices[n]
+                            .settings
+                            .get("index.hidden")
+                            .and_then(Value::as_str)
+                            == Some("true");
                     if glob(pat, n) && (!hidden || pat.starts_with('.')) && !out.contains(n) {
                         out.push(n.clone());
                     }

@@ -4,7 +4,10 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub fn now_millis() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -31,7 +34,11 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
 }
 
 fn days_in_month(y: i64, m: i64) -> i64 {
-    days_from_civil(if m == 12 { y + 1 } else { y }, if m == 12 { 1 } else { m + 1 }, 1) - days_from_civil(y, m, 1)
+    days_from_civil(
+        if m == 12 { y + 1 } else { y },
+        if m == 12 { 1 } else { m + 1 },
+        1,
+    ) - days_from_civil(y, m, 1)
 }
 
 /// ISO-8601 millis formatting: `2024-01-02T03:04:05.006Z`.
@@ -122,7 +129,14 @@ pub fn parse_iso_nanos(text: &str) -> Option<i128> {
             _ => return None,
         }
     }
-    if i != s.len() || !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 59 {
+    if i != s.len()
+        || !(1..=12).contains(&mo)
+        || d < 1
+        || d > days_in_month(y, mo)
+        || h > 23
+        || mi > 59
+        || sec > 59
+    {
         return None;
     }
     let days = days_from_civil(y, mo, d) as i128;
@@ -192,7 +206,12 @@ fn parse_epoch(text: &str, unit_nanos: i128) -> Option<i128> {
         Some((a, b)) => (a, b),
         None => (text, ""),
     };
-    if int.is_empty() || !int.trim_start_matches('-').chars().all(|c| c.is_ascii_digit()) {
+    if int.is_empty()
+        || !int
+            .trim_start_matches('-')
+            .chars()
+            .all(|c| c.is_ascii_digit())
+    {
         return None;
     }
     if !frac.chars().all(|c| c.is_ascii_digit()) || frac.len() > 9 {
@@ -203,16 +222,28 @@ fn parse_epoch(text: &str, unit_nanos: i128) -> Option<i128> {
     if !frac.is_empty() {
         f = format!("{frac:0<9}").parse::<i128>().ok()? * unit_nanos / 1_000_000_000;
     }
-    Some(if v < 0 || int.starts_with('-') { v * unit_nanos - f } else { v * unit_nanos + f })
+    Some(if v < 0 || int.starts_with('-') {
+        v * unit_nanos - f
+    } else {
+        v * unit_nanos + f
+    })
 }
 
 /// Parses a date string with an Elasticsearch `format` (`a||b||c`) into nanoseconds.
 pub fn parse_date_nanos(text: &str, format: &str) -> Option<i128> {
     for f in format.split("||") {
         let r = match f.trim() {
-            "strict_date_optional_time" | "date_optional_time" | "strict_date_optional_time_nanos" | "strict_date_time"
-            | "date_time" | "strict_date" | "date" | "iso8601" | "strict_date_hour_minute_second"
-            | "strict_date_hour_minute_second_millis" | "strict_date_hour_minute_second_fraction" => parse_iso_nanos(text),
+            "strict_date_optional_time"
+            | "date_optional_time"
+            | "strict_date_optional_time_nanos"
+            | "strict_date_time"
+            | "date_time"
+            | "strict_date"
+            | "date"
+            | "iso8601"
+            | "strict_date_hour_minute_second"
+            | "strict_date_hour_minute_second_millis"
+            | "strict_date_hour_minute_second_fraction" => parse_iso_nanos(text),
             "epoch_millis" => parse_epoch(text, 1_000_000),
             "epoch_second" => parse_epoch(text, 1_000_000_000),
             "basic_date" => parse_pattern("yyyyMMdd", text),
@@ -258,7 +289,11 @@ pub fn parse_date_math_nanos(text: &str, format: &str, round_up: bool) -> Option
             '-' => t = add_unit(t, unit, -n)?,
             '/' => {
                 let floor = floor_unit(t, unit)?;
-                t = if round_up { add_unit(floor, unit, 1)? - 1_000_000 } else { floor };
+                t = if round_up {
+                    add_unit(floor, unit, 1)? - 1_000_000
+                } else {
+                    floor
+                };
             }
             _ => return None,
         }
@@ -342,17 +377,39 @@ mod tests {
         assert_eq!(parse_iso_nanos("2024-02-30"), None);
         assert_eq!(parse_iso_nanos("1970-01-01T00:00:00.000000001Z"), Some(1));
         assert_eq!(format_millis(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(parse_date_nanos("1500", "strict_date_optional_time||epoch_millis"), Some(1_500_000_000));
-        assert_eq!(parse_date_nanos("2024/01/02 03:04:05", "yyyy/MM/dd HH:mm:ss").map(|n| n / 1_000_000), Some(1704164645000));
+        // A 4-digit string is a year for strict_date_optional_time (as in Elasticsearch).
+        assert_eq!(
+            parse_date_nanos("1500000000000", "strict_date_optional_time||epoch_millis"),
+            Some(1_500_000_000_000_000_000)
+        );
+        assert_eq!(
+            parse_date_nanos("1970", "strict_date_optional_time||epoch_millis"),
+            Some(0)
+        );
+        assert_eq!(
+            parse_date_nanos("2024/01/02 03:04:05", "yyyy/MM/dd HH:mm:ss").map(|n| n / 1_000_000),
+            Some(1704164645000)
+        );
     }
 
     #[test]
     fn math() {
-        let d = parse_date_math_nanos("2024-01-15T10:00:00Z||/d", "strict_date_optional_time", false).unwrap();
+        let d = parse_date_math_nanos(
+            "2024-01-15T10:00:00Z||/d",
+            "strict_date_optional_time",
+            false,
+        )
+        .unwrap();
         assert_eq!(d, parse_iso_nanos("2024-01-15").unwrap());
-        let u = parse_date_math_nanos("2024-01-15T10:00:00Z||/d", "strict_date_optional_time", true).unwrap();
+        let u = parse_date_math_nanos(
+            "2024-01-15T10:00:00Z||/d",
+            "strict_date_optional_time",
+            true,
+        )
+        .unwrap();
         assert_eq!(u, parse_iso_nanos("2024-01-15T23:59:59.999Z").unwrap());
-        let m = parse_date_math_nanos("2024-01-31||+1M", "strict_date_optional_time", false).unwrap();
+        let m =
+            parse_date_math_nanos("2024-01-31||+1M", "strict_date_optional_time", false).unwrap();
         assert_eq!(m, parse_iso_nanos("2024-02-29").unwrap());
         assert_eq!(parse_time_value("1s"), Some(Duration::from_secs(1)));
         assert_eq!(parse_time_value("250ms"), Some(Duration::from_millis(250)));

@@ -204,7 +204,9 @@ impl Fs {
         if let Some(key) = key {
             self.data.flush(&key)?;
         }
+        let mut changed = false;
         let inode = self.update_inode(ino, |i| {
+            changed = i.size != size || i.mtime_ns != mtime;
             i.size = size;
             i.atime_ns = atime;
             i.mtime_ns = mtime;
@@ -216,7 +218,22 @@ impl Fs {
         {
             st.dirty = false;
         }
-        self.sync_entries(&inode)
+        self.sync_entries(&inode)?;
+        if changed {
+            self.content_changed(ino);
+        }
+        Ok(())
+    }
+
+    /// Open files with writes not yet persisted (their entries still
+    /// describe the old contents): `esfs search` scans them.
+    pub(crate) fn dirty_open_files(&self) -> Vec<u64> {
+        self.open
+            .lock()
+            .iter()
+            .filter(|(_, st)| st.dirty)
+            .map(|(ino, _)| *ino)
+            .collect()
     }
 
     /// Show not-yet-persisted size/times of an open file.

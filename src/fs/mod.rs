@@ -9,6 +9,7 @@
 mod dir;
 mod io;
 pub mod namespace;
+pub mod recovery;
 mod xattr;
 
 pub use dir::DirItem;
@@ -16,7 +17,7 @@ pub use namespace::NewNode;
 
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
-use crate::locks::NamespaceLocks;
+use crate::locks::{LockError, LockManager, NamespaceLocks, TreeGuard, manager::ancestors};
 use crate::model::*;
 use crate::store::{BulkOp, Idx, MetaStore, StoreError, Version};
 use parking_lot::{Mutex, RwLock};
@@ -41,7 +42,7 @@ impl Ctx {
     };
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct FsConfig {
     /// This mount is the only writer of the store (embedded store): stale
     /// orphans can be reclaimed at start and the kernel may keep page caches.
@@ -49,6 +50,11 @@ pub struct FsConfig {
     /// Owner of the root directory when the store is first formatted.
     pub root_uid: u32,
     pub root_gid: u32,
+    /// What this mount is, for `esfs locks` (e.g. the mountpoint).
+    pub label: String,
+    /// Opened by a maintenance command (fsck): never format, reclaim or
+    /// recover on open; the command decides what to change.
+    pub maintenance: bool,
 }
 
 /// Changes requested by setattr; `None` leaves the attribute alone.
@@ -92,6 +98,8 @@ pub struct Fs {
     data: Arc<dyn DataStore>,
     cfg: FsConfig,
     locks: NamespaceLocks,
+    /// Store-level locks, shared with every other mount of the store.
+    lm: Arc<LockManager>,
     ids: Mutex<(u64, u64)>,
     /// Directory inode -> (parent inode, encoded name): paths are composed
     /// from this. Only a rename of that directory changes its row.
@@ -103,6 +111,8 @@ pub struct Fs {
     handles: Mutex<HashMap<u64, io::Handle>>,
     dir_handles: Mutex<HashMap<u64, Arc<Mutex<dir::DirHandle>>>>,
     next_fh: AtomicU64,
+    /// Content indexing for `esfs search` (set by the mount).
+    search: std::sync::OnceLock<crate::search::SearchHook>,
 }
 
 fn encode_name(name: &[u8]) -> FsResult<String> {
@@ -121,11 +131,15 @@ fn to_doc<T: serde::Serialize>(v: &T) -> Value {
 
 impl Fs {
     pub fn new(store: Arc<dyn MetaStore>, data: Arc<dyn DataStore>, cfg: FsConfig) -> FsResult<Fs> {
+        let owner = session_id();
+        let lm = LockManager::new(store.clone(), &owner, &cfg.label)?;
+        lm.spawn_heartbeat();
         let fs = Fs {
             store,
             data,
             cfg,
             locks: NamespaceLocks::default(),
+            lm,
             ids: Mutex::new((0, 0)),
             dirs: RwLock::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
@@ -133,16 +147,45 @@ impl Fs {
             handles: Mutex::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            search: std::sync::OnceLock::new(),
         };
+        if fs.cfg.maintenance {
+            if fs.store.get(Idx::Meta, "fs")?.is_none() {
+                return Err(FsError::Io("the store holds no esfs filesystem".into()));
+            }
+            return Ok(fs);
+        }
         fs.format_if_new()?;
         if fs.cfg.exclusive {
             fs.reclaim_orphans()?;
         }
+        fs.recover_intents()?;
         Ok(fs)
+    }
+
+    pub fn lock_manager(&self) -> &Arc<LockManager> {
+        &self.lm
     }
 
     pub fn store(&self) -> &Arc<dyn MetaStore> {
         &self.store
+    }
+
+    pub fn data(&self) -> &Arc<dyn DataStore> {
+        &self.data
+    }
+
+    /// Index file contents for `esfs search` (see `crate::search`).
+    pub fn set_search(&self, hook: crate::search::SearchHook) {
+        let _ = self.search.set(hook);
+    }
+
+    /// The contents of `ino` may have changed (after a close that wrote,
+    /// an fsync, a truncate): queue it for indexing.
+    fn content_changed(&self, ino: u64) {
+        if let Some(h) = self.search.get() {
+            h.indexer.enqueue(ino);
+        }
     }
 
     /// First mount of an empty store: root inode, id allocator, then the
@@ -478,6 +521,9 @@ impl Fs {
         })?;
         self.refresh_open(&inode);
         self.sync_entries(&inode)?;
+        if (set.size.is_some() || set.mtime.is_some()) && inode.kind == Kind::File {
+            self.content_changed(ino);
+        }
         Ok(inode)
     }
 
@@ -526,6 +572,110 @@ impl Fs {
             return Err(FsError::Access);
         }
         Ok(())
+    }
+}
+
+/// Store-level tree locks held for one namespace change; released (longest
+/// path first) when dropped.
+pub struct TreeLock<'a> {
+    lm: &'a LockManager,
+    guard: Option<TreeGuard>,
+}
+
+impl Drop for TreeLock<'_> {
+    fn drop(&mut self) {
+        if let Some(g) = self.guard.take() {
+            self.lm.release(g);
+        }
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        self.lm.shutdown();
+    }
+}
+
+/// A mount's unique lock-owner id: host, pid and random bits.
+fn session_id() -> String {
+    let mut r = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut r);
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let rand: String = r.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{rand}", host.trim(), std::process::id())
+}
+
+impl Fs {
+    /// Take the tree locks a namespace change needs: shared on every
+    /// ancestor of each directory in `dirs` (themselves included), exclusive
+    /// on the full paths of `targets` (directory, encoded name). Returns the
+    /// directories' paths, valid while the lock is held: when a lock was
+    /// newly taken from the store, the cached paths are re-read first (a
+    /// rename by another mount may have changed them before we locked).
+    pub(crate) fn tree_lock(
+        &self,
+        dirs: &[u64],
+        targets: &[(u64, &str)],
+    ) -> FsResult<(TreeLock<'_>, Vec<String>)> {
+        for _ in 0..20 {
+            let paths: Vec<String> = dirs
+                .iter()
+                .map(|d| self.dir_path(*d))
+                .collect::<FsResult<_>>()?;
+            let mut shared: Vec<String> = paths.iter().flat_map(|p| ancestors(p)).collect();
+            shared.sort_by(|a, b| a.len().cmp(&b.len()).then(a.cmp(b)));
+            shared.dedup();
+            let excl: Vec<String> = targets
+                .iter()
+                .map(|(d, n)| {
+                    Ok(join_path(
+                        &paths[dirs.iter().position(|x| x == d).expect("target dir listed")],
+                        n,
+                    ))
+                })
+                .collect::<FsResult<_>>()?;
+            let guard = match self.lm.lock_tree(&shared, &excl) {
+                Ok(g) => g,
+                Err(LockError::Store(e)) => return Err(e.into()),
+                Err(e) => {
+                    log::warn!("{e}");
+                    return Err(FsError::Busy);
+                }
+            };
+            let fresh = guard.fresh;
+            let lock = TreeLock {
+                lm: &self.lm,
+                guard: Some(guard),
+            };
+            if !fresh || self.chains_valid(dirs)? {
+                return Ok((lock, paths));
+            }
+            // Stale cache: it was refreshed; lock again with the new paths.
+        }
+        Err(FsError::Busy)
+    }
+
+    /// Re-read the parent chain of each directory from the store; false (and
+    /// the cache corrected) if any cached link was stale.
+    fn chains_valid(&self, dirs: &[u64]) -> FsResult<bool> {
+        let mut valid = true;
+        for d in dirs {
+            for (ino, _) in self.ancestors(*d)? {
+                let cached = self.dirs.read().get(&ino).cloned();
+                let (inode, _) = self.get_inode(ino)?;
+                let now = inode.links.first().map(|l| (l.p, l.n.clone()));
+                if now != cached {
+                    valid = false;
+                    match now {
+                        Some(l) => self.dirs.write().insert(ino, l),
+                        None => self.dirs.write().remove(&ino),
+                    };
+                }
+            }
+        }
+        Ok(valid)
     }
 }
 

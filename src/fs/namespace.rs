@@ -42,7 +42,8 @@ impl Fs {
         if self.get_entry(parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
-        let dir = self.dir_path(parent)?;
+        let (_t, paths) = self.tree_lock(&[parent], &[])?;
+        let dir = paths[0].clone();
         let (ino, cookie) = (self.alloc()?, self.alloc()?);
         let (kind, rdev, target) = match node {
             NewNode::File => (Kind::File, 0, None),
@@ -102,6 +103,10 @@ impl Fs {
             mode: 0,
             uid: 0,
             gid: 0,
+            contents: None,
+            indexed: None,
+            text_mtime_ns: None,
+            xattrs: vec![],
         };
         entry.refresh_attrs(&inode);
         let eid = entry_id(parent, name);
@@ -158,7 +163,8 @@ impl Fs {
         if target.nlink >= u32::MAX - 1 {
             return Err(FsError::TooManyLinks);
         }
-        let dir = self.dir_path(newparent)?;
+        let (_t, paths) = self.tree_lock(&[newparent], &[])?;
+        let dir = paths[0].clone();
         let mut entry = Entry {
             parent: newparent,
             name: ename.clone(),
@@ -172,6 +178,10 @@ impl Fs {
             mode: 0,
             uid: 0,
             gid: 0,
+            contents: None,
+            indexed: None,
+            text_mtime_ns: None,
+            xattrs: vec![],
         };
         entry.refresh_attrs(&target);
         match self
@@ -201,6 +211,12 @@ impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
         encode_name(name)?;
         let _g = self.locks.dirs(&[parent]);
+        let (entry, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+        if entry.kind == Kind::Dir {
+            return Err(FsError::IsDir);
+        }
+        let (_t, _) = self.tree_lock(&[parent], &[])?;
+        // Re-read under the lock: another mount may have changed it.
         let (entry, ver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
         if entry.kind == Kind::Dir {
             return Err(FsError::IsDir);
@@ -223,6 +239,9 @@ impl Fs {
             // lock it), in a deadlock-free sorted order, then re-check.
             let (peek, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
             let _g = self.locks.dirs(&[parent, peek.ino]);
+            // Exclusive on the directory itself: no other mount can create
+            // in it (creates hold it shared) while we check it is empty.
+            let (_t, _) = self.tree_lock(&[parent], &[(parent, &peek.name)])?;
             let (entry, ver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
             if entry.ino != peek.ino {
                 continue;
@@ -259,13 +278,15 @@ impl Fs {
 
     /// One name of `ino` is gone: drop the link; at zero links delete the
     /// inode, unless it is still in use (then the last close or forget does).
-    fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
+    pub(super) fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
         let now = now_ns();
         let open = self.in_use(ino);
         let inode = self.update_inode(ino, |i| {
-            if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
-                i.links.remove(pos);
-            }
+            // Idempotent (crash recovery re-runs it): only a present link counts.
+            let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) else {
+                return Ok(());
+            };
+            i.links.remove(pos);
             i.nlink = if i.kind == Kind::Dir {
                 0
             } else {
@@ -314,6 +335,11 @@ impl Fs {
             } else {
                 self.locks.dirs(&[parent, newparent])
             };
+            // Across mounts: the guide's tree lock, exclusive on both names.
+            let (_t, _) = self.tree_lock(
+                &[parent, newparent],
+                &[(parent, &peek.name), (newparent, &new_ename)],
+            )?;
             let (src, sver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
             let dst = self.get_entry(newparent, newname)?;
             if moves_dir(&src, &dst) && !whole_tree {
@@ -376,18 +402,30 @@ impl Fs {
             cookie: self.alloc()?,
             ..src.clone()
         };
+        let intent = recovery::MoveIntent {
+            src_parent: src.parent,
+            src_name: src.name.clone(),
+            old_path: src.path.clone(),
+            entry: moved,
+            replaced: dst.as_ref().map(|(d, _)| d.ino),
+        };
+        // The intent goes first: if this mount dies from here on, whoever
+        // notices rolls the rename forward from it.
+        let iid = self.write_intent(&recovery::Intent::Move(intent.clone()))?;
+        // The usual case in one bulk (atomic on the embedded store); the
+        // intent's idempotent steps redo whatever a crash left undone.
         let new_id = entry_id(newparent, newname);
         let put_new = match &dst {
             Some((_, dver)) => BulkOp::Index {
                 index: Idx::Entries,
                 id: new_id,
-                source: to_doc(&moved),
+                source: to_doc(&intent.entry),
                 if_version: Some(*dver),
             },
             None => BulkOp::Create {
                 index: Idx::Entries,
                 id: new_id,
-                source: to_doc(&moved),
+                source: to_doc(&intent.entry),
             },
         };
         let old_id = entry_id(src.parent, &decode_bytes(&src.name));
@@ -399,16 +437,13 @@ impl Fs {
                 if_version: Some(sver),
             },
         ])?;
-        bulk_check(res)?;
-
-        let now = now_ns();
-        self.update_inode(src.ino, |i| {
-            relink(i, src.parent, &src.name, newparent, &new_ename);
-            i.ctime_ns = now;
-            Ok(())
-        })?;
-        if let Some((d, _)) = &dst {
-            self.drop_link(d.ino, newparent, &d.name)?;
+        if let Err(e) = bulk_check(res) {
+            // Nothing of the rename happened if the first item failed; a
+            // half-done state (second failed) is completed by the steps.
+            self.apply_move(&intent, false)?;
+            log::debug!("rename bulk: {e}; completed by steps");
+        } else {
+            self.apply_move(&intent, false)?;
         }
         // Directory link counts: the moved directory's ".." leaves the old
         // parent; a replaced directory's ".." leaves the new parent.
@@ -429,11 +464,7 @@ impl Fs {
         if newparent != src.parent {
             self.touch_dir(newparent, dir_delta(newparent))?;
         }
-        if src_is_dir {
-            self.dirs.write().insert(src.ino, (newparent, new_ename));
-            self.rewrite_subtree(&src.path, &moved.path)?;
-        }
-        Ok(())
+        self.finish_intent(&iid)
     }
 
     /// RENAME_EXCHANGE: the two names swap the inodes they point to.
@@ -447,17 +478,16 @@ impl Fs {
             return Err(FsError::Invalid);
         }
         // Each position keeps its name, path and cookie and takes the other's inode.
-        let swap = |pos: &Entry, from: &Entry| Entry {
-            ino: from.ino,
-            kind: from.kind,
-            size: from.size,
-            mtime: from.mtime,
-            mode: from.mode,
-            uid: from.uid,
-            gid: from.gid,
-            ..pos.clone()
+        let swap = |pos: &Entry, from: &Entry| {
+            let mut e = pos.clone();
+            e.take_inode_fields(from);
+            e
         };
         let (new_a, new_b) = (swap(&a, &b), swap(&b, &a));
+        let iid = self.write_intent(&recovery::Intent::Exchange {
+            a: a.clone(),
+            b: b.clone(),
+        })?;
         let ops = [(&a, &new_a, aver), (&b, &new_b, bver)]
             .into_iter()
             .map(|(pos, new, ver)| BulkOp::Index {
@@ -503,7 +533,7 @@ impl Fs {
             (false, true) => self.rewrite_subtree(&b.path, &a.path)?,
             (false, false) => {}
         }
-        Ok(())
+        self.finish_intent(&iid)
     }
 
     /// Whether directory `dir` is `ino` or one of its ancestors is.
@@ -586,13 +616,20 @@ impl Fs {
 }
 
 /// Replace the back-link (from_p, from_n) of an inode with (to_p, to_n).
-fn relink(i: &mut Inode, from_p: u64, from_n: &str, to_p: u64, to_n: &str) {
+/// Idempotent: running it again (crash recovery) changes nothing.
+pub(super) fn relink(i: &mut Inode, from_p: u64, from_n: &str, to_p: u64, to_n: &str) {
     let to = Link {
         p: to_p,
         n: to_n.to_string(),
     };
-    match i.links.iter().position(|l| l.p == from_p && l.n == from_n) {
-        Some(pos) => i.links[pos] = to,
-        None => i.links.push(to),
+    let from = i.links.iter().position(|l| l.p == from_p && l.n == from_n);
+    let has_to = i.links.contains(&to);
+    match (from, has_to) {
+        (Some(pos), false) => i.links[pos] = to,
+        (Some(pos), true) => {
+            i.links.remove(pos);
+        }
+        (None, false) => i.links.push(to),
+        (None, true) => {}
     }
 }

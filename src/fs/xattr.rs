@@ -15,6 +15,9 @@ fn xattr_key(name: &[u8]) -> FsResult<String> {
     if name.is_empty() || name.len() > NAME_MAX_X {
         return Err(FsError::Range);
     }
+    if name == crate::search::FLUSH_XATTR.as_bytes() {
+        return Err(FsError::NotPermitted); // reserved: see getxattr
+    }
     if name.starts_with(b"system.") {
         return Err(FsError::NotSupported);
     }
@@ -29,7 +32,7 @@ impl Fs {
         }
         let now = now_ns();
         let encoded = B64.encode(value);
-        self.update_inode(ino, |i| {
+        let inode = self.update_inode(ino, |i| {
             let exists = i.xattrs.contains_key(&key);
             if flags & libc::XATTR_CREATE != 0 && exists {
                 return Err(FsError::Exists);
@@ -41,10 +44,22 @@ impl Fs {
             i.ctime_ns = now;
             Ok(())
         })?;
-        Ok(())
+        // Entries carry the xattrs as search keywords.
+        self.sync_entries(&inode)
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        // `esfs search` asks the mount's root for pending indexing to finish
+        // and for where its store is (see crate::search).
+        if ino == ROOT_INO
+            && name == crate::search::FLUSH_XATTR.as_bytes()
+            && let Some(h) = self.search.get()
+        {
+            return Ok(h.flush(self.dirty_open_files()));
+        }
+        if name == crate::search::FLUSH_XATTR.as_bytes() {
+            return Err(FsError::NoXattr);
+        }
         let key = xattr_key(name)?;
         let (inode, _) = self.get_inode(ino)?;
         let v = inode.xattrs.get(&key).ok_or(FsError::NoXattr)?;
@@ -66,11 +81,11 @@ impl Fs {
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
         let key = xattr_key(name)?;
         let now = now_ns();
-        self.update_inode(ino, |i| {
+        let inode = self.update_inode(ino, |i| {
             i.xattrs.remove(&key).ok_or(FsError::NoXattr)?;
             i.ctime_ns = now;
             Ok(())
         })?;
-        Ok(())
+        self.sync_entries(&inode)
     }
 }

@@ -1,4 +1,6 @@
-//! Namespace locking inside one mount.
+//! Namespace locking: `manager` holds the store-level locks that order
+//! changes across mounts (the guide's global, document and tree locks);
+//! this file orders the threads of one mount before they get there.
 //!
 //! Every document carries its full path, so a directory rename must never run
 //! while another change reads or writes paths under it. The mount-local
@@ -12,6 +14,10 @@
 //! Directory locks are striped: a fixed array of mutexes indexed by inode, so
 //! locking allocates nothing and needs no cleanup; two directories sharing a
 //! stripe only serialize, which is harmless.
+
+pub mod manager;
+
+pub use manager::{LockError, LockManager, TreeGuard};
 
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

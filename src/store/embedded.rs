@@ -18,13 +18,15 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
-use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Statement, ToSql, TransactionBehavior};
+use rusqlite::{
+    Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Statement, ToSql, TransactionBehavior,
+};
 use serde_json::Value;
 
 use super::schema::{Field, FieldType};
 use super::{
-    BulkItemResult, BulkOp, Doc, Hit, Idx, MAX_ID_BYTES, MetaStore, Query, SearchRequest, Sort,
-    StoreError, StoreResult, Version,
+    Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MAX_ID_BYTES, MetaStore, Query,
+    SearchRequest, Sort, StoreError, StoreResult, Version,
 };
 
 const PRIMARY_TERM: u64 = 1;
@@ -145,9 +147,32 @@ fn column(f: &Field) -> String {
     format!("f_{}", f.name)
 }
 
+/// Whether a field is a column of its table. `Text` fields live in an FTS5
+/// table (trigram tokenizer) and `Keywords` in a (value, rid) table, both
+/// named `<table>__<field>` and keyed by the document's rid.
+fn columnar(f: &Field) -> bool {
+    !matches!(f.ty, FieldType::Text | FieldType::Keywords)
+}
+
+fn columns(idx: Idx) -> impl Iterator<Item = &'static Field> {
+    idx.fields().iter().filter(|f| columnar(f))
+}
+
+fn side_fields(idx: Idx) -> impl Iterator<Item = &'static Field> {
+    idx.fields().iter().filter(|f| !columnar(f))
+}
+
+fn side_table(idx: Idx, f: &Field) -> String {
+    format!("{}__{}", idx.name(), f.name)
+}
+
 fn sql_type(ty: FieldType) -> &'static str {
     match ty {
-        FieldType::Keyword | FieldType::KeywordText | FieldType::Path => "TEXT",
+        FieldType::Keyword
+        | FieldType::KeywordText
+        | FieldType::Path
+        | FieldType::Text
+        | FieldType::Keywords => "TEXT",
         FieldType::Long | FieldType::Date | FieldType::Bool => "INTEGER",
     }
 }
@@ -162,8 +187,7 @@ fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
     )?;
     for idx in Idx::ALL {
         let t = idx.name();
-        let fields = idx.fields();
-        for f in fields {
+        for f in idx.fields() {
             // Names are spliced into SQL; keep them plain identifiers.
             assert!(
                 f.name
@@ -173,6 +197,7 @@ fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
                 f.name
             );
         }
+        let fields: Vec<&Field> = columns(idx).collect();
         let cols: String = fields
             .iter()
             .map(|f| format!(", {} {}", column(f), sql_type(f.ty)))
@@ -192,6 +217,7 @@ fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
             .collect::<rusqlite::Result<_>>()?;
         let missing: Vec<&Field> = fields
             .iter()
+            .copied()
             .filter(|f| !existing.contains(&column(f)))
             .collect();
         for f in &missing {
@@ -204,7 +230,8 @@ fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
         if !missing.is_empty() {
             backfill(&tx, idx, &missing)?;
         }
-        for f in fields {
+        init_side_tables(&tx, idx)?;
+        for f in &fields {
             let c = column(f);
             let def = match (idx, f.name) {
                 // Directory listing: children of a parent in cookie order,
@@ -220,6 +247,53 @@ fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
         }
     }
     tx.commit()
+}
+
+/// The side tables of `Text` and `Keywords` fields, each emptied by a
+/// trigger when its document is deleted; a `Keywords` table created for an
+/// existing table is filled from the stored sources.
+fn init_side_tables(conn: &Connection, idx: Idx) -> rusqlite::Result<()> {
+    let t = idx.name();
+    for f in side_fields(idx) {
+        let st = side_table(idx, f);
+        let exists: bool = conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = ?1",
+            [&st],
+            |r| Ok(r.get::<_, i64>(0)? > 0),
+        )?;
+        if f.ty == FieldType::Text {
+            // The trigram tokenizer (SQLite >= 3.34) folds case; the table
+            // keeps the text too (it is the store of the field).
+            conn.execute_batch(&format!(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS \"{st}\" USING fts5(v, tokenize = 'trigram');
+                 CREATE TRIGGER IF NOT EXISTS \"{st}_ad\" AFTER DELETE ON \"{t}\"
+                 BEGIN DELETE FROM \"{st}\" WHERE rowid = old.rid; END;"
+            ))?;
+        } else {
+            conn.execute_batch(&format!(
+                "CREATE TABLE IF NOT EXISTS \"{st}\" (
+                     v TEXT NOT NULL, rid INTEGER NOT NULL, PRIMARY KEY (v, rid)) WITHOUT ROWID;
+                 CREATE INDEX IF NOT EXISTS \"{st}_rid\" ON \"{st}\" (rid);
+                 CREATE TRIGGER IF NOT EXISTS \"{st}_ad\" AFTER DELETE ON \"{t}\"
+                 BEGIN DELETE FROM \"{st}\" WHERE rid = old.rid; END;"
+            ))?;
+            if !exists {
+                let mut select = conn.prepare(&format!("SELECT rid, src FROM \"{t}\""))?;
+                let mut rows = select.query([])?;
+                while let Some(row) = rows.next()? {
+                    let rid: i64 = row.get(0)?;
+                    let src: Value = serde_json::from_slice(row.get_ref(1)?.as_bytes()?)
+                        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+                    let vals = src.get(f.name).map_or(Ok(vec![]), |v| keywords_of(f, v));
+                    match vals {
+                        Ok(vals) => write_keywords(conn, &st, rid, &vals)?,
+                        Err(e) => log::warn!("{t}: cannot index {} of row {rid}: {e}", f.name),
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fills newly added columns from the stored sources.
@@ -340,11 +414,16 @@ fn field_value<'a>(f: &Field, v: &'a Value) -> Result<Col<'a>, String> {
     match (f.ty, v) {
         (_, Value::Null) => Ok(Col::Null),
         (_, Value::Array(_) | Value::Object(_)) => bad(),
-        (Keyword | KeywordText | Path, Value::String(s)) => Ok(Col::Text(Cow::Borrowed(s))),
-        (Keyword | KeywordText | Path, Value::Number(n)) => {
+        (Text, Value::String(s)) => Ok(Col::Text(Cow::Borrowed(s))),
+        (Keyword | KeywordText | Path | Keywords, Value::String(s)) => {
+            Ok(Col::Text(Cow::Borrowed(s)))
+        }
+        (Keyword | KeywordText | Path | Keywords, Value::Number(n)) => {
             Ok(Col::Text(Cow::Owned(n.to_string())))
         }
-        (Keyword | KeywordText | Path, Value::Bool(b)) => Ok(Col::Text(Cow::Owned(b.to_string()))),
+        (Keyword | KeywordText | Path | Keywords, Value::Bool(b)) => {
+            Ok(Col::Text(Cow::Owned(b.to_string())))
+        }
         (Long | Date, Value::Number(n)) => match n.as_i64() {
             Some(i) => Ok(Col::Int(i)),
             // Integral floats only; no silent truncation.
@@ -390,24 +469,151 @@ fn json_of(f: &Field, v: ValueRef<'_>) -> rusqlite::Result<Value> {
     })
 }
 
-/// A validated document ready to be written.
+/// A validated document ready to be written: the source without its `Text`
+/// fields, the column values, and the side-table values (in
+/// `side_fields` order).
 struct Encoded<'a> {
     src: Vec<u8>,
     cols: Vec<Col<'a>>,
+    side: Vec<Side<'a>>,
+}
+
+enum Side<'a> {
+    Text(Option<&'a str>),
+    Keywords(Vec<String>),
+}
+
+/// The values of a `Keywords` field: a scalar or an array of scalars.
+fn keywords_of(f: &Field, v: &Value) -> Result<Vec<String>, String> {
+    let one = |v: &Value| -> Result<Option<String>, String> {
+        Ok(match field_value(f, v)? {
+            Col::Text(s) => Some(s.into_owned()),
+            Col::Null => None,
+            Col::Int(i) => Some(i.to_string()),
+        })
+    };
+    match v {
+        Value::Array(items) => Ok(items
+            .iter()
+            .map(one)
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect()),
+        v => Ok(one(v)?.into_iter().collect()),
+    }
 }
 
 fn encode<'a>(idx: Idx, source: &'a Value) -> StoreResult<Encoded<'a>> {
     let Value::Object(map) = source else {
         return Err(invalid("document source must be a JSON object"));
     };
-    let cols = idx
-        .fields()
-        .iter()
+    let cols = columns(idx)
         .map(|f| map.get(f.name).map_or(Ok(Col::Null), |v| field_value(f, v)))
         .collect::<Result<_, _>>()
         .map_err(invalid)?;
-    let src = serde_json::to_vec(source).map_err(|e| invalid(e.to_string()))?;
-    Ok(Encoded { src, cols })
+    let mut side = Vec::new();
+    let mut texts = Vec::new();
+    for f in side_fields(idx) {
+        let v = map.get(f.name).unwrap_or(&Value::Null);
+        side.push(if f.ty == FieldType::Text {
+            texts.push(f.name);
+            match v {
+                Value::Null => Side::Text(None),
+                Value::String(s) => Side::Text(Some(s)),
+                _ => return Err(invalid(format!("text field {:?} cannot hold {v}", f.name))),
+            }
+        } else {
+            Side::Keywords(keywords_of(f, v).map_err(invalid)?)
+        });
+    }
+    let src = if texts.iter().any(|t| map.contains_key(*t)) {
+        let rest: serde_json::Map<String, Value> = map
+            .iter()
+            .filter(|(k, _)| !texts.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        serde_json::to_vec(&rest)
+    } else {
+        serde_json::to_vec(source)
+    }
+    .map_err(|e| invalid(e.to_string()))?;
+    Ok(Encoded { src, cols, side })
+}
+
+fn write_keywords(
+    conn: &Connection,
+    table: &str,
+    rid: i64,
+    vals: &[String],
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(&format!("DELETE FROM \"{table}\" WHERE rid = ?1"))?
+        .execute([rid])?;
+    let mut ins = conn.prepare_cached(&format!(
+        "INSERT OR IGNORE INTO \"{table}\" (v, rid) VALUES (?1, ?2)"
+    ))?;
+    for v in vals {
+        ins.execute(rusqlite::params![v, rid])?;
+    }
+    Ok(())
+}
+
+/// Rewrites the side-table rows of the document `id` (just written).
+fn write_side(
+    conn: &Connection,
+    t: &TableSql,
+    id: &str,
+    side: &[Side<'_>],
+) -> rusqlite::Result<()> {
+    let rid: i64 = conn
+        .prepare_cached(&t.rid_of)?
+        .query_row([id], |r| r.get(0))?;
+    for (f, v) in side_fields(t.idx).zip(side) {
+        let st = side_table(t.idx, f);
+        match v {
+            Side::Keywords(vals) => write_keywords(conn, &st, rid, vals)?,
+            Side::Text(new) => {
+                // Unchanged text (an attribute refresh) is not re-tokenized.
+                let old: Option<String> = conn
+                    .prepare_cached(&format!("SELECT v FROM \"{st}\" WHERE rowid = ?1"))?
+                    .query_row([rid], |r| r.get(0))
+                    .optional()?;
+                if old.as_deref() == *new {
+                    continue;
+                }
+                if old.is_some() {
+                    conn.prepare_cached(&format!("DELETE FROM \"{st}\" WHERE rowid = ?1"))?
+                        .execute([rid])?;
+                }
+                if let Some(text) = new {
+                    conn.prepare_cached(&format!(
+                        "INSERT INTO \"{st}\" (rowid, v) VALUES (?1, ?2)"
+                    ))?
+                    .execute(rusqlite::params![rid, text])?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Puts the `Text` fields of the document with row `rid` back into its source.
+fn attach_text(conn: &Connection, idx: Idx, rid: i64, source: &mut Value) -> StoreResult<()> {
+    for f in side_fields(idx).filter(|f| f.ty == FieldType::Text) {
+        let st = side_table(idx, f);
+        let text: Option<String> = conn
+            .prepare_cached(&format!("SELECT v FROM \"{st}\" WHERE rowid = ?1"))
+            .and_then(|mut s| s.query_row([rid], |r| r.get(0)).optional())
+            .map_err(sql_err)?;
+        if let (Some(text), Value::Object(map)) = (text, &mut *source) {
+            map.insert(f.name.to_string(), Value::String(text));
+        }
+    }
+    Ok(())
+}
+
+fn has_text(idx: Idx) -> bool {
+    side_fields(idx).any(|f| f.ty == FieldType::Text)
 }
 
 // ---------------------------------------------------------------------------
@@ -423,13 +629,16 @@ struct TableSql {
     update_if: String,
     delete: String,
     delete_if: String,
+    rid_of: String,
+    /// Has `Text`/`Keywords` fields (side tables to keep in step).
+    side: bool,
 }
 
 impl TableSql {
     fn new(idx: Idx) -> TableSql {
         let t = idx.name();
         let mut cols = vec!["id".to_string(), "seq".into(), "src".into()];
-        cols.extend(idx.fields().iter().map(column));
+        cols.extend(columns(idx).map(column));
         let n = cols.len();
         let placeholders: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
         let insert = format!(
@@ -448,7 +657,7 @@ impl TableSql {
             .collect();
         TableSql {
             idx,
-            get: format!("SELECT seq, src FROM \"{t}\" WHERE id = ?1"),
+            get: format!("SELECT seq, src, rid FROM \"{t}\" WHERE id = ?1"),
             create: format!("{insert} NOTHING"),
             upsert: format!("{insert} UPDATE SET {}", excluded.join(", ")),
             update_if: format!(
@@ -458,6 +667,8 @@ impl TableSql {
             ),
             delete: format!("DELETE FROM \"{t}\" WHERE id = ?1"),
             delete_if: format!("DELETE FROM \"{t}\" WHERE id = ?1 AND seq = ?2"),
+            rid_of: format!("SELECT rid FROM \"{t}\" WHERE id = ?1"),
+            side: side_fields(idx).next().is_some(),
         }
     }
 }
@@ -530,7 +741,11 @@ fn apply(
             if let Some(s) = expected {
                 stmt.raw_bind_parameter(doc.cols.len() + 4, s)?;
             }
-            stmt.raw_execute()?
+            let n = stmt.raw_execute()?;
+            if n > 0 && t.side {
+                write_side(conn, t, id, &doc.side)?;
+            }
+            n
         }
         Write::Delete(None) => {
             let n = conn.prepare_cached(&t.delete)?.execute([id])?;
@@ -684,7 +899,7 @@ impl Drop for Reader<'_> {
     }
 }
 
-fn get_doc(conn: &Connection, t: &TableSql, id: &str) -> StoreResult<Option<Doc>> {
+fn get_doc(conn: &Connection, t: &TableSql, id: &str, brief: bool) -> StoreResult<Option<Doc>> {
     let mut stmt = conn.prepare_cached(&t.get).map_err(sql_err)?;
     let mut rows = stmt.query([id]).map_err(sql_err)?;
     match rows.next().map_err(sql_err)? {
@@ -695,10 +910,15 @@ fn get_doc(conn: &Connection, t: &TableSql, id: &str) -> StoreResult<Option<Doc>
                 .get_ref(1)
                 .and_then(|v| Ok(v.as_bytes()?))
                 .map_err(sql_err)?;
+            let mut source = parse_source(src)?;
+            if !brief && has_text(t.idx) {
+                let rid: i64 = row.get(2).map_err(sql_err)?;
+                attach_text(conn, t.idx, rid, &mut source)?;
+            }
             Ok(Some(Doc {
                 id: id.to_string(),
                 version: version(seq),
-                source: parse_source(src)?,
+                source,
             }))
         }
     }
@@ -793,6 +1013,69 @@ fn compile(idx: Idx, q: &Query, s: &mut Sql) -> StoreResult<()> {
         Query::MatchAll => {
             s.push("1");
         }
+        Query::Text { field, text } => {
+            let f = field_of(idx, field)?;
+            if f.ty != FieldType::Text {
+                return Err(invalid(format!("text query on non-text field {field:?}")));
+            }
+            if text.chars().count() < 3 {
+                return Err(invalid(format!(
+                    "text query {text:?} has fewer than 3 characters"
+                )));
+            }
+            // A trigram phrase: the folded text as a substring.
+            let st = side_table(idx, f);
+            s.push(&format!(
+                "rid IN (SELECT rowid FROM \"{st}\" WHERE \"{st}\" MATCH "
+            ))
+            .bind(SqlValue::Text(fts_phrase(text)))
+            .push(")");
+        }
+        Query::Term { .. } | Query::Terms { .. } | Query::Prefix { .. } | Query::Exists { .. }
+            if side_field(idx, q)?.is_some() =>
+        {
+            let f = side_field(idx, q)?.expect("side field");
+            let st = side_table(idx, f);
+            if f.ty == FieldType::Text {
+                let Query::Exists { .. } = q else {
+                    return Err(invalid(format!(
+                        "field {:?} is full text: use a text query",
+                        f.name
+                    )));
+                };
+                s.push(&format!("rid IN (SELECT rowid FROM \"{st}\")"));
+                return Ok(());
+            }
+            s.push(&format!("rid IN (SELECT rid FROM \"{st}\" WHERE "));
+            match q {
+                Query::Term { value, .. } => {
+                    s.push("v = ").bind(param(f, value)?);
+                }
+                Query::Terms { values, .. } => {
+                    s.push("v IN (");
+                    for (i, v) in values.iter().enumerate() {
+                        if i > 0 {
+                            s.push(", ");
+                        }
+                        s.bind(param(f, v)?);
+                    }
+                    if values.is_empty() {
+                        s.push("NULL");
+                    }
+                    s.push(")");
+                }
+                Query::Prefix { value, .. } => {
+                    s.push("v >= ").bind(SqlValue::Text(value.clone()));
+                    if let Some(end) = prefix_end(value) {
+                        s.push(" AND v < ").bind(SqlValue::Text(end));
+                    }
+                }
+                _ => {
+                    s.push("1");
+                }
+            }
+            s.push(")");
+        }
         Query::Term { field, value } => {
             let f = field_of(idx, field)?;
             let v = param(f, value)?;
@@ -865,6 +1148,9 @@ fn compile(idx: Idx, q: &Query, s: &mut Sql) -> StoreResult<()> {
             lt,
         } => {
             let f = field_of(idx, field)?;
+            if !columnar(f) {
+                return Err(invalid(format!("range query on field {field:?}")));
+            }
             let mut any = false;
             s.push("(");
             for (op, bound) in [(" >= ", gte), (" > ", gt), (" <= ", lte), (" < ", lt)] {
@@ -934,6 +1220,24 @@ fn compile(idx: Idx, q: &Query, s: &mut Sql) -> StoreResult<()> {
     Ok(())
 }
 
+/// The `Keywords`/`Text` field a term, terms, prefix or exists query is on.
+fn side_field(idx: Idx, q: &Query) -> StoreResult<Option<&'static Field>> {
+    let field = match q {
+        Query::Term { field, .. }
+        | Query::Terms { field, .. }
+        | Query::Prefix { field, .. }
+        | Query::Exists { field } => field,
+        _ => return Ok(None),
+    };
+    let f = field_of(idx, field)?;
+    Ok((!columnar(f)).then_some(f))
+}
+
+/// An FTS5 phrase matching `text` exactly (quotes doubled).
+fn fts_phrase(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "\"\""))
+}
+
 #[derive(Clone, Copy)]
 struct SortKey {
     field: &'static Field,
@@ -951,8 +1255,12 @@ struct After {
 fn sort_keys(idx: Idx, sort: &[Sort]) -> StoreResult<Vec<SortKey>> {
     sort.iter()
         .map(|s| {
+            let field = field_of(idx, &s.field)?;
+            if !columnar(field) {
+                return Err(invalid(format!("cannot sort on field {:?}", s.field)));
+            }
             Ok(SortKey {
-                field: field_of(idx, &s.field)?,
+                field,
                 desc: s.descending,
             })
         })
@@ -1052,7 +1360,7 @@ fn order_by(s: &mut Sql, first: Option<&SortKey>, keys: &[SortKey]) {
 fn search_sql(table: &str, filter: &Sql, keys: &[SortKey], after: Option<&After>) -> Vec<Sql> {
     let base = || {
         let mut s = Sql::default();
-        s.push("SELECT id, seq, src");
+        s.push("SELECT id, seq, src, rid");
         for k in keys {
             s.push(", ").col(k.field);
         }
@@ -1124,7 +1432,7 @@ fn hit_of(row: &Row<'_>, keys: &[SortKey]) -> StoreResult<Hit> {
     let mut sort = Vec::with_capacity(keys.len() + 1);
     for (i, k) in keys.iter().enumerate() {
         let v = row
-            .get_ref(3 + i)
+            .get_ref(4 + i)
             .and_then(|v| json_of(k.field, v))
             .map_err(sql_err)?;
         sort.push(v);
@@ -1148,7 +1456,7 @@ impl MetaStore for EmbeddedStore {
             return Ok(None);
         }
         let conn = self.readers.get()?;
-        get_doc(&conn, self.table(index), id)
+        get_doc(&conn, self.table(index), id, false)
     }
 
     fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
@@ -1159,7 +1467,7 @@ impl MetaStore for EmbeddedStore {
         ids.iter()
             .map(|id| {
                 if check_get_id(id)? {
-                    get_doc(&tx, t, id)
+                    get_doc(&tx, t, id, false)
                 } else {
                     Ok(None)
                 }
@@ -1203,6 +1511,47 @@ impl MetaStore for EmbeddedStore {
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        self.search_impl(req, false)
+    }
+
+    fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        if !check_get_id(id)? {
+            return Ok(None);
+        }
+        let conn = self.readers.get()?;
+        get_doc(&conn, self.table(index), id, true)
+    }
+
+    fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        self.search_impl(req, true)
+    }
+
+    fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
+        self.group_impl(req)
+    }
+
+    fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
+        self.count_impl(index, query)
+    }
+
+    /// No-op: searches run on committed data directly (realtime).
+    fn refresh(&self, _index: Idx) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// A FULL checkpoint fsyncs the WAL, copies it into the database and
+    /// fsyncs that; it waits (busy timeout) for readers of older snapshots.
+    fn sync(&self) -> StoreResult<()> {
+        self.sync_impl()
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite:{}", self.path.display())
+    }
+}
+
+impl EmbeddedStore {
+    fn search_impl(&self, req: &SearchRequest, brief: bool) -> StoreResult<Vec<Hit>> {
         let mut filter = Sql::default();
         compile(req.index, &req.query, &mut filter)?;
         let keys = sort_keys(req.index, &req.sort)?;
@@ -1235,13 +1584,18 @@ impl MetaStore for EmbeddedStore {
                 .query(rusqlite::params_from_iter(params))
                 .map_err(sql_err)?;
             while let Some(row) = rows.next().map_err(sql_err)? {
-                hits.push(hit_of(row, &keys)?);
+                let mut hit = hit_of(row, &keys)?;
+                if !brief && has_text(req.index) {
+                    let rid: i64 = row.get(3).map_err(sql_err)?;
+                    attach_text(&tx, req.index, rid, &mut hit.doc.source)?;
+                }
+                hits.push(hit);
             }
         }
         Ok(hits)
     }
 
-    fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
+    fn count_impl(&self, index: Idx, query: &Query) -> StoreResult<u64> {
         let mut s = Sql::default();
         s.push("SELECT count(*) FROM \"")
             .push(index.name())
@@ -1255,14 +1609,7 @@ impl MetaStore for EmbeddedStore {
         Ok(n as u64)
     }
 
-    /// No-op: searches run on committed data directly (realtime).
-    fn refresh(&self, _index: Idx) -> StoreResult<()> {
-        Ok(())
-    }
-
-    /// A FULL checkpoint fsyncs the WAL, copies it into the database and
-    /// fsyncs that; it waits (busy timeout) for readers of older snapshots.
-    fn sync(&self) -> StoreResult<()> {
+    fn sync_impl(&self) -> StoreResult<()> {
         let w = self.writer.lock();
         let (busy, _log, _done): (i64, i64, i64) = w
             .conn
@@ -1278,9 +1625,129 @@ impl MetaStore for EmbeddedStore {
         Ok(())
     }
 
-    fn describe(&self) -> String {
-        format!("sqlite:{}", self.path.display())
+    /// Field collapsing in one statement: the matching rows with their
+    /// score (FTS5's bm25, negated so higher is better; 0 without a score
+    /// query or a text match), numbered within their bucket by score, each
+    /// bucket carrying its best score and size.
+    fn group_impl(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
+        let idx = req.index;
+        let kf = field_of(idx, &req.field)?;
+        if !columnar(kf) {
+            return Err(invalid(format!("cannot group on field {:?}", req.field)));
+        }
+        if req.buckets == 0 {
+            return Ok(vec![]);
+        }
+        let t = idx.name();
+        let mut s = Sql::default();
+        s.push("WITH h AS (SELECT rid, id, seq, src, ").col(kf);
+        s.push(&format!(" AS k FROM \"{t}\" WHERE "));
+        compile(idx, &req.query, &mut s)?;
+        s.push("), sc AS (");
+        match &req.score {
+            Some(q) => {
+                let (st, expr) = fts_score_expr(idx, q)?;
+                s.push(&format!(
+                    "SELECT rowid AS srid, -bm25(\"{st}\") AS score FROM \"{st}\" WHERE \"{st}\" MATCH "
+                ))
+                .bind(SqlValue::Text(expr));
+            }
+            None => {
+                s.push("SELECT NULL AS srid, 0.0 AS score WHERE 0");
+            }
+        }
+        s.push(
+            "), j AS (SELECT h.*, COALESCE(sc.score, 0.0) AS score FROM h LEFT JOIN sc ON sc.srid = h.rid \
+             WHERE h.k IS NOT NULL), \
+             r AS (SELECT *, row_number() OVER (PARTITION BY k ORDER BY score DESC, id) AS rn, \
+             max(score) OVER (PARTITION BY k) AS best, count(*) OVER (PARTITION BY k) AS n FROM j) \
+             SELECT id, seq, src, k, score, best, n FROM r WHERE rn <= ",
+        )
+        .bind(SqlValue::Integer(req.per_bucket as i64))
+        .push(" ORDER BY best DESC, k, rn");
+        let conn = self.readers.get()?;
+        let mut stmt = conn.prepare_cached(&s.text).map_err(sql_err)?;
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(&s.params))
+            .map_err(sql_err)?;
+        let mut out: Vec<Bucket> = Vec::new();
+        while let Some(row) = rows.next().map_err(sql_err)? {
+            let key = row
+                .get_ref(3)
+                .and_then(|v| json_of(kf, v))
+                .map_err(sql_err)?;
+            if out.last().is_none_or(|b| b.key != key) {
+                if out.len() == req.buckets {
+                    break;
+                }
+                out.push(Bucket {
+                    key,
+                    doc_count: row.get::<_, i64>(6).map_err(sql_err)? as u64,
+                    top_score: row.get(5).map_err(sql_err)?,
+                    hits: vec![],
+                });
+            }
+            let id: String = row.get(0).map_err(sql_err)?;
+            let seq: i64 = row.get(1).map_err(sql_err)?;
+            let src = row
+                .get_ref(2)
+                .and_then(|v| Ok(v.as_bytes()?))
+                .map_err(sql_err)?;
+            let doc = Doc {
+                id,
+                version: version(seq),
+                source: parse_source(src)?,
+            };
+            let score: f64 = row.get(4).map_err(sql_err)?;
+            out.last_mut().expect("bucket").hits.push((doc, score));
+        }
+        Ok(out)
     }
+}
+
+/// The FTS5 table and MATCH expression of a score query made of text
+/// queries on one field (alone, or combined by `bool` must/should).
+fn fts_score_expr(idx: Idx, q: &Query) -> StoreResult<(String, String)> {
+    fn walk(idx: Idx, q: &Query, table: &mut Option<String>) -> StoreResult<String> {
+        match q {
+            Query::Text { field, text } => {
+                let f = field_of(idx, field)?;
+                if f.ty != FieldType::Text {
+                    return Err(invalid(format!("text query on non-text field {field:?}")));
+                }
+                let st = side_table(idx, f);
+                if table.get_or_insert_with(|| st.clone()) != &st {
+                    return Err(invalid("score query spans several text fields"));
+                }
+                Ok(fts_phrase(text))
+            }
+            Query::Bool {
+                must,
+                must_not,
+                should,
+            } if must_not.is_empty() && (must.is_empty() || should.is_empty()) => {
+                let (list, op) = if must.is_empty() {
+                    (should, " OR ")
+                } else {
+                    (must, " AND ")
+                };
+                let parts = list
+                    .iter()
+                    .map(|q| walk(idx, q, table))
+                    .collect::<StoreResult<Vec<_>>>()?;
+                if parts.is_empty() {
+                    return Err(invalid("empty score query"));
+                }
+                Ok(format!("({})", parts.join(op)))
+            }
+            _ => Err(invalid(format!(
+                "score queries are text queries (alone or in bool must/should), not {q:?}"
+            ))),
+        }
+    }
+    let mut table = None;
+    let expr = walk(idx, q, &mut table)?;
+    Ok((table.expect("a text query"), expr))
 }
 
 #[cfg(test)]
@@ -1553,7 +2020,7 @@ mod tests {
         s.create(
             Idx::Entries,
             "a",
-            &json!({"xattrs": {"k": [1, 2]}, "size": "42", "mtime": 7.0, "kind": 5, "name": null}),
+            &json!({"extra": {"k": [1, 2]}, "size": "42", "mtime": 7.0, "kind": 5, "name": null}),
         )
         .unwrap();
         assert_eq!(
@@ -2512,5 +2979,287 @@ mod tests {
         );
         assert_eq!(hits.len(), n as usize);
         println!("listing {n} in {:?}", t.elapsed());
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn open() -> (tempfile::TempDir, EmbeddedStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(&dir.path().join("store")).unwrap();
+        (dir, store)
+    }
+
+    fn text(t: &str) -> Query {
+        Query::Text {
+            field: "contents".into(),
+            text: t.into(),
+        }
+    }
+
+    fn ids(s: &EmbeddedStore, q: Query) -> Vec<String> {
+        let hits = s
+            .search_brief(&SearchRequest {
+                index: Idx::Entries,
+                query: q,
+                sort: vec![Sort::asc("path")],
+                search_after: None,
+                size: 100,
+            })
+            .unwrap();
+        hits.into_iter().map(|h| h.doc.id).collect()
+    }
+
+    fn doc(path: &str, dir: &str, contents: Option<&str>, xattrs: &[&str]) -> Value {
+        let mut d = json!({"path": path, "dir": dir, "kind": "file", "uid": 1});
+        if let Some(c) = contents {
+            d["contents"] = json!(c);
+        }
+        if !xattrs.is_empty() {
+            d["xattrs"] = json!(xattrs);
+        }
+        d
+    }
+
+    #[test]
+    fn text_fields_are_substring_searchable_and_kept_apart() {
+        let (_d, s) = open();
+        s.create(
+            Idx::Entries,
+            "a",
+            &doc("/a", "/", Some("Hello World\nfoo"), &[]),
+        )
+        .unwrap();
+        s.create(
+            Idx::Entries,
+            "b",
+            &doc("/d/b", "/d", Some("yellow \"quoted\""), &[]),
+        )
+        .unwrap();
+        s.create(Idx::Entries, "c", &doc("/d/c", "/d", None, &[]))
+            .unwrap();
+        assert_eq!(ids(&s, text("ello")), ["a", "b"]);
+        assert_eq!(ids(&s, text("WORLD")), ["a"]);
+        assert_eq!(ids(&s, text("o W")), ["a"]);
+        assert_eq!(ids(&s, text("\"quoted\"")), ["b"]);
+        assert!(ids(&s, text("nothing")).is_empty());
+        assert!(matches!(
+            s.count(Idx::Entries, &text("ab")),
+            Err(StoreError::Invalid(_))
+        ));
+        // Full reads carry the text, brief ones do not.
+        let full = s.get(Idx::Entries, "a").unwrap().unwrap();
+        assert_eq!(full.source["contents"], "Hello World\nfoo");
+        let brief = s.get_brief(Idx::Entries, "a").unwrap().unwrap();
+        assert!(brief.source.get("contents").is_none());
+        assert_eq!(brief.version, full.version);
+        let hits = s
+            .search(&SearchRequest {
+                index: Idx::Entries,
+                query: text("yellow"),
+                sort: vec![],
+                search_after: None,
+                size: 10,
+            })
+            .unwrap();
+        assert_eq!(hits[0].doc.source["contents"], "yellow \"quoted\"");
+        // Rewriting without the text drops it from the index; deleting too.
+        s.put(Idx::Entries, "a", &doc("/a", "/", None, &[]), None)
+            .unwrap();
+        assert!(ids(&s, text("ello")) == ["b"]);
+        assert!(
+            s.get(Idx::Entries, "a")
+                .unwrap()
+                .unwrap()
+                .source
+                .get("contents")
+                .is_none()
+        );
+        s.delete(Idx::Entries, "b", None).unwrap();
+        assert!(ids(&s, text("ello")).is_empty());
+        assert_eq!(
+            s.count(
+                Idx::Entries,
+                &Query::Exists {
+                    field: "contents".into()
+                }
+            )
+            .unwrap(),
+            0
+        );
+        // Bulk writes and text in must_not / should.
+        let r = s
+            .bulk(vec![BulkOp::Index {
+                index: Idx::Entries,
+                id: "e".into(),
+                source: doc("/e", "/", Some("needle in a haystack"), &[]),
+                if_version: None,
+            }])
+            .unwrap();
+        assert!(r[0].is_ok());
+        let q = Query::Bool {
+            must: vec![Query::term("kind", "file")],
+            must_not: vec![],
+            should: vec![
+                text("needle"),
+                Query::Bool {
+                    must: vec![],
+                    must_not: vec![Query::Exists {
+                        field: "contents".into(),
+                    }],
+                    should: vec![],
+                },
+            ],
+        };
+        assert_eq!(ids(&s, q), ["a", "c", "e"]);
+        // Not a string: invalid.
+        assert!(matches!(
+            s.create(Idx::Entries, "x", &json!({"contents": 5})),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn keywords_fields_hold_several_values() {
+        let (_d, s) = open();
+        s.create(
+            Idx::Entries,
+            "a",
+            &doc("/a", "/", None, &["user.tag=x", "user.tag"]),
+        )
+        .unwrap();
+        s.create(Idx::Entries, "b", &doc("/b", "/", None, &["user.tag=y"]))
+            .unwrap();
+        s.create(Idx::Entries, "c", &doc("/c", "/", None, &[]))
+            .unwrap();
+        assert_eq!(ids(&s, Query::term("xattrs", "user.tag=x")), ["a"]);
+        assert_eq!(ids(&s, Query::term("xattrs", "user.tag")), ["a"]);
+        assert_eq!(
+            ids(
+                &s,
+                Query::Terms {
+                    field: "xattrs".into(),
+                    values: vec![json!("user.tag=x"), json!("user.tag=y")]
+                }
+            ),
+            ["a", "b"]
+        );
+        assert_eq!(
+            ids(
+                &s,
+                Query::Prefix {
+                    field: "xattrs".into(),
+                    value: "user.tag=".into()
+                }
+            ),
+            ["a", "b"]
+        );
+        assert_eq!(
+            ids(
+                &s,
+                Query::Exists {
+                    field: "xattrs".into()
+                }
+            ),
+            ["a", "b"]
+        );
+        let none = Query::Bool {
+            must: vec![],
+            must_not: vec![Query::Exists {
+                field: "xattrs".into(),
+            }],
+            should: vec![],
+        };
+        assert_eq!(ids(&s, none), ["c"]);
+        s.put(
+            Idx::Entries,
+            "a",
+            &doc("/a", "/", None, &["user.tag=z"]),
+            None,
+        )
+        .unwrap();
+        assert!(ids(&s, Query::term("xattrs", "user.tag=x")).is_empty());
+        assert_eq!(ids(&s, Query::term("xattrs", "user.tag=z")), ["a"]);
+        // A single string is one value.
+        s.put(
+            Idx::Entries,
+            "c",
+            &json!({"path": "/c", "xattrs": "one"}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(ids(&s, Query::term("xattrs", "one")), ["c"]);
+        s.delete(Idx::Entries, "c", None).unwrap();
+        assert!(ids(&s, Query::term("xattrs", "one")).is_empty());
+        assert!(matches!(
+            s.search(&SearchRequest {
+                index: Idx::Entries,
+                query: Query::MatchAll,
+                sort: vec![Sort::asc("xattrs")],
+                search_after: None,
+                size: 1
+            }),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn grouping_orders_buckets_by_best_hit() {
+        let (_d, s) = open();
+        s.create(Idx::Entries, "1", &doc("/x/1", "/x", Some("foo bar"), &[]))
+            .unwrap();
+        s.create(
+            Idx::Entries,
+            "2",
+            &doc("/y/2", "/y", Some("foo foo foo foo"), &[]),
+        )
+        .unwrap();
+        s.create(
+            Idx::Entries,
+            "3",
+            &doc(
+                "/y/3",
+                "/y",
+                Some("foo, then a long tail of other words"),
+                &[],
+            ),
+        )
+        .unwrap();
+        s.create(Idx::Entries, "4", &doc("/z/4", "/z", Some("nothing"), &[]))
+            .unwrap();
+        let g = s
+            .group(&GroupRequest {
+                index: Idx::Entries,
+                query: text("foo"),
+                score: Some(text("foo")),
+                field: "dir".into(),
+                buckets: 10,
+                per_bucket: 1,
+            })
+            .unwrap();
+        let keys: Vec<_> = g.iter().map(|b| b.key.clone()).collect();
+        assert_eq!(keys, [json!("/y"), json!("/x")]);
+        assert_eq!(g[0].doc_count, 2);
+        assert_eq!(g[0].hits.len(), 1);
+        assert_eq!(g[0].hits[0].0.id, "2");
+        assert!(g[0].top_score >= g[1].top_score && g[0].top_score > 0.0);
+        // Without a score: key order, every score 0.
+        let g = s
+            .group(&GroupRequest {
+                index: Idx::Entries,
+                query: Query::MatchAll,
+                score: None,
+                field: "dir".into(),
+                buckets: 2,
+                per_bucket: 5,
+            })
+            .unwrap();
+        let keys: Vec<_> = g.iter().map(|b| b.key.clone()).collect();
+        assert_eq!(keys, [json!("/x"), json!("/y")]);
+        assert_eq!(g[1].hits.len(), 2);
+        assert_eq!(g[1].top_score, 0.0);
     }
 }

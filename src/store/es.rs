@@ -36,7 +36,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Version of the index layout; a mount refuses indices with another one.
-pub const MAPPING_FORMAT: u64 = 1;
+/// 2: entries gained `contents` (trigram-analysed text), `indexed`, `xattrs`.
+pub const MAPPING_FORMAT: u64 = 2;
 /// keyword terms above this many characters are not indexed (Lucene's term
 /// limit is 32766 bytes; 4 bytes per character at most).
 const IGNORE_ABOVE: u64 = 8191;
@@ -132,7 +133,19 @@ fn field_mapping(f: &Field) -> Value {
         FieldType::Long => json!({"type": "long"}),
         FieldType::Date => json!({"type": "date", "format": "epoch_millis"}),
         FieldType::Bool => json!({"type": "boolean"}),
+        // Substring search: every 3-character window, lowercased.
+        FieldType::Text => json!({"type": "text", "analyzer": "esfs_trigram"}),
+        FieldType::Keywords => json!({"type": "keyword", "ignore_above": IGNORE_ABOVE}),
     }
+}
+
+/// The fields left out of brief reads (`get_brief`, `search_brief`).
+fn text_fields(idx: Idx) -> Vec<&'static str> {
+    idx.fields()
+        .iter()
+        .filter(|f| f.ty == FieldType::Text)
+        .map(|f| f.name)
+        .collect()
 }
 
 /// Settings and mappings of one index: only declared fields are indexed
@@ -153,8 +166,14 @@ pub fn index_body(idx: Idx) -> Value {
                 "max_result_window": 10000
             },
             "analysis": {
-                "tokenizer": {"esfs_path": {"type": "path_hierarchy", "delimiter": "/"}},
-                "analyzer": {"esfs_path": {"type": "custom", "tokenizer": "esfs_path"}}
+                "tokenizer": {
+                    "esfs_path": {"type": "path_hierarchy", "delimiter": "/"},
+                    "esfs_trigram": {"type": "ngram", "min_gram": 3, "max_gram": 3}
+                },
+                "analyzer": {
+                    "esfs_path": {"type": "custom", "tokenizer": "esfs_path"},
+                    "esfs_trigram": {"type": "custom", "tokenizer": "esfs_trigram", "filter": ["lowercase"]}
+                }
             }
         },
         "mappings": {
@@ -173,6 +192,10 @@ pub fn query_json(q: &Query) -> Value {
         Query::Terms { field, values } => json!({"terms": {field: values}}),
         Query::Prefix { field, value } => json!({"prefix": {field: value}}),
         Query::Tree { field, path } => json!({"term": {format!("{field}.tree"): path}}),
+        // Every trigram of the text (the field's analyzer), in any order.
+        Query::Text { field, text } => {
+            json!({"match": {field: {"query": text, "operator": "and"}}})
+        }
         Query::Range {
             field,
             gte,
@@ -468,6 +491,154 @@ impl EsStore {
         Ok(())
     }
 
+    fn get_impl(&self, index: Idx, id: &str, brief: bool) -> StoreResult<Option<Doc>> {
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let excludes = if brief { text_fields(index) } else { vec![] };
+        let excludes = &excludes;
+        let (status, body) = self.call(|c| async move {
+            let mut req = c.get(GetParts::IndexId(name, id));
+            if !excludes.is_empty() {
+                req = req._source_excludes(excludes);
+            }
+            req.send().await
+        })?;
+        match status {
+            200 => Ok(Some(doc_of(&body)?)),
+            404 if body["found"] == false => Ok(None),
+            _ => Err(error_of(status, &body, id)),
+        }
+    }
+
+    fn mget_impl(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let body = &json!({ "ids": ids });
+        let (status, resp) = self.call(|c| async move {
+            c.mget(MgetParts::Index(name))
+                .body(body.clone())
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(error_of(status, &resp, "_mget"));
+        }
+        let docs = resp["docs"].as_array().cloned().unwrap_or_default();
+        if docs.len() != ids.len() {
+            return Err(StoreError::Other(format!(
+                "mget answered {} docs for {} ids",
+                docs.len(),
+                ids.len()
+            )));
+        }
+        docs.iter()
+            .map(|d| {
+                if d["found"] == true {
+                    doc_of(d).map(Some)
+                } else if d.get("error").is_some() {
+                    Err(StoreError::Other(reason(d)))
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect()
+    }
+
+    fn search_impl(&self, req: &SearchRequest, brief: bool) -> StoreResult<Vec<Hit>> {
+        self.refresh_if_dirty(req.index)?;
+        let name = &self.index_name(req.index);
+        let name = name.as_str();
+        let mut body = self.search_body(req);
+        if brief && !text_fields(req.index).is_empty() {
+            body["_source"] = json!({"excludes": text_fields(req.index)});
+        }
+        let body = &body;
+        let (status, resp) = self.call(|c| async move {
+            c.search(SearchParts::Index(&[name]))
+                .body(body.clone())
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(error_of(status, &resp, "_search"));
+        }
+        Self::hits_of(&resp, 0)
+    }
+
+    /// The guide's field collapsing: a terms aggregation on the field,
+    /// ordered by each bucket's best score (`max` of `_score`), with
+    /// `top_hits` inside; `size: 0` skips the plain hits.
+    fn group_impl(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
+        self.refresh_if_dirty(req.index)?;
+        let name = &self.index_name(req.index);
+        let name = name.as_str();
+        let mut q = json!({"bool": {"filter": [query_json(&req.query)]}});
+        if let Some(sq) = &req.score {
+            q["bool"]["should"] = json!([query_json(sq)]);
+            q["bool"]["minimum_should_match"] = json!(0);
+        }
+        let body = &json!({
+            "size": 0,
+            "query": q,
+            "aggs": {"groups": {
+                "terms": {
+                    "field": req.field,
+                    "size": req.buckets,
+                    "order": [{"top_score": "desc"}, {"_key": "asc"}]
+                },
+                "aggs": {
+                    "top_score": {"max": {"script": "_score"}},
+                    "top": {"top_hits": {
+                        "size": req.per_bucket,
+                        "seq_no_primary_term": true,
+                        "sort": [{"_score": "desc"}, {"path": "asc"}],
+                        "_source": {"excludes": text_fields(req.index)}
+                    }}
+                }
+            }}
+        });
+        let (status, resp) = self.call(|c| async move {
+            c.search(SearchParts::Index(&[name]))
+                .body(body.clone())
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(error_of(status, &resp, "_search"));
+        }
+        let mut out = Vec::new();
+        for b in resp["aggregations"]["groups"]["buckets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let mut hits = Vec::new();
+            for h in b["top"]["hits"]["hits"].as_array().into_iter().flatten() {
+                // Without seq_no in top_hits (older servers) the version is
+                // irrelevant here: these sources are brief, never written back.
+                let doc = Doc {
+                    id: h["_id"].as_str().unwrap_or_default().to_string(),
+                    version: version_of(h).unwrap_or(Version {
+                        seq_no: 0,
+                        primary_term: 0,
+                    }),
+                    source: h["_source"].clone(),
+                };
+                hits.push((doc, h["_score"].as_f64().unwrap_or(0.0)));
+            }
+            out.push(Bucket {
+                key: b["key"].clone(),
+                doc_count: b["doc_count"].as_u64().unwrap_or(0),
+                top_score: b["top_score"]["value"].as_f64().unwrap_or(0.0),
+                hits,
+            });
+        }
+        Ok(out)
+    }
+
     fn search_body(&self, req: &SearchRequest) -> Value {
         let mut body = json!({
             "query": query_json(&req.query),
@@ -553,52 +724,27 @@ fn op_id(op: &BulkOp) -> &str {
 
 impl MetaStore for EsStore {
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
-        let name = &self.index_name(index);
-        let name = name.as_str();
-        let (status, body) =
-            self.call(|c| async move { c.get(GetParts::IndexId(name, id)).send().await })?;
-        match status {
-            200 => Ok(Some(doc_of(&body)?)),
-            404 if body["found"] == false => Ok(None),
-            _ => Err(error_of(status, &body, id)),
-        }
+        self.get_impl(index, id, false)
+    }
+
+    fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        self.get_impl(index, id, true)
+    }
+
+    fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        self.search_impl(req, true)
+    }
+
+    fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
+        self.group_impl(req)
     }
 
     fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let name = &self.index_name(index);
-        let name = name.as_str();
-        let body = &json!({ "ids": ids });
-        let (status, resp) = self.call(|c| async move {
-            c.mget(MgetParts::Index(name))
-                .body(body.clone())
-                .send()
-                .await
-        })?;
-        if status != 200 {
-            return Err(error_of(status, &resp, "_mget"));
-        }
-        let docs = resp["docs"].as_array().cloned().unwrap_or_default();
-        if docs.len() != ids.len() {
-            return Err(StoreError::Other(format!(
-                "mget answered {} docs for {} ids",
-                docs.len(),
-                ids.len()
-            )));
-        }
-        docs.iter()
-            .map(|d| {
-                if d["found"] == true {
-                    doc_of(d).map(Some)
-                } else if d.get("error").is_some() {
-                    Err(StoreError::Other(reason(d)))
-                } else {
-                    Ok(None)
-                }
-            })
-            .collect()
+        self.mget_impl(index, ids)
+    }
+
+    fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        self.search_impl(req, false)
     }
 
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
@@ -750,23 +896,6 @@ impl MetaStore for EsStore {
             .into_iter()
             .map(|r| r.expect("every item answered"))
             .collect())
-    }
-
-    fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        self.refresh_if_dirty(req.index)?;
-        let name = &self.index_name(req.index);
-        let name = name.as_str();
-        let body = &self.search_body(req);
-        let (status, resp) = self.call(|c| async move {
-            c.search(SearchParts::Index(&[name]))
-                .body(body.clone())
-                .send()
-                .await
-        })?;
-        if status != 200 {
-            return Err(error_of(status, &resp, "_search"));
-        }
-        Self::hits_of(&resp, 0)
     }
 
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {

@@ -125,6 +125,14 @@ pub enum Query {
     Exists {
         field: String,
     },
+    /// Full-text substring on a `Text` field: the documents whose text
+    /// contains every trigram (3-character window) of `text`, case-folded.
+    /// Backends may match more than the substring itself (the trigrams in
+    /// any order), never less. `text` must have at least 3 characters.
+    Text {
+        field: String,
+        text: String,
+    },
     /// `bool`: all of `must`, none of `must_not`, and (if non-empty) any of `should`.
     Bool {
         must: Vec<Query>,
@@ -181,6 +189,30 @@ pub struct SearchRequest {
     pub size: usize,
 }
 
+/// Field collapsing (the guide's terms + top_hits): the documents matching
+/// `query`, in one bucket per value of `field`, buckets ordered by their best
+/// hit's score (then key), each with its `per_bucket` best hits (score, then
+/// id). `score` adds relevance without filtering (a `should` clause); without
+/// it every score is 0.
+#[derive(Clone, Debug)]
+pub struct GroupRequest {
+    pub index: Idx,
+    pub query: Query,
+    pub score: Option<Query>,
+    pub field: String,
+    pub buckets: usize,
+    pub per_bucket: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Bucket {
+    pub key: Value,
+    pub doc_count: u64,
+    pub top_score: f64,
+    /// Best hits, with their scores; sources are brief (no `Text` fields).
+    pub hits: Vec<(Doc, f64)>,
+}
+
 #[derive(Clone, Debug)]
 pub struct Hit {
     pub doc: Doc,
@@ -213,6 +245,23 @@ pub trait MetaStore: Send + Sync {
     fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>>;
     /// One page of a sorted search.
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>>;
+    /// `get` whose source leaves out the `Text` fields (a file's contents):
+    /// for readers that need only metadata. Never write such a source back.
+    fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        self.get(index, id)
+    }
+    /// `search` whose sources leave out the `Text` fields (see `get_brief`).
+    fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        self.search(req)
+    }
+    /// Field collapsing: see [`GroupRequest`].
+    fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
+        let _ = req;
+        Err(StoreError::Invalid(format!(
+            "{} cannot group search results",
+            self.describe()
+        )))
+    }
     /// Number of documents matching.
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64>;
     /// Make all acknowledged writes visible to search.

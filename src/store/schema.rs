@@ -74,6 +74,14 @@ pub enum FieldType {
     /// Milliseconds since the epoch (ES `date`, format `epoch_millis`).
     Date,
     Bool,
+    /// Full text (a file's contents): indexed by trigrams, so a query can ask
+    /// for any substring of 3+ characters (`Query::Text`), case-folded.
+    /// Stored apart from the metadata and left out of "brief" reads
+    /// (`MetaStore::get_brief`/`search_brief`). Not sortable.
+    Text,
+    /// Multi-valued exact strings: an array of keywords (a single string is
+    /// one value). Term/terms/prefix/exists queries match any value. Not sortable.
+    Keywords,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,10 +109,22 @@ pub const ENTRY_FIELDS: &[Field] = &[
     f("uid", Long),
     f("gid", Long),
     f("mode", Long),
+    // Content search (`esfs search`): the text of a regular file, what the
+    // indexer made of it ("text", "binary", "too_large"; absent = not
+    // indexed yet), and its xattrs as "name=value" / "name" keywords.
+    f("contents", Text),
+    f("indexed", Keyword),
+    f("xattrs", Keywords),
 ];
 
 pub const INODE_FIELDS: &[Field] = &[f("kind", Keyword), f("orphan", Bool)];
 
-pub const LOCK_FIELDS: &[Field] = &[f("type", Keyword), f("owner", Keyword), f("expires", Date)];
+pub const LOCK_FIELDS: &[Field] = &[
+    f("type", Keyword),
+    f("owner", Keyword),
+    f("path", Keyword),
+    f("since", Date),
+    f("expires", Date),
+];
 
 pub const CHUNK_FIELDS: &[Field] = &[f("file", Keyword), f("n", Long)];

@@ -47,10 +47,23 @@ pub struct Mount {
     /// Dropping this sender disarms the watchdog of the current child.
     watchdog: Option<mpsc::Sender<()>>,
     plain: bool,
+    /// Where metadata and contents live: `--store/--data` in the tempdir by
+    /// default, or e.g. `--es URL --index NAME`.
+    backend: Option<Vec<String>>,
 }
 
 impl Mount {
     pub fn new() -> Mount {
+        Mount::build(None, true)
+    }
+
+    /// A mount on another backend, given as `esfs mount` arguments (e.g.
+    /// `["--es", url, "--index", name]`). Never plain: these test esfs itself.
+    pub fn with_backend(args: &[&str]) -> Mount {
+        Mount::build(Some(args.iter().map(|a| a.to_string()).collect()), false)
+    }
+
+    fn build(backend: Option<Vec<String>>, allow_plain: bool) -> Mount {
         let tmp = tempfile::Builder::new()
             .prefix("esfs-test-")
             .tempdir()
@@ -67,7 +80,8 @@ impl Mount {
             mnt,
             child: None,
             watchdog: None,
-            plain: plain_mode(),
+            plain: allow_plain && plain_mode(),
+            backend,
         };
         if !m.plain {
             m.start();
@@ -122,13 +136,14 @@ impl Mount {
             .append(true)
             .open(self.log_path())
             .unwrap();
+        let backend = self.backend.clone().unwrap_or_else(|| {
+            let arg = |d: &str| root.join(d).to_string_lossy().into_owned();
+            vec!["--store".into(), arg("store"), "--data".into(), arg("data")]
+        });
         let child = Command::new(env!("CARGO_BIN_EXE_esfs"))
             .arg("mount")
             .arg(&self.mnt)
-            .arg("--store")
-            .arg(root.join("store"))
-            .arg("--data")
-            .arg(root.join("data"))
+            .args(&backend)
             .arg("--foreground")
             .arg("-o")
             .arg("allow_other")

@@ -1,0 +1,1200 @@
+//! Search execution over snapshots: matching, sorting, `search_after`, paging, `_source`
+//! filtering, hits rendering and aggregations.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{EsError, EsResult};
+use crate::mapping::{FType, FV, Mapping};
+use crate::query::{Ctx, Q, json_token};
+use crate::store::{Doc, PRIMARY_TERM, Snapshot};
+
+/// One index (or PIT member) a search runs over.
+pub struct Target {
+    pub name: String,
+    pub snap: Arc<Snapshot>,
+    pub mapping: Arc<Mapping>,
+    pub max_result_window: usize,
+    pub shards: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SourceFilter {
+    pub fetch: bool,
+    pub includes: Vec<String>,
+    pub excludes: Vec<String>,
+}
+
+impl SourceFilter {
+    pub fn all() -> SourceFilter {
+        SourceFilter {
+            fetch: true,
+            includes: vec![],
+            excludes: vec![],
+        }
+    }
+
+    fn list(v: &Value) -> EsResult<Vec<String>> {
+        Ok(match v {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(a) => a
+                .iter()
+                .map(|x| x.as_str().map(str::to_string).unwrap_or_default())
+                .collect(),
+            Value::Null => vec![],
+            other => {
+                return Err(EsError::parsing(format!(
+                    "Unknown key for a {} in [_source].",
+                    json_token(other)
+                )));
+            }
+        })
+    }
+
+    pub fn from_json(v: &Value) -> EsResult<SourceFilter> {
+        Ok(match v {
+            Value::Bool(b) => SourceFilter {
+                fetch: *b,
+                ..Default::default()
+            },
+            Value::String(_) | Value::Array(_) => SourceFilter {
+                fetch: true,
+                includes: Self::list(v)?,
+                excludes: vec![],
+            },
+            Value::Object(m) => {
+                let mut f = SourceFilter::all();
+                for (k, v) in m {
+                    match k.as_str() {
+                        "includes" | "include" => f.includes = Self::list(v)?,
+                        "excludes" | "exclude" => f.excludes = Self::list(v)?,
+                        other => {
+                            return Err(EsError::parsing(format!(
+                                "Unknown key for a {} in [{other}].",
+                                json_token(v)
+                            )));
+                        }
+                    }
+                }
+                f
+            }
+            other => {
+                return Err(EsError::parsing(format!(
+                    "Unknown key for a {} in [_source].",
+                    json_token(other)
+                )));
+            }
+        })
+    }
+
+    /// From URL parameters `_source`, `_source_includes`, `_source_excludes`.
+    pub fn from_params(
+        source: Option<&str>,
+        inc: Option<&str>,
+        exc: Option<&str>,
+    ) -> Option<SourceFilter> {
+        if source.is_none() && inc.is_none() && exc.is_none() {
+            return None;
+        }
+        let split = |s: &str| {
+            s.split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect::<Vec<_>>()
+        };
+        let mut f = SourceFilter::all();
+        match source {
+            Some("false") => f.fetch = false,
+            Some("true") | Some("") | None => {}
+            Some(list) => f.includes = split(list),
+        }
+        if let Some(i) = inc {
+            f.includes = split(i);
+            f.fetch = true;
+        }
+        if let Some(e) = exc {
+            f.excludes = split(e);
+            f.fetch = true;
+        }
+        Some(f)
+    }
+
+    pub fn is_identity(&self) -> bool {
+        self.fetch && self.includes.is_empty() && self.excludes.is_empty()
+    }
+
+    /// The filtered source, or None when `_source` is not fetched.
+    pub fn apply(&self, raw: &str) -> Option<Value> {
+        if !self.fetch {
+            return None;
+        }
+        let v: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+        if self.is_identity() {
+            return Some(v);
+        }
+        Some(filter_value(
+            &v,
+            "",
+            &self.includes,
+            &self.excludes,
+            self.includes.is_empty(),
+        ))
+    }
+}
+
+fn glob(p: &str, s: &str) -> bool {
+    crate::query::wildcard_match(p.as_bytes(), s.as_bytes(), false)
+}
+
+fn could_match_below(pattern: &str, path: &str) -> bool {
+    let lit = pattern.split('*').next().unwrap_or("");
+    let with_dot = format!("{path}.");
+    if pattern.contains('*') {
+        with_dot.starts_with(lit) || lit.starts_with(&with_dot)
+    } else {
+        pattern.starts_with(&with_dot)
+    }
+}
+
+fn filter_value(v: &Value, prefix: &str, inc: &[String], exc: &[String], included: bool) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, x) in m {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                if exc.iter().any(|p| glob(p, &path)) {
+                    continue;
+                }
+                let inc_here = included || inc.iter().any(|p| glob(p, &path));
+                if inc_here {
+                    out.insert(k.clone(), filter_value(x, &path, inc, exc, true));
+                } else if inc.iter().any(|p| could_match_below(p, &path)) {
+                    match x {
+                        Value::Object(_) | Value::Array(_) => {
+                            let f = filter_value(x, &path, inc, exc, false);
+                            let empty = match &f {
+                                Value::Object(o) => o.is_empty(),
+                                Value::Array(a) => a.is_empty(),
+                                _ => false,
+                            };
+                            if !empty {
+                                out.insert(k.clone(), f);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => {
+            let items: Vec<Value> = a
+                .iter()
+                .filter_map(|x| match x {
+                    Value::Object(_) | Value::Array(_) => {
+                        let f = filter_value(x, prefix, inc, exc, included);
+                        let empty = matches!(&f, Value::Object(o) if o.is_empty());
+                        (!empty || included).then_some(f)
+                    }
+                    other => included.then(|| other.clone()),
+                })
+                .collect();
+            Value::Array(items)
+        }
+        other => other.clone(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TrackTotal {
+    Off,
+    Upto(u64),
+    Exact,
+}
+
+#[derive(Debug, Clone)]
+pub struct SearchReq {
+    pub query: Option<Value>,
+    pub post_filter: Option<Value>,
+    pub size: usize,
+    pub from: usize,
+    pub sort: Option<Value>,
+    pub search_after: Option<Vec<Value>>,
+    pub source: SourceFilter,
+    pub track_total: TrackTotal,
+    pub seq_no_primary_term: bool,
+    pub version: bool,
+    pub aggs: Option<Value>,
+    pub track_scores: bool,
+    pub min_score: Option<f32>,
+    pub pit: Option<(String, Option<String>)>,
+    pub total_as_int: bool,
+}
+
+fn as_usize(key: &str, v: &Value) -> EsResult<usize> {
+    match v {
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if i < 0 => Err(EsError::bad_request(format!(
+                "[{key}] parameter cannot be negative, found [{i}]"
+            ))),
+            Some(i) => Ok(i as usize),
+            None => Err(EsError::parsing(format!("[{key}] must be an integer"))),
+        },
+        Value::String(s) => as_usize(
+            key,
+            &Value::Number(
+                s.parse::<i64>()
+                    .map_err(|_| {
+                        EsError::bad_request(format!(
+                            "Failed to parse int parameter [{key}] with value [{s}]"
+                        ))
+                    })?
+                    .into(),
+            ),
+        ),
+        other => Err(EsError::parsing(format!(
+            "[{key}] must be a number, found {}",
+            json_token(other)
+        ))),
+    }
+}
+
+impl SearchReq {
+    pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> EsResult<SearchReq> {
+        let mut r = SearchReq {
+            query: None,
+            post_filter: None,
+            size: 10,
+            from: 0,
+            sort: None,
+            search_after: None,
+            source: SourceFilter::all(),
+            track_total: TrackTotal::Upto(10_000),
+            seq_no_primary_term: false,
+            version: false,
+            aggs: None,
+            track_scores: false,
+            min_score: None,
+            pit: None,
+            total_as_int: false,
+        };
+        if let Some(body) = body {
+            let obj = body.as_object().ok_or_else(|| {
+                EsError::parsing("Expected [START_OBJECT] but found [START_ARRAY]")
+            })?;
+            for (k, v) in obj {
+                match k.as_str() {
+                    "query" => r.query = Some(v.clone()),
+                    "post_filter" => r.post_filter = Some(v.clone()),
+                    "size" => r.size = as_usize("size", v)?,
+                    "from" => r.from = as_usize("from", v)?,
+                    "sort" => r.sort = Some(v.clone()),
+                    "search_after" => {
+                        r.search_after = Some(match v {
+                            Value::Array(a) => a.clone(),
+                            other => vec![other.clone()],
+                        })
+                    }
+                    "_source" => r.source = SourceFilter::from_json(v)?,
+                    "track_total_hits" => {
+                        r.track_total = match v {
+                            Value::Bool(true) => TrackTotal::Exact,
+                            Value::Bool(false) => TrackTotal::Off,
+                            Value::Number(n) => match n.as_i64() {
+                                Some(i) if i == i32::MAX as i64 => TrackTotal::Exact,
+                                Some(i) if i >= 0 => TrackTotal::Upto(i as u64),
+                                Some(-1) => TrackTotal::Off,
+                                _ => {
+                                    return Err(EsError::bad_request(format!(
+                                        "[track_total_hits] parameter must be positive or equals to -1, got {n}"
+                                    )));
+                                }
+                            },
+                            other => {
+                                return Err(EsError::parsing(format!(
+                                    "Unknown key for a {} in [track_total_hits].",
+                                    json_token(other)
+                                )));
+                            }
+                        }
+                    }
+                    "seq_no_primary_term" => r.seq_no_primary_term = v.as_bool().unwrap_or(false),
+                    "version" => r.version = v.as_bool().unwrap_or(false),
+                    "aggs" | "aggregations" => r.aggs = Some(v.clone()),
+                    "track_scores" => r.track_scores = v.as_bool().unwrap_or(false),
+                    "min_score" => r.min_score = v.as_f64().map(|f| f as f32),
+                    "pit" => {
+                        let id = v
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .ok_or_else(|| EsError::parsing("[pit] failed to parse field [id]"))?;
+                        let ka = v
+                            .get("keep_alive")
+                            .and_then(Value::as_str)
+                            .map(str::to_string);
+                        r.pit = Some((id.to_string(), ka));
+                    }
+                    "timeout" | "stats" | "explain" | "profile" | "terminate_after" => {
+                        if k == "profile" && v.as_bool() == Some(true) {
+                            return Err(EsError::unsupported("search profiling"));
+                        }
+                        if k == "explain" && v.as_bool() == Some(true) {
+                            return Err(EsError::unsupported("explain"));
+                        }
+                        if k == "terminate_after" && v.as_u64().unwrap_or(0) > 0 {
+                            return Err(EsError::unsupported("terminate_after"));
+                        }
+                    }
+                    "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
+                    | "docvalue_fields" | "fields" | "runtime_mappings" | "slice"
+                    | "indices_boost" | "stored_fields" | "rank" | "retriever" | "ext" => {
+                        return Err(EsError::unsupported(&format!("[{k}] in search requests")));
+                    }
+                    other => {
+                        return Err(EsError::parsing(format!(
+                            "Unknown key for a {} in [{other}].",
+                            json_token(v)
+                        ))
+                        .with("line", 1)
+                        .with("col", 1));
+                    }
+                }
+            }
+        }
+        if let Some(s) = params.get("size") {
+            r.size = as_usize("size", &Value::String(s.clone()))?;
+        }
+        if let Some(s) = params.get("from") {
+            r.from = as_usize("from", &Value::String(s.clone()))?;
+        }
+        if let Some(s) = params.get("sort") {
+            let specs: Vec<Value> = s
+                .split(',')
+                .filter(|x| !x.is_empty())
+                .map(|x| match x.split_once(':') {
+                    Some((f, o)) => json!({f: o}),
+                    None => json!(x),
+                })
+                .collect();
+            r.sort = Some(Value::Array(specs));
+        }
+        if let Some(f) = SourceFilter::from_params(
+            params.get("_source").map(String::as_str),
+            params.get("_source_includes").map(String::as_str),
+            params.get("_source_excludes").map(String::as_str),
+        ) {
+            r.source = f;
+        }
+        if let Some(t) = params.get("track_total_hits") {
+            r.track_total = match t.as_str() {
+                "true" | "" => TrackTotal::Exact,
+                "false" => TrackTotal::Off,
+                n => TrackTotal::Upto(n.parse().map_err(|_| {
+                    EsError::bad_request(format!(
+                        "Failed to parse int parameter [track_total_hits] with value [{n}]"
+                    ))
+                })?),
+            };
+        }
+        if let Some(v) = params.get("seq_no_primary_term") {
+            r.seq_no_primary_term = v == "true" || v.is_empty();
+        }
+        if let Some(v) = params.get("version") {
+            r.version = v == "true" || v.is_empty();
+        }
+        if params.contains_key("q") {
+            return Err(EsError::unsupported("the [q] (query string) parameter"));
+        }
+        if params
+            .get("rest_total_hits_as_int")
+            .is_some_and(|v| v == "true" || v.is_empty())
+        {
+            r.total_as_int = true;
+            if r.track_total == TrackTotal::Upto(10_000) {
+                r.track_total = TrackTotal::Exact;
+            }
+        }
+        if r.search_after.is_some() && r.from > 0 {
+            return Err(EsError::validation(&[
+                "`from` parameter must be set to 0 when `search_after` is used.".into(),
+            ]));
+        }
+        Ok(r)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sorting
+
+#[derive(Debug, Clone)]
+enum SortSpec {
+    Field {
+        fids: Vec<Option<u16>>,
+        ty: FType,
+        desc: bool,
+        missing_last: bool,
+        missing: Option<Value>,
+        max_mode: bool,
+        name: String,
+    },
+    Score {
+        desc: bool,
+    },
+    Doc {
+        desc: bool,
+    },
+    ShardDoc {
+        desc: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum SV {
+    I(i64),
+    F(f64),
+    S(Option<Box<str>>),
+}
+
+fn sv_json(v: &SV) -> Value {
+    match v {
+        SV::I(i) => json!(i),
+        SV::F(f) => json!(f),
+        SV::S(Some(s)) => json!(&**s),
+        SV::S(None) => Value::Null,
+    }
+}
+
+fn parse_order(v: &Value) -> EsResult<bool> {
+    match v.as_str() {
+        Some("asc") | Some("ASC") => Ok(false),
+        Some("desc") | Some("DESC") => Ok(true),
+        _ => Err(EsError::bad_request(format!(
+            "Unknown SortOrder [{}]",
+            v.as_str().unwrap_or(&v.to_string())
+        ))),
+    }
+}
+
+fn fielddata_err(name: &str, index: &str) -> EsError {
+    EsError::bad_request(format!(
+        "Fielddata is disabled on [{name}] in [{index}]. Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [{name}] in order to load field data by uninverting the inverted index. Note that this can use significant memory."
+    ))
+}
+
+fn id_fielddata_err() -> EsError {
+    EsError::bad_request(
+        "Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: indices.id_field_data.enabled",
+    )
+}
+
+fn compile_sort(sort: &Value, targets: &[Target], pit: bool) -> EsResult<Vec<SortSpec>> {
+    let items: Vec<Value> = match sort {
+        Value::Array(a) => a.clone(),
+        other => vec![other.clone()],
+    };
+    let mut out = Vec::new();
+    for it in items {
+        let (field, opts): (String, Option<Value>) = match &it {
+            Value::String(s) => (s.clone(), None),
+            Value::Object(m) if m.len() == 1 => {
+                let (k, v) = m.iter().next().expect("one");
+                (k.clone(), Some(v.clone()))
+            }
+            _ => {
+                return Err(EsError::parsing(
+                    "malformed sort format, within the sort array, an object, or an actual string are allowed",
+                ));
+            }
+        };
+        let mut desc = None;
+        let mut missing = None;
+        let mut unmapped_type = None;
+        let mut mode = None;
+        match &opts {
+            None => {}
+            Some(Value::String(_)) => desc = Some(parse_order(opts.as_ref().expect("some"))?),
+            Some(Value::Object(m)) => {
+                for (k, v) in m {
+                    match k.as_str() {
+                        "order" => desc = Some(parse_order(v)?),
+                        "missing" => missing = Some(v.clone()),
+                        "unmapped_type" => unmapped_type = v.as_str().map(str::to_string),
+                        "mode" => mode = v.as_str().map(str::to_string),
+                        "numeric_type" | "format" => {}
+                        "nested" | "script" => {
+                            return Err(EsError::unsupported(&format!("[{k}] in sort")));
+                        }
+                        other => {
+                            return Err(EsError::parsing(format!(
+                                "[field_sort] unknown field [{other}]"
+                            )));
+                        }
+                    }
+                }
+            }
+            Some(_) => return Err(EsError::parsing("malformed sort format")),
+        }
+        match field.as_str() {
+            "_score" => out.push(SortSpec::Score {
+                desc: desc.unwrap_or(true),
+            }),
+            "_doc" => out.push(SortSpec::Doc {
+                desc: desc.unwrap_or(false),
+            }),
+            "_shard_doc" => {
+                if !pit {
+                    return Err(EsError::bad_request(
+                        "[_shard_doc] sort field cannot be used without [point in time]",
+                    ));
+                }
+                out.push(SortSpec::ShardDoc {
+                    desc: desc.unwrap_or(false),
+                })
+            }
+            "_id" => return Err(id_fielddata_err()),
+            _ => {
+                let mut fids = Vec::new();
+                let mut ty = None;
+                for t in targets {
+                    match t.mapping.field(&field) {
+                        Some(f) => {
+                            if f.ty == FType::Text {
+                                return Err(fielddata_err(&field, &t.name));
+                            }
+                            if f.ty == FType::Binary || !f.doc_values {
+                                return Err(EsError::bad_request(format!(
+                                    "Can't load fielddata on [{field}] because fielddata is unsupported on fields of type [{}]. Use doc values instead.",
+                                    f.ty.name()
+                                )));
+                            }
+                            ty.get_or_insert(f.ty);
+                            fids.push(Some(f.id));
+                        }
+                        None => fids.push(None),
+                    }
+                }
+                let ty = match ty {
+                    Some(t) => t,
+                    None => match unmapped_type.as_deref() {
+                        Some("keyword") | Some("text") => FType::Keyword,
+                        Some("double") | Some("float") => FType::Double,
+                        Some("date") => FType::Date,
+                        Some("boolean") => FType::Boolean,
+                        Some(_) => FType::Long,
+                        None => {
+                            return Err(EsError::new(
+                                400,
+                                "query_shard_exception",
+                                format!("No mapping found for [{field}] in order to sort on"),
+                            )
+                            .with("index_uuid", "_na_")
+                            .with(
+                                "index",
+                                targets.first().map(|t| t.name.clone()).unwrap_or_default(),
+                            ));
+                        }
+                    },
+                };
+                let desc = desc.unwrap_or(false);
+                let missing_last = match missing.as_ref().and_then(Value::as_str) {
+                    Some("_first") => false,
+                    _ => true,
+                };
+                let missing =
+                    missing.filter(|m| m.as_str() != Some("_first") && m.as_str() != Some("_last"));
+                let max_mode = match mode.as_deref() {
+                    Some("max") => true,
+                    Some("min") => false,
+                    Some("avg") | Some("sum") | Some("median") => {
+                        return Err(EsError::unsupported("sort modes other than min/max"));
+                    }
+                    _ => desc,
+                };
+                out.push(SortSpec::Field {
+                    fids,
+                    ty,
+                    desc,
+                    missing_last,
+                    missing,
+                    max_mode,
+                    name: field,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn field_sv(spec: &SortSpec, ti: usize, doc: &Doc) -> SV {
+    let SortSpec::Field {
+        fids,
+        ty,
+        desc,
+        missing_last,
+        missing,
+        max_mode,
+        ..
+    } = spec
+    else {
+        unreachable!()
+    };
+    let fv = fids[ti].and_then(|id| doc.indexed.get(id));
+    let present = match fv {
+        Some(FV::Long(v)) if !v.is_empty() => Some(SV::I(if *max_mode {
+            *v.iter().max().expect("ne")
+        } else {
+            *v.iter().min().expect("ne")
+        })),
+        Some(FV::Double(v)) if !v.is_empty() => {
+            let it = v.iter().copied();
+            Some(SV::F(if *max_mode {
+                it.fold(f64::MIN, f64::max)
+            } else {
+                it.fold(f64::MAX, f64::min)
+            }))
+        }
+        Some(FV::Kw(v)) if !v.is_empty() => {
+            let it = v.iter();
+            Some(SV::S(Some(if *max_mode {
+                it.max().expect("ne").clone()
+            } else {
+                it.min().expect("ne").clone()
+            })))
+        }
+        _ => None,
+    };
+    if let Some(p) = present {
+        return p;
+    }
+    // Missing values.
+    match ty {
+        FType::Keyword | FType::Text => SV::S(missing.as_ref().map(|m| {
+            m.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| m.to_string())
+                .into_boxed_str()
+        })),
+        t if t.is_float() => match missing.as_ref().and_then(Value::as_f64) {
+            Some(f) => SV::F(f),
+            None => SV::F(if *missing_last != *desc {
+                f64::MAX
+            } else {
+                f64::MIN
+            }),
+        },
+        _ => match missing.as_ref().and_then(|m| {
+            m.as_i64()
+                .or_else(|| m.as_str().and_then(|s| s.parse().ok()))
+        }) {
+            Some(i) => SV::I(i),
+            None => SV::I(if *missing_last != *desc {
+                i64::MAX
+            } else {
+                i64::MIN
+            }),
+        },
+    }
+}
+
+fn cmp_one(spec: &SortSpec, a: &SV, b: &SV) -> Ordering {
+    let (desc, missing_last) = match spec {
+        SortSpec::Field {
+            desc, missing_last, ..
+        } => (*desc, *missing_last),
+        SortSpec::Score { desc } | SortSpec::Doc { desc } | SortSpec::ShardDoc { desc } => {
+            (*desc, true)
+        }
+    };
+    let natural = match (a, b) {
+        (SV::I(x), SV::I(y)) => x.cmp(y),
+        (SV::F(x), SV::F(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
+        (SV::I(x), SV::F(y)) => (*x as f64).partial_cmp(y).unwrap_or(Ordering::Equal),
+        (SV::F(x), SV::I(y)) => x.partial_cmp(&(*y as f64)).unwrap_or(Ordering::Equal),
+        (SV::S(None), SV::S(None)) => Ordering::Equal,
+        (SV::S(None), SV::S(Some(_))) => {
+            return if missing_last {
+                Ordering::Greater
+            } else {
+                Ordering::Less
+            };
+        }
+        (SV::S(Some(_)), SV::S(None)) => {
+            return if missing_last {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
+        }
+        (SV::S(Some(x)), SV::S(Some(y))) => x.as_bytes().cmp(y.as_bytes()),
+        _ => Ordering::Equal,
+    };
+    if desc { natural.reverse() } else { natural }
+}
+
+fn cmp_keys(specs: &[SortSpec], a: &[SV], b: &[SV]) -> Ordering {
+    for (i, s) in specs.iter().enumerate() {
+        let o = cmp_one(s, &a[i], &b[i]);
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    Ordering::Equal
+}
+
+fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV> {
+    let fail = |name: &str| {
+        EsError::bad_request(format!(
+            "Failed to parse search_after value for field [{name}]."
+        ))
+    };
+    Ok(match spec {
+        SortSpec::Score { .. } => SV::F(
+            v.as_f64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                .ok_or_else(|| fail("_score"))?,
+        ),
+        SortSpec::Doc { .. } | SortSpec::ShardDoc { .. } => SV::I(
+            v.as_i64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                .ok_or_else(|| fail("_doc"))?,
+        ),
+        SortSpec::Field { ty, name, .. } => match ty {
+            FType::Keyword | FType::Text => match v {
+                Value::Null => SV::S(None),
+                Value::String(s) => SV::S(Some(s.clone().into_boxed_str())),
+                other => SV::S(Some(other.to_string().into_boxed_str())),
+            },
+            t if t.is_float() => SV::F(
+                v.as_f64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                    .ok_or_else(|| fail(name))?,
+            ),
+            FType::Boolean => SV::I(match v {
+                Value::Bool(b) => *b as i64,
+                Value::String(s) if s == "true" => 1,
+                Value::String(s) if s == "false" => 0,
+                other => other.as_i64().ok_or_else(|| fail(name))?,
+            }),
+            _ => SV::I(
+                v.as_i64()
+                    .or_else(|| v.as_f64().map(|f| f as i64))
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                    .ok_or_else(|| fail(name))?,
+            ),
+        },
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Matching
+
+pub struct Match<'a> {
+    pub ti: usize,
+    pub doc: &'a Arc<Doc>,
+    pub score: f32,
+}
+
+/// Parses the query for each target; parse errors are returned as they are, field-level
+/// failures are wrapped as shard failures.
+fn compile_queries(q: Option<&Value>, targets: &[Target]) -> EsResult<Vec<Q>> {
+    let mut out = Vec::new();
+    for t in targets {
+        let ctx = Ctx {
+            mapping: &t.mapping,
+        };
+        match q {
+            None => out.push(Q::All(1.0)),
+            Some(v) => match ctx.parse(v) {
+                Ok(q) => out.push(q),
+                Err(e)
+                    if e.kind == "parsing_exception"
+                        || e.kind == "illegal_argument_exception"
+                            && e.reason.starts_with("es-test-server") =>
+                {
+                    return Err(e);
+                }
+                Err(e) => return Err(EsError::search_phase(e, Some(&t.name))),
+            },
+        }
+    }
+    Ok(out)
+}
+
+pub fn find_matches<'a>(
+    targets: &'a [Target],
+    query: Option<&Value>,
+    min_score: Option<f32>,
+) -> EsResult<Vec<Match<'a>>> {
+    let qs = compile_queries(query, targets)?;
+    let mut out = Vec::new();
+    for (ti, t) in targets.iter().enumerate() {
+        let q = &qs[ti];
+        if q.is_none() {
+            continue;
+        }
+        let mut check = |d: &'a Arc<Doc>| {
+            if let Some(s) = q.eval(d, &t.name)
+                && min_score.is_none_or(|m| s >= m)
+            {
+                out.push(Match {
+                    ti,
+                    doc: d,
+                    score: s,
+                });
+            }
+        };
+        match q.candidates(&t.snap) {
+            Some(positions) => positions
+                .iter()
+                .for_each(|&p| check(&t.snap.docs[p as usize])),
+            None => t.snap.docs.iter().for_each(check),
+        }
+    }
+    Ok(out)
+}
+
+pub fn shards_json(targets: &[Target]) -> Value {
+    let n: u32 = targets.iter().map(|t| t.shards).sum();
+    json!({"total": n, "successful": n, "skipped": 0, "failed": 0})
+}
+
+struct Hit<'a> {
+    m: &'a Match<'a>,
+    key: Vec<SV>,
+}
+
+fn hit_json(
+    t: &Target,
+    h: &Match,
+    key: Option<&[SV]>,
+    score: Option<f32>,
+    src: &SourceFilter,
+    seqno: bool,
+    version: bool,
+) -> String {
+    let mut s = String::with_capacity(128 + h.doc.source.len());
+    s.push_str("{\"_index\":");
+    s.push_str(&serde_json::to_string(&t.name).unwrap_or_default());
+    s.push_str(",\"_id\":");
+    s.push_str(&serde_json::to_string(&*h.doc.id).unwrap_or_default());
+    if version {
+        s.push_str(&format!(",\"_version\":{}", h.doc.version));
+    }
+    if seqno {
+        s.push_str(&format!(
+            ",\"_seq_no\":{},\"_primary_term\":{}",
+            h.doc.seq_no, PRIMARY_TERM
+        ));
+    }
+    s.push_str(",\"_score\":");
+    match score {
+        Some(x) => s.push_str(&serde_json::to_string(&x).unwrap_or_else(|_| "null".into())),
+        None => s.push_str("null"),
+    }
+    if src.fetch {
+        s.push_str(",\"_source\":");
+        if src.is_identity() {
+            s.push_str(&h.doc.source);
+        } else if let Some(v) = src.apply(&h.doc.source) {
+            s.push_str(&v.to_string());
+        }
+    }
+    if let Some(k) = key {
+        s.push_str(",\"sort\":");
+        s.push_str(&Value::Array(k.iter().map(sv_json).collect()).to_string());
+    }
+    s.push('}');
+    s
+}
+
+pub struct SearchOut {
+    pub body: String,
+}
+
+fn total_json(n: usize, tt: TrackTotal, as_int: bool) -> Option<String> {
+    match tt {
+        TrackTotal::Off => None,
+        TrackTotal::Exact => Some(if as_int {
+            n.to_string()
+        } else {
+            format!("{{\"value\":{n},\"relation\":\"eq\"}}")
+        }),
+        TrackTotal::Upto(k) => {
+            let (v, rel) = if n as u64 > k {
+                (k as usize, "gte")
+            } else {
+                (n, "eq")
+            };
+            Some(if as_int {
+                v.to_string()
+            } else {
+                format!("{{\"value\":{v},\"relation\":\"{rel}\"}}")
+            })
+        }
+    }
+}
+
+/// Runs a search. `pit` says a point in time is used (adds the `_shard_doc` tiebreaker).
+pub fn execute(
+    targets: &[Target],
+    req: &SearchReq,
+    pit: bool,
+    took_start: std::time::Instant,
+    pit_id: Option<&str>,
+) -> EsResult<SearchOut> {
+    for t in targets {
+        if req.from + req.size > t.max_result_window {
+            return Err(EsError::search_phase(
+                EsError::bad_request(format!(
+                    "Result window is too large, from + size must be less than or equal to: [{}] but was [{}]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting.",
+                    t.max_result_window,
+                    req.from + req.size
+                )),
+                Some(&t.name),
+            ));
+        }
+    }
+    let first_name = targets.first().map(|t| t.name.clone());
+    let wrap = |e: EsError| -> EsError {
+        if e.kind == "search_phase_execution_exception"
+            || e.reason.starts_with("es-test-server")
+            || e.kind == "parsing_exception"
+        {
+            e
+        } else {
+            EsError::search_phase(e, first_name.as_deref())
+        }
+    };
+    let mut specs = match &req.sort {
+        Some(s) => compile_sort(s, targets, pit).map_err(wrap)?,
+        None => vec![],
+    };
+    let explicit_sort = req.sort.is_some() && !specs.is_empty();
+    if pit && explicit_sort && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
+        specs.push(SortSpec::ShardDoc { desc: false });
+    }
+    let effective: Vec<SortSpec> = if explicit_sort {
+        specs.clone()
+    } else {
+        vec![SortSpec::Score { desc: true }]
+    };
+    let after: Option<Vec<SV>> = match &req.search_after {
+        None => None,
+        Some(vals) => {
+            if vals.len() != effective.len() {
+                return Err(wrap(EsError::bad_request(format!(
+                    "search_after has {} value(s) but sort has {}.",
+                    vals.len(),
+                    effective.len()
+                ))));
+            }
+            Some(
+                effective
+                    .iter()
+                    .zip(vals)
+                    .map(|(s, v)| after_value(s, v))
+                    .collect::<EsResult<_>>()
+                    .map_err(wrap)?,
+            )
+        }
+    };
+
+    let all = find_matches(targets, req.query.as_ref(), req.min_score)?;
+    let aggs = match &req.aggs {
+        Some(a) => Some(crate::aggs::run(a, targets, &all).map_err(wrap)?),
+        None => None,
+    };
+    let matches: Vec<&Match> = match &req.post_filter {
+        None => all.iter().collect(),
+        Some(pf) => {
+            let qs = compile_queries(Some(pf), targets)?;
+            all.iter()
+                .filter(|m| qs[m.ti].eval(m.doc, &targets[m.ti].name).is_some())
+                .collect()
+        }
+    };
+    let total = matches.len();
+    let scoring = !explicit_sort
+        || req.track_scores
+        || specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
+    let max_score = if scoring && req.size > 0 {
+        matches
+            .iter()
+            .map(|m| m.score)
+            .fold(None, |a: Option<f32>, s| Some(a.map_or(s, |a| a.max(s))))
+    } else {
+        None
+    };
+
+    let key_of = |m: &Match| -> Vec<SV> {
+        effective
+            .iter()
+            .map(|s| match s {
+                SortSpec::Score { .. } => SV::F(m.score as f64),
+                SortSpec::Doc { .. } => SV::I(m.doc.seq_no),
+                SortSpec::ShardDoc { .. } => {
+                    SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
+                }
+                SortSpec::Field { .. } => field_sv(s, m.ti, m.doc),
+            })
+            .collect()
+    };
+    let mut hits: Vec<Hit> = matches
+        .iter()
+        .map(|m| Hit { m, key: key_of(m) })
+        .filter(|h| {
+            after
+                .as_ref()
+                .is_none_or(|a| cmp_keys(&effective, &h.key, a) == Ordering::Greater)
+        })
+        .collect();
+    let cmp = |a: &Hit, b: &Hit| {
+        cmp_keys(&effective, &a.key, &b.key)
+            .then(a.m.ti.cmp(&b.m.ti))
+            .then(a.m.doc.seq_no.cmp(&b.m.doc.seq_no))
+    };
+    let want = req.from + req.size;
+    if want < hits.len() && want > 0 {
+        hits.select_nth_unstable_by(want - 1, cmp);
+        hits.truncate(want);
+    }
+    if want == 0 {
+        hits.clear();
+    }
+    hits.sort_by(cmp);
+    let page = hits.iter().skip(req.from).take(req.size);
+    let mut hits_s = Vec::new();
+    for h in page {
+        let t = &targets[h.m.ti];
+        hits_s.push(hit_json(
+            t,
+            h.m,
+            explicit_sort.then_some(&h.key[..]),
+            scoring.then_some(h.m.score),
+            &req.source,
+            req.seq_no_primary_term,
+            req.version,
+        ));
+    }
+    let mut body = String::with_capacity(256 + hits_s.iter().map(String::len).sum::<usize>());
+    body.push('{');
+    if let Some(id) = pit_id {
+        body.push_str(&format!(
+            "\"pit_id\":{},",
+            serde_json::to_string(id).unwrap_or_default()
+        ));
+    }
+    body.push_str(&format!(
+        "\"took\":{},\"timed_out\":false,\"_shards\":{},\"hits\":{{",
+        took_start.elapsed().as_millis(),
+        shards_json(targets)
+    ));
+    if let Some(t) = total_json(total, req.track_total, req.total_as_int) {
+        body.push_str(&format!("\"total\":{t},"));
+    }
+    body.push_str(&format!(
+        "\"max_score\":{},\"hits\":[{}]}}",
+        max_score
+            .map(|s| serde_json::to_string(&s).unwrap_or_else(|_| "null".into()))
+            .unwrap_or_else(|| "null".into()),
+        hits_s.join(",")
+    ));
+    if let Some(a) = aggs {
+        body.push_str(&format!(",\"aggregations\":{a}"));
+    }
+    body.push('}');
+    Ok(SearchOut { body })
+}
+
+/// Renders top hits for the `top_hits` aggregation.
+pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) -> EsResult<Value> {
+    let mut size = 3usize;
+    let mut from = 0usize;
+    let mut src = SourceFilter::all();
+    let mut sort = None;
+    let mut seqno = false;
+    let mut version = false;
+    for (k, v) in spec {
+        match k.as_str() {
+            "size" => size = as_usize("size", v)?,
+            "from" => from = as_usize("from", v)?,
+            "_source" => src = SourceFilter::from_json(v)?,
+            "sort" => sort = Some(v.clone()),
+            "seq_no_primary_term" => seqno = v.as_bool().unwrap_or(false),
+            "version" => version = v.as_bool().unwrap_or(false),
+            "track_scores" | "explain" => {}
+            other => return Err(EsError::unsupported(&format!("[{other}] in top_hits"))),
+        }
+    }
+    if from + size > 100 {
+        return Err(EsError::bad_request(format!(
+            "Top hits result window is too large, the top hits aggregator [top_hits]'s from + size must be less than or equal to: [100] but was [{}]. This limit can be set by changing the [index.max_inner_result_window] index level setting.",
+            from + size
+        )));
+    }
+    let specs = match &sort {
+        Some(s) => compile_sort(s, targets, false)?,
+        None => vec![],
+    };
+    let explicit = !specs.is_empty();
+    let effective = if explicit {
+        specs
+    } else {
+        vec![SortSpec::Score { desc: true }]
+    };
+    let mut hs: Vec<(Vec<SV>, &Match)> = ms
+        .iter()
+        .map(|m| {
+            let key = effective
+                .iter()
+                .map(|s| match s {
+                    SortSpec::Score { .. } => SV::F(m.score as f64),
+                    SortSpec::Doc { .. } | SortSpec::ShardDoc { .. } => SV::I(m.doc.seq_no),
+                    SortSpec::Field { .. } => field_sv(s, m.ti, m.doc),
+                })
+                .collect();
+            (key, *m)
+        })
+        .collect();
+    hs.sort_by(|a, b| {
+        cmp_keys(&effective, &a.0, &b.0)
+            .then(a.1.ti.cmp(&b.1.ti))
+            .then(a.1.doc.seq_no.cmp(&b.1.doc.seq_no))
+    });
+    let max_score = if explicit {
+        None
+    } else {
+        ms.iter().map(|m| m.score).reduce(f32::max)
+    };
+    let hits: Vec<Value> = hs
+        .iter()
+        .skip(from)
+        .take(size)
+        .map(|(k, m)| {
+            let s = hit_json(
+                &targets[m.ti],
+                m,
+                explicit.then_some(&k[..]),
+                (!explicit).then_some(m.score),
+                &src,
+                seqno,
+                version,
+            );
+            serde_json::from_str(&s).unwrap_or(Value::Null)
+        })
+        .collect();
+    Ok(
+        json!({"hits": {"total": {"value": ms.len(), "relation": "eq"}, "max_score": max_score, "hits": hits}}),
+    )
+}
+
+pub fn fielddata_error(name: &str, index: &str) -> EsError {
+    fielddata_err(name, index)
+}

@@ -1,0 +1,699 @@
+//! Search: queries, sorting, search_after, result window, point in time.
+
+mod common;
+
+use common::{Es, FS_INDEX, start};
+use serde_json::{Value, json};
+
+fn load_tree(es: &Es) {
+    es.put("/fs", FS_INDEX);
+    let docs = [
+        ("1", "/", "", "dir", 0),
+        ("2", "/a", "/", "dir", 10),
+        ("3", "/a/b", "/a", "dir", 20),
+        ("4", "/a/b/file.txt", "/a/b", "file", 30),
+        ("5", "/a/bc", "/a", "dir", 40),
+        ("6", "/a/bc/x", "/a/bc", "file", 50),
+        ("7", "/z", "/", "file", 60),
+    ];
+    let mut body = String::new();
+    for (id, path, dir, kind, size) in docs {
+        let name = path.rsplit('/').next().unwrap();
+        body.push_str(&format!("{{\"index\":{{\"_id\":\"{id}\"}}}}\n"));
+        body.push_str(&json!({"path": path, "dir": dir, "kind": kind, "size": size, "name": name, "mtime": 1_700_000_000_000i64 + size}).to_string());
+        body.push('\n');
+    }
+    let (s, v) = es.bulk("/fs/_bulk?refresh=true", &body);
+    assert_eq!((s, v["errors"].as_bool()), (200, Some(false)), "{v}");
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[test]
+fn path_hierarchy_selects_whole_subtrees() {
+    let es = start();
+    load_tree(&es);
+    let q = |p: &str| {
+        sorted(es.ids(
+            "/fs",
+            &json!({"query":{"term":{"path.tree": p}},"size":100}).to_string(),
+        ))
+    };
+    assert_eq!(q("/a"), vec!["2", "3", "4", "5", "6"]);
+    assert_eq!(q("/a/b"), vec!["3", "4"]); // never /a/bc
+    assert_eq!(q("/a/bc"), vec!["5", "6"]);
+    assert_eq!(q("/a/b/file.txt"), vec!["4"]);
+    assert_eq!(q("/"), vec!["1"]);
+    assert!(q("/a/").is_empty());
+    assert!(q("a").is_empty());
+    // The sub-field does not change the keyword field.
+    assert_eq!(
+        sorted(es.ids("/fs", r#"{"query":{"term":{"path":"/a/b"}}}"#)),
+        vec!["3"]
+    );
+    // A subtree minus its root, as a rename would select.
+    assert_eq!(
+        sorted(es.ids("/fs", r#"{"query":{"bool":{"filter":[{"term":{"path.tree":"/a"}}],"must_not":[{"term":{"path":"/a"}}]}},"size":100}"#)),
+        vec!["3", "4", "5", "6"]
+    );
+}
+
+#[test]
+fn query_types() {
+    let es = start();
+    load_tree(&es);
+    let ids = |q: Value| sorted(es.ids("/fs", &json!({"query": q, "size": 100}).to_string()));
+    assert_eq!(ids(json!({"terms":{"kind":["file"]}})), vec!["4", "6", "7"]);
+    assert_eq!(ids(json!({"terms":{"size":[10, 30, 99]}})), vec!["2", "4"]);
+    assert_eq!(ids(json!({"term":{"size":"20"}})), vec!["3"]);
+    assert_eq!(
+        ids(json!({"prefix":{"path":"/a/b"}})),
+        vec!["3", "4", "5", "6"]
+    );
+    assert_eq!(
+        ids(json!({"range":{"size":{"gt":10,"lte":40}}})),
+        vec!["3", "4", "5"]
+    );
+    assert_eq!(
+        ids(json!({"range":{"size":{"gte":10.5,"lt":30}}})),
+        vec!["3"]
+    );
+    assert_eq!(
+        ids(json!({"range":{"mtime":{"gte":1_700_000_000_050i64}}})),
+        vec!["6", "7"]
+    );
+    assert_eq!(
+        ids(json!({"range":{"path":{"gte":"/a/b","lt":"/a/c"}}})),
+        vec!["3", "4", "5", "6"]
+    );
+    assert_eq!(
+        ids(json!({"exists":{"field":"dir"}})),
+        vec!["1", "2", "3", "4", "5", "6", "7"]
+    );
+    assert_eq!(
+        ids(json!({"exists":{"field":"orphan"}})),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ids(json!({"ids":{"values":["2","7","99"]}})),
+        vec!["2", "7"]
+    );
+    assert_eq!(ids(json!({"wildcard":{"name":"*.t?t"}})), vec!["4"]);
+    assert_eq!(
+        ids(json!({"wildcard":{"name":{"value":"FILE*","case_insensitive":true}}})),
+        vec!["4"]
+    );
+    assert_eq!(
+        ids(json!({"wildcard":{"name":{"value":"FILE*"}}})),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ids(json!({"term":{"kind":{"value":"FILE","case_insensitive":true}}})),
+        vec!["4", "6", "7"]
+    );
+    // Standard analyzer: "file.txt" is one token, as in Lucene.
+    assert_eq!(ids(json!({"match":{"name.text":"FILE.TXT"}})), vec!["4"]);
+    assert_eq!(
+        ids(json!({"match":{"name.text":"txt"}})),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ids(json!({"match":{"name.text":{"query":"x z","operator":"or"}}})),
+        vec!["6", "7"]
+    );
+    assert_eq!(
+        ids(json!({"match":{"name.text":{"query":"x z","operator":"and"}}})),
+        Vec::<String>::new()
+    );
+    // Term on an unmapped field matches nothing; match_none; bool semantics.
+    assert_eq!(ids(json!({"term":{"nope":"x"}})), Vec::<String>::new());
+    assert_eq!(ids(json!({"match_none":{}})), Vec::<String>::new());
+    assert_eq!(
+        ids(json!({"bool":{"should":[{"term":{"kind":"file"}},{"term":{"size":10}}]}})),
+        vec!["2", "4", "6", "7"]
+    );
+    assert_eq!(
+        ids(json!({"bool":{"filter":{"term":{"kind":"dir"}},"should":[{"term":{"size":10}}]}})),
+        vec!["1", "2", "3", "5"],
+        "should is optional next to a filter"
+    );
+    assert_eq!(
+        ids(
+            json!({"bool":{"filter":{"term":{"kind":"dir"}},"should":[{"term":{"size":10}}],"minimum_should_match":1}})
+        ),
+        vec!["2"]
+    );
+    assert_eq!(
+        ids(json!({"bool":{"must_not":{"term":{"kind":"dir"}}}})),
+        vec!["4", "6", "7"]
+    );
+    assert_eq!(
+        ids(
+            json!({"bool":{"should":[{"term":{"kind":"dir"}},{"prefix":{"path":"/a"}},{"term":{"size":60}}],"minimum_should_match":2}})
+        ),
+        vec!["2", "3", "5"]
+    );
+    assert_eq!(
+        ids(json!({"constant_score":{"filter":{"term":{"kind":"file"}},"boost":2}})),
+        vec!["4", "6", "7"]
+    );
+    // Errors.
+    es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"query":{"frobnicate":{}}}"#),
+        400,
+        "parsing_exception",
+        "unknown query [frobnicate]",
+    );
+    es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"query":{"term":{"a":1,"b":2}}}"#),
+        400,
+        "parsing_exception",
+        "[term] query doesn't support multiple fields, found [a] and [b]",
+    );
+    es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"query":{"bool":{"must":[],"should":[],"bogus":[]}}}"#),
+        400,
+        "parsing_exception",
+        "[bool] query does not support [bogus]",
+    );
+    es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"query":{"regexp":{"name":"a.*"}}}"#),
+        400,
+        "illegal_argument_exception",
+        "does not implement the [regexp] query",
+    );
+    es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"bogus":1}"#),
+        400,
+        "parsing_exception",
+        "Unknown key for a VALUE_NUMBER in [bogus].",
+    );
+    es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"query":{"term":{"size":"abc"}}}"#),
+        400,
+        "search_phase_execution_exception",
+        "all shards failed",
+    );
+}
+
+#[test]
+fn scores_and_sorting() {
+    let es = start();
+    load_tree(&es);
+    let (_, v) = es.post("/fs/_search", r#"{"query":{"match":{"name.text":"x"}}}"#);
+    assert!(v["hits"]["max_score"].as_f64().unwrap() > 0.0);
+    assert!(v["hits"]["hits"][0]["_score"].as_f64().unwrap() > 0.0);
+    assert!(v["hits"]["hits"][0].get("sort").is_none());
+    // Filter context scores 0.
+    let (_, v) = es.post(
+        "/fs/_search",
+        r#"{"query":{"bool":{"filter":{"term":{"kind":"file"}}}}}"#,
+    );
+    assert_eq!(v["hits"]["hits"][0]["_score"], 0.0);
+    // Sorted: no scores, sort values per field type.
+    let (_, v) = es.post("/fs/_search", r#"{"sort":[{"kind":"asc"},{"size":{"order":"desc"}},{"mtime":"asc"}],"size":3,"seq_no_primary_term":true}"#);
+    assert_eq!(v["hits"]["max_score"], Value::Null);
+    let h = &v["hits"]["hits"];
+    assert_eq!(h[0]["_score"], Value::Null);
+    assert_eq!(h[0]["sort"], json!(["dir", 40, 1_700_000_000_040i64]));
+    assert_eq!(h[0]["_id"], "5");
+    assert_eq!(h[0]["_seq_no"], 4);
+    assert_eq!(h[0]["_primary_term"], 1);
+    assert_eq!(v["hits"]["total"], json!({"value":7,"relation":"eq"}));
+    // Missing values sort last (in both directions), keyword missing is null.
+    es.put("/fs/_doc/8?refresh=true", r#"{"name":"nosize"}"#);
+    let (_, v) = es.post("/fs/_search", r#"{"sort":[{"size":"asc"}],"size":100}"#);
+    let last = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["_id"], "8");
+    assert_eq!(last["sort"], json!([i64::MAX]));
+    let (_, v) = es.post("/fs/_search", r#"{"sort":[{"size":"desc"}],"size":100}"#);
+    let last = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (last["_id"].as_str(), last["sort"][0].as_i64()),
+        (Some("8"), Some(i64::MIN))
+    );
+    let (_, v) = es.post(
+        "/fs/_search",
+        r#"{"sort":[{"size":{"order":"asc","missing":"_first"}}],"size":1}"#,
+    );
+    assert_eq!(v["hits"]["hits"][0]["_id"], "8");
+    let (_, v) = es.post("/fs/_search", r#"{"sort":[{"dir":"asc"}],"size":100}"#);
+    let last = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["sort"], json!([null]));
+    // Sort errors.
+    es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"sort":["name.text"]}"#),
+        400,
+        "search_phase_execution_exception",
+        "all shards failed",
+    );
+    let v = es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"sort":["_id"]}"#),
+        400,
+        "search_phase_execution_exception",
+        "",
+    );
+    assert!(
+        v["error"]["root_cause"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("Fielddata access on the _id field is disallowed")
+    );
+    let v = es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"sort":["name.text"]}"#),
+        400,
+        "search_phase_execution_exception",
+        "",
+    );
+    assert!(
+        v["error"]["root_cause"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("Fielddata is disabled on [name.text] in [fs]")
+    );
+    let v = es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"sort":["unmapped"]}"#),
+        400,
+        "search_phase_execution_exception",
+        "",
+    );
+    assert_eq!(
+        v["error"]["root_cause"][0]["reason"],
+        "No mapping found for [unmapped] in order to sort on"
+    );
+    assert_eq!(
+        es.post(
+            "/fs/_search",
+            r#"{"sort":[{"unmapped":{"unmapped_type":"long"}}]}"#
+        )
+        .0,
+        200
+    );
+    // _source filtering and track_total_hits.
+    let (_, v) = es.post(
+        "/fs/_search",
+        r#"{"query":{"ids":{"values":["4"]}},"_source":["name","k*"],"track_total_hits":false}"#,
+    );
+    assert_eq!(
+        v["hits"]["hits"][0]["_source"],
+        json!({"name":"file.txt","kind":"file"})
+    );
+    assert!(v["hits"].get("total").is_none());
+    let (_, v) = es.post("/fs/_search", r#"{"_source":false,"size":1}"#);
+    assert!(v["hits"]["hits"][0].get("_source").is_none());
+    let (_, v) = es.post("/fs/_search", r#"{"track_total_hits":3,"size":0}"#);
+    assert_eq!(v["hits"]["total"], json!({"value":3,"relation":"gte"}));
+    assert_eq!(v["hits"]["hits"], json!([]));
+    // from/size.
+    let (_, v) = es.post("/fs/_search", r#"{"sort":["size"],"from":2,"size":2}"#);
+    assert_eq!(v["hits"]["hits"][0]["sort"], json!([20]));
+}
+
+#[test]
+fn search_after_pages_25k_docs_exactly_once() {
+    let es = start();
+    es.put("/big", r#"{"settings":{"refresh_interval":"-1"},"mappings":{"properties":{"n":{"type":"long"},"g":{"type":"keyword"}}}}"#);
+    const N: usize = 25_000;
+    for chunk in 0..5 {
+        let mut body = String::new();
+        for i in chunk * 5000..(chunk + 1) * 5000 {
+            // Values are unique but inserted out of order; some duplicate groups for the secondary key.
+            let n = (i * 7919) % N;
+            body.push_str(&format!(
+                "{{\"index\":{{\"_id\":\"d{i}\"}}}}\n{{\"n\":{n},\"g\":\"g{}\"}}\n",
+                i % 10
+            ));
+        }
+        let (s, v) = es.bulk("/big/_bulk", &body);
+        assert_eq!((s, v["errors"].as_bool()), (200, Some(false)));
+    }
+    es.refresh("big");
+    let mut seen = vec![false; N];
+    let mut after: Option<Value> = None;
+    let mut pages = 0;
+    let mut prev = -1i64;
+    loop {
+        let mut body = json!({"size": 1000, "sort": [{"n": "asc"}], "_source": false, "query": {"match_all": {}}});
+        if let Some(a) = &after {
+            body["search_after"] = a.clone();
+        }
+        let (s, v) = es.post("/big/_search", &body.to_string());
+        assert_eq!(s, 200, "{v}");
+        let hits = v["hits"]["hits"].as_array().unwrap();
+        if hits.is_empty() {
+            break;
+        }
+        pages += 1;
+        for h in hits {
+            let n = h["sort"][0].as_i64().unwrap();
+            assert!(n > prev, "out of order: {n} after {prev}");
+            prev = n;
+            assert!(!seen[n as usize], "{n} seen twice");
+            seen[n as usize] = true;
+        }
+        after = Some(hits.last().unwrap()["sort"].clone());
+        assert_eq!(v["hits"]["total"], json!({"value":10000,"relation":"gte"}));
+    }
+    assert_eq!(pages, 25);
+    assert!(seen.iter().all(|s| *s));
+    // Two sort keys with ties on the first, paged with a small page size.
+    let mut count = 0;
+    let mut after: Option<Value> = None;
+    let mut prev: Option<(String, i64)> = None;
+    loop {
+        let mut body = json!({"size": 3333, "sort": [{"g": "desc"}, {"n": "asc"}], "_source": false, "track_total_hits": true});
+        if let Some(a) = &after {
+            body["search_after"] = a.clone();
+        }
+        let (_, v) = es.post("/big/_search", &body.to_string());
+        assert_eq!(v["hits"]["total"]["value"], N as u64);
+        let hits = v["hits"]["hits"].as_array().unwrap();
+        if hits.is_empty() {
+            break;
+        }
+        for h in hits {
+            let k = (
+                h["sort"][0].as_str().unwrap().to_string(),
+                h["sort"][1].as_i64().unwrap(),
+            );
+            if let Some(p) = &prev {
+                assert!(k.0 < p.0 || (k.0 == p.0 && k.1 > p.1), "{k:?} after {p:?}");
+            }
+            prev = Some(k);
+            count += 1;
+        }
+        after = Some(hits.last().unwrap()["sort"].clone());
+    }
+    assert_eq!(count, N);
+    // Result window.
+    let v = es.expect_err(
+        "POST",
+        "/big/_search",
+        Some(r#"{"from":9995,"size":10}"#),
+        400,
+        "search_phase_execution_exception",
+        "all shards failed",
+    );
+    assert_eq!(
+        v["error"]["root_cause"][0]["type"],
+        "illegal_argument_exception"
+    );
+    assert_eq!(
+        v["error"]["root_cause"][0]["reason"],
+        "Result window is too large, from + size must be less than or equal to: [10000] but was [10005]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting."
+    );
+    assert_eq!(
+        es.post("/big/_search", r#"{"from":9990,"size":10,"_source":false}"#)
+            .0,
+        200
+    );
+    es.expect_err(
+        "POST",
+        "/big/_search?size=10001",
+        None,
+        400,
+        "search_phase_execution_exception",
+        "all shards failed",
+    );
+    // search_after arity.
+    let v = es.expect_err(
+        "POST",
+        "/big/_search",
+        Some(r#"{"sort":[{"n":"asc"}],"search_after":[1,2]}"#),
+        400,
+        "search_phase_execution_exception",
+        "",
+    );
+    assert_eq!(
+        v["error"]["root_cause"][0]["reason"],
+        "search_after has 2 value(s) but sort has 1."
+    );
+    es.expect_err(
+        "POST",
+        "/big/_search",
+        Some(r#"{"sort":[{"n":"asc"}],"search_after":[1],"from":5}"#),
+        400,
+        "action_request_validation_exception",
+        "`from` parameter must be set to 0 when `search_after` is used.",
+    );
+}
+
+#[test]
+fn point_in_time_is_a_frozen_snapshot() {
+    let es = start();
+    load_tree(&es);
+    let (s, v) = es.post("/fs/_pit?keep_alive=1m", "");
+    assert_eq!(s, 200, "{v}");
+    let pit = v["id"].as_str().unwrap().to_string();
+    assert_eq!(v["_shards"]["successful"], 1);
+    // Changes after the PIT are invisible to it, visible to normal search.
+    es.put("/fs/_doc/new?refresh=true", r#"{"name":"new","size":5}"#);
+    es.delete("/fs/_doc/7?refresh=true");
+    es.put("/fs/_doc/2?refresh=true", r#"{"name":"changed","size":10}"#);
+    let body = |after: Option<Value>| {
+        let mut b =
+            json!({"size": 3, "pit": {"id": pit, "keep_alive": "1m"}, "sort": [{"size": "asc"}]});
+        if let Some(a) = after {
+            b["search_after"] = a;
+        }
+        b.to_string()
+    };
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let (s, v) = es.post("/_search", &body(after.clone()));
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["pit_id"], pit.as_str());
+        let hits = v["hits"]["hits"].as_array().unwrap().clone();
+        if hits.is_empty() {
+            break;
+        }
+        for h in &hits {
+            // The implicit _shard_doc tiebreaker is appended.
+            assert_eq!(h["sort"].as_array().unwrap().len(), 2, "{h}");
+            all.push((
+                h["_id"].as_str().unwrap().to_string(),
+                h["_source"]["name"].clone(),
+            ));
+        }
+        after = Some(hits.last().unwrap()["sort"].clone());
+    }
+    let ids: Vec<&str> = all.iter().map(|(i, _)| i.as_str()).collect();
+    assert_eq!(ids, vec!["1", "2", "3", "4", "5", "6", "7"]);
+    assert_eq!(all[1].1, "a");
+    let now = sorted(es.ids("/fs", r#"{"size":100}"#));
+    assert_eq!(now, vec!["1", "2", "3", "4", "5", "6", "new"]);
+    // Ties on the sort value are broken by _shard_doc consistently.
+    let (_, v) = es.post(
+        "/_search",
+        &json!({"size": 100, "pit": {"id": pit}, "sort": [{"kind": "asc"}]}).to_string(),
+    );
+    let sd: Vec<i64> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["sort"][1].as_i64().unwrap())
+        .collect();
+    let kinds: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["sort"][0].as_str().unwrap())
+        .collect();
+    for i in 1..sd.len() {
+        assert!(
+            kinds[i - 1] < kinds[i] || sd[i - 1] < sd[i],
+            "{kinds:?} {sd:?}"
+        );
+    }
+    // An explicit _shard_doc sort is not duplicated.
+    let (_, v) = es.post(
+        "/_search",
+        &json!({"size": 1, "pit": {"id": pit}, "sort": [{"_shard_doc": "desc"}]}).to_string(),
+    );
+    assert_eq!(v["hits"]["hits"][0]["sort"].as_array().unwrap().len(), 1);
+    // Errors.
+    let v = es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(&json!({"pit": {"id": pit}}).to_string()),
+        400,
+        "action_request_validation_exception",
+        "[indices] cannot be used with point in time",
+    );
+    assert!(
+        v["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("Validation Failed: 1: ")
+    );
+    es.expect_err(
+        "POST",
+        "/fs/_search",
+        Some(r#"{"sort":["_shard_doc"]}"#),
+        400,
+        "search_phase_execution_exception",
+        "",
+    );
+    es.expect_err(
+        "POST",
+        "/fs/_pit",
+        None,
+        400,
+        "action_request_validation_exception",
+        "[keep_alive] is not specified",
+    );
+    // Close, then it is gone.
+    let (s, v) = es.req("DELETE", "/_pit", Some(&json!({"id": pit}).to_string()));
+    assert_eq!((s, v), (200, json!({"succeeded":true,"num_freed":1})));
+    let (s, v) = es.req("DELETE", "/_pit", Some(&json!({"id": pit}).to_string()));
+    assert_eq!((s, v), (404, json!({"succeeded":true,"num_freed":0})));
+    let v = es.expect_err(
+        "POST",
+        "/_search",
+        Some(&json!({"pit": {"id": pit}}).to_string()),
+        404,
+        "search_phase_execution_exception",
+        "all shards failed",
+    );
+    assert_eq!(
+        v["error"]["root_cause"][0]["type"],
+        "search_context_missing_exception"
+    );
+}
+
+#[test]
+fn point_in_time_keep_alive_expires() {
+    let es = start();
+    load_tree(&es);
+    let (_, v) = es.post("/fs/_pit?keep_alive=300ms", "");
+    let pit = v["id"].as_str().unwrap().to_string();
+    // Each search extends the keep alive.
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let (s, _) = es.post(
+            "/_search",
+            &json!({"pit": {"id": pit, "keep_alive": "300ms"}}).to_string(),
+        );
+        assert_eq!(s, 200);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(450));
+    let v = es.expect_err(
+        "POST",
+        "/_search",
+        Some(&json!({"pit": {"id": pit}}).to_string()),
+        404,
+        "search_phase_execution_exception",
+        "",
+    );
+    assert_eq!(
+        v["error"]["root_cause"][0]["type"],
+        "search_context_missing_exception"
+    );
+    es.expect_err(
+        "POST",
+        "/fs/_pit?keep_alive=2d",
+        None,
+        400,
+        "illegal_argument_exception",
+        "Keep alive for request (2d) is too large",
+    );
+    es.expect_err(
+        "POST",
+        "/_search",
+        Some(r#"{"pit":{"id":"garbage"}}"#),
+        400,
+        "illegal_argument_exception",
+        "invalid id",
+    );
+}
+
+#[test]
+fn multi_index_search_and_count() {
+    let es = start();
+    es.put("/a1/_doc/1?refresh=true", r#"{"v":1}"#);
+    es.put("/a2/_doc/1?refresh=true", r#"{"v":2}"#);
+    es.put("/b1/_doc/1?refresh=true", r#"{"v":3}"#);
+    let (_, v) = es.post("/a1,a2/_search", r#"{"sort":["v"]}"#);
+    let idx: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_index"].as_str().unwrap())
+        .collect();
+    assert_eq!(idx, vec!["a1", "a2"]);
+    assert_eq!(v["_shards"]["total"], 2);
+    assert_eq!(
+        es.post("/a*/_count", "{}").1,
+        json!({"count":2,"_shards":{"total":2,"successful":2,"skipped":0,"failed":0}})
+    );
+    assert_eq!(es.post("/_count", "{}").1["count"], 3);
+    assert_eq!(
+        es.post("/_search", r#"{"query":{"term":{"_index":"b1"}}}"#)
+            .1["hits"]["total"]["value"],
+        1
+    );
+    assert_eq!(es.post("/zz*/_search", "{}").1["hits"]["total"]["value"], 0);
+    es.expect_err(
+        "POST",
+        "/a1,zz/_search",
+        Some("{}"),
+        404,
+        "index_not_found_exception",
+        "no such index [zz]",
+    );
+    assert_eq!(
+        es.post("/a1,zz/_search?ignore_unavailable=true", "{}").0,
+        200
+    );
+    assert_eq!(
+        es.post("/_refresh", "").1["_shards"],
+        json!({"total":6,"successful":3,"failed":0})
+    );
+    es.expect_err(
+        "POST",
+        "/a1/_count",
+        Some(r#"{"size":1}"#),
+        400,
+        "parsing_exception",
+        "request does not support [size]",
+    );
+}

@@ -1,0 +1,667 @@
+//! The guide's three locking schemes as documents in the `locks` index,
+//! written once over [`MetaStore`] (so they hold across every mount of one
+//! store), plus what the guide leaves open: holders that die.
+//!
+//! Documents (ids):
+//! - `session/<owner>`: one per mount, `{host, pid, mount, started, expires}`,
+//!   renewed by a heartbeat. A lock whose owner's session is missing or
+//!   expired (plus a grace for clock skew) may be broken by anyone.
+//! - `global`: the global lock (create-if-absent; delete to release).
+//! - `doc/<id>`: a document lock; the same owner re-locking is a no-op.
+//! - `tree/<path>`: a tree lock on a path, `{type: shared, count, holders:
+//!   {owner: n}, pending}` or `{type: exclusive, owner}`. Shared counts go up
+//!   and down with write-if-version (no server-side scripts), the document
+//!   is deleted when the count reaches zero. `pending` is set by a would-be
+//!   exclusive holder: new shared holders back off, so renames cannot starve.
+//! - `intent/<id>`: a multi-document change in progress (see `fs::recovery`).
+//!
+//! Deadlock freedom: a tree lock takes its shared locks top-down and its
+//! exclusive locks in sorted order, each with try-and-back-off; if the whole
+//! set is not held by the deadline it releases everything (longest path
+//! first) and the operation fails with EBUSY rather than hanging.
+
+use crate::store::{Idx, MetaStore, Query, StoreError, StoreResult, Version, scan};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a session lives without a heartbeat.
+pub const LEASE: Duration = Duration::from_secs(10);
+/// Extra time before a lapsed lease may be broken (tolerates clock skew).
+pub const GRACE: Duration = Duration::from_secs(5);
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// A cached shared lock is re-checked for a pending exclusive this often.
+const RECHECK: Duration = Duration::from_millis(500);
+/// Unused cached shared locks are released after this long.
+const IDLE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("lock {0} is held by {1}")]
+    Held(String, String),
+    #[error("could not take lock {0} within {1:?}")]
+    Timeout(String, Duration),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Lock document ids must stay under Elasticsearch's 512 bytes: long paths
+/// are replaced by a stable 128-bit FNV-1a hash (a collision can only make
+/// two paths wait for each other, never let two holders in).
+pub fn tree_id(path: &str) -> String {
+    if path.len() <= 400 {
+        return format!("tree/{path}");
+    }
+    let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
+    for b in path.as_bytes() {
+        h ^= *b as u128;
+        h = h.wrapping_mul(0x0000000001000000000000000000013B);
+    }
+    format!("tree#{h:032x}")
+}
+
+/// The directory paths a change inside `dir` must hold shared: every
+/// ancestor from the top, including `dir` itself, excluding the root.
+pub fn ancestors(dir: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, c) in dir.char_indices() {
+        if c == '/' && i > 0 {
+            out.push(dir[..i].to_string());
+        }
+    }
+    if dir != "/" {
+        out.push(dir.to_string());
+    }
+    out
+}
+
+struct Cached {
+    users: u32,
+    checked: Instant,
+    last_used: Instant,
+    draining: bool,
+}
+
+pub struct LockManager {
+    store: Arc<dyn MetaStore>,
+    owner: String,
+    /// How long a tree lock may wait before giving up, in milliseconds.
+    wait_ms: std::sync::atomic::AtomicU64,
+    cache: Mutex<HashMap<String, Cached>>,
+    stop: AtomicBool,
+}
+
+/// A held tree lock; release with [`LockManager::release`].
+#[must_use]
+#[derive(Debug, Default)]
+pub struct TreeGuard {
+    shared: Vec<String>,
+    exclusive: Vec<String>,
+    /// Some shared lock was newly taken from the store (not the cache): the
+    /// caller must re-validate the paths it computed before locking.
+    pub fresh: bool,
+}
+
+fn jitter(d: Duration) -> Duration {
+    let n = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|t| t.subsec_nanos())
+        .unwrap_or(0);
+    d + d * (n % 1000) / 1000
+}
+
+impl LockManager {
+    /// Register a session for `owner` (unique per mount) and return the manager.
+    pub fn new(
+        store: Arc<dyn MetaStore>,
+        owner: &str,
+        mount: &str,
+    ) -> StoreResult<Arc<LockManager>> {
+        let m = Arc::new(LockManager {
+            store,
+            owner: owner.to_string(),
+            wait_ms: std::sync::atomic::AtomicU64::new(10_000),
+            cache: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+        });
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let doc = json!({
+            "type": "session", "owner": owner, "host": host.trim(), "pid": std::process::id(),
+            "mount": mount, "since": now_ms(), "expires": now_ms() + LEASE.as_millis() as i64,
+        });
+        m.store
+            .put(Idx::Locks, &format!("session/{owner}"), &doc, None)?;
+        Ok(m)
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn wait(&self) -> Duration {
+        Duration::from_millis(self.wait_ms.load(Ordering::Relaxed))
+    }
+
+    /// How long `lock_tree` waits before failing (EBUSY above).
+    pub fn set_wait(&self, d: Duration) {
+        self.wait_ms.store(d.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Keep the session alive and let idle cached locks go, until `shutdown`.
+    pub fn spawn_heartbeat(self: &Arc<Self>) {
+        let m = self.clone();
+        std::thread::Builder::new()
+            .name("esfs-locks".into())
+            .spawn(move || {
+                let mut last_beat = Instant::now();
+                while !m.stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    if last_beat.elapsed() >= HEARTBEAT {
+                        if let Err(e) = m.heartbeat() {
+                            log::warn!("lock session heartbeat: {e}");
+                        }
+                        last_beat = Instant::now();
+                    }
+                    m.release_idle(IDLE);
+                }
+            })
+            .expect("spawn lock heartbeat");
+    }
+
+    pub fn heartbeat(&self) -> StoreResult<()> {
+        let id = format!("session/{}", self.owner);
+        for _ in 0..20 {
+            let Some(doc) = self.store.get(Idx::Locks, &id)? else {
+                return Err(StoreError::NotFound(id));
+            };
+            let mut s = doc.source;
+            s["expires"] = json!(now_ms() + LEASE.as_millis() as i64);
+            match self.store.put(Idx::Locks, &id, &s, Some(doc.version)) {
+                Err(StoreError::Conflict(_)) => continue,
+                r => return r.map(|_| ()),
+            }
+        }
+        Ok(())
+    }
+
+    /// End the session: release cached locks and delete the session document.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.release_idle(Duration::ZERO);
+        let _ = self
+            .store
+            .delete(Idx::Locks, &format!("session/{}", self.owner), None);
+    }
+
+    /// Whether `owner`'s session is alive (its lease, plus grace, not lapsed).
+    pub fn alive(&self, owner: &str) -> StoreResult<bool> {
+        if owner == self.owner {
+            return Ok(true);
+        }
+        Ok(
+            match self.store.get(Idx::Locks, &format!("session/{owner}"))? {
+                Some(d) => {
+                    d.source["expires"].as_i64().unwrap_or(0) + GRACE.as_millis() as i64 > now_ms()
+                }
+                None => false,
+            },
+        )
+    }
+
+    // ---- the guide's global lock ----
+
+    pub fn lock_global(&self) -> Result<(), LockError> {
+        self.lock_owned("global", "global")
+    }
+
+    pub fn unlock_global(&self) -> StoreResult<()> {
+        self.unlock_owned("global")
+    }
+
+    // ---- the guide's document locks ----
+
+    /// Lock document `id` for this owner; re-locking by the same owner is a
+    /// no-op, another (live) owner's lock fails.
+    pub fn lock_doc(&self, id: &str) -> Result<(), LockError> {
+        self.lock_owned(&format!("doc/{id}"), "doc")
+    }
+
+    pub fn unlock_doc(&self, id: &str) -> StoreResult<()> {
+        self.unlock_owned(&format!("doc/{id}"))
+    }
+
+    /// Upsert-or-noop on an owned lock document; breaks a dead owner's lock.
+    fn lock_owned(&self, id: &str, ty: &str) -> Result<(), LockError> {
+        let doc = json!({"type": ty, "owner": self.owner, "since": now_ms()});
+        for _ in 0..20 {
+            match self.store.create(Idx::Locks, id, &doc) {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let Some(cur) = self.store.get(Idx::Locks, id)? else {
+                continue;
+            };
+            let holder = cur.source["owner"].as_str().unwrap_or("").to_string();
+            if holder == self.owner {
+                return Ok(()); // the guide's noop for the same owner
+            }
+            if self.alive(&holder)? {
+                return Err(LockError::Held(id.to_string(), holder));
+            }
+            log::warn!("breaking lock {id} of dead owner {holder}");
+            let _ = self.store.delete(Idx::Locks, id, Some(cur.version));
+        }
+        Err(LockError::Held(id.to_string(), "contention".into()))
+    }
+
+    fn unlock_owned(&self, id: &str) -> StoreResult<()> {
+        if let Some(cur) = self.store.get(Idx::Locks, id)? {
+            if cur.source["owner"] == self.owner.as_str() {
+                match self.store.delete(Idx::Locks, id, Some(cur.version)) {
+                    Ok(_) | Err(StoreError::Conflict(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- the guide's tree locks ----
+
+    /// Shared locks on `shared` (directory paths, top-down) and exclusive
+    /// locks on `exclusive` (the paths being changed).
+    pub fn lock_tree(
+        &self,
+        shared: &[String],
+        exclusive: &[String],
+    ) -> Result<TreeGuard, LockError> {
+        let deadline = Instant::now() + self.wait();
+        let mut excl: Vec<String> = exclusive.to_vec();
+        excl.sort();
+        excl.dedup();
+        let shared: Vec<String> = shared
+            .iter()
+            .filter(|s| !excl.contains(s))
+            .cloned()
+            .collect();
+        let mut delay = Duration::from_millis(5);
+        loop {
+            let mut g = TreeGuard::default();
+            match self.try_tree(&shared, &excl, &mut g, deadline) {
+                Ok(()) => return Ok(g),
+                Err(LockError::Store(e)) => {
+                    self.release(g);
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    self.release(g);
+                    if Instant::now() + delay >= deadline {
+                        self.clear_pending(&excl);
+                        return Err(match e {
+                            LockError::Held(p, _) => LockError::Timeout(p, self.wait()),
+                            e => e,
+                        });
+                    }
+                    std::thread::sleep(jitter(delay));
+                    delay = (delay * 2).min(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
+    fn try_tree(
+        &self,
+        shared: &[String],
+        excl: &[String],
+        g: &mut TreeGuard,
+        deadline: Instant,
+    ) -> Result<(), LockError> {
+        for p in shared {
+            g.fresh |= self.acquire_shared(p, deadline)?;
+            g.shared.push(p.clone());
+        }
+        for p in excl {
+            self.try_exclusive(p)?;
+            g.exclusive.push(p.clone());
+        }
+        Ok(())
+    }
+
+    /// Withdraw our `pending` marks after giving up on exclusive locks, so
+    /// shared lockers are not held back by a waiter that left.
+    fn clear_pending(&self, paths: &[String]) {
+        for p in paths {
+            let id = tree_id(p);
+            for _ in 0..20 {
+                let Ok(Some(cur)) = self.store.get(Idx::Locks, &id) else {
+                    break;
+                };
+                let mut s = cur.source;
+                if s["pending"] != self.owner.as_str() {
+                    break;
+                }
+                s.as_object_mut().map(|o| o.remove("pending"));
+                let r = if s["type"] == "shared" && s["count"].as_u64() == Some(0) {
+                    self.store
+                        .delete(Idx::Locks, &id, Some(cur.version))
+                        .map(|_| ())
+                } else {
+                    self.store
+                        .put(Idx::Locks, &id, &s, Some(cur.version))
+                        .map(|_| ())
+                };
+                if !matches!(r, Err(StoreError::Conflict(_))) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Release in reverse order, longest path first (the guide's order).
+    pub fn release(&self, mut g: TreeGuard) {
+        while let Some(p) = g.exclusive.pop() {
+            if let Err(e) = self.unlock_owned(&tree_id(&p)) {
+                log::warn!("releasing exclusive lock {p}: {e}");
+            }
+        }
+        while let Some(p) = g.shared.pop() {
+            self.release_shared(&p);
+        }
+    }
+
+    /// A shared lock on `path`, from this mount's cache when possible.
+    /// Returns whether it was newly taken from the store.
+    fn acquire_shared(&self, path: &str, deadline: Instant) -> Result<bool, LockError> {
+        loop {
+            {
+                let mut cache = self.cache.lock();
+                if let Some(c) = cache.get_mut(path) {
+                    if !c.draining && c.checked.elapsed() < RECHECK {
+                        c.users += 1;
+                        c.last_used = Instant::now();
+                        return Ok(false);
+                    }
+                }
+            }
+            let id = tree_id(path);
+            let cached = self.cache.lock().contains_key(path);
+            if cached {
+                // Re-check for a waiting exclusive holder.
+                let pending = match self.store.get(Idx::Locks, &id)? {
+                    Some(d) => d.source["pending"].as_str().map(String::from),
+                    None => None,
+                };
+                let mut cache = self.cache.lock();
+                if let Some(c) = cache.get_mut(path) {
+                    match pending {
+                        Some(o) if o != self.owner && self.alive(&o)? => c.draining = true,
+                        _ => {
+                            if !c.draining {
+                                c.checked = Instant::now();
+                                c.users += 1;
+                                c.last_used = Instant::now();
+                                return Ok(false);
+                            }
+                        }
+                    }
+                    if c.users == 0 {
+                        cache.remove(path);
+                        drop(cache);
+                        self.store_release_shared(&id);
+                    }
+                }
+                if Instant::now() >= deadline {
+                    return Err(LockError::Timeout(path.into(), self.wait()));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            self.store_acquire_shared(path, &id)?;
+            let mut cache = self.cache.lock();
+            match cache.get_mut(path) {
+                // Another thread of ours cached it meanwhile: give ours back.
+                Some(c) => {
+                    c.users += 1;
+                    drop(cache);
+                    self.store_release_shared(&id);
+                }
+                None => {
+                    cache.insert(
+                        path.to_string(),
+                        Cached {
+                            users: 1,
+                            checked: Instant::now(),
+                            last_used: Instant::now(),
+                            draining: false,
+                        },
+                    );
+                }
+            }
+            return Ok(true);
+        }
+    }
+
+    fn release_shared(&self, path: &str) {
+        let mut cache = self.cache.lock();
+        let Some(c) = cache.get_mut(path) else {
+            return;
+        };
+        c.users = c.users.saturating_sub(1);
+        c.last_used = Instant::now();
+        if c.users == 0 && c.draining {
+            cache.remove(path);
+            drop(cache);
+            self.store_release_shared(&tree_id(path));
+        }
+    }
+
+    /// Give back cached shared locks unused for `idle`.
+    pub fn release_idle(&self, idle: Duration) {
+        let doomed: Vec<String> = {
+            let mut cache = self.cache.lock();
+            let ids: Vec<String> = cache
+                .iter()
+                .filter(|(_, c)| c.users == 0 && c.last_used.elapsed() >= idle)
+                .map(|(p, _)| p.clone())
+                .collect();
+            for p in &ids {
+                cache.remove(p);
+            }
+            ids
+        };
+        for p in doomed {
+            self.store_release_shared(&tree_id(&p));
+        }
+    }
+
+    /// One attempt at the store-level shared lock: Held if an exclusive
+    /// holder or a pending exclusive waiter (alive) is in the way.
+    fn store_acquire_shared(&self, path: &str, id: &str) -> Result<(), LockError> {
+        for _ in 0..50 {
+            let Some(cur) = self.store.get(Idx::Locks, id)? else {
+                let doc = json!({"type": "shared", "path": path, "count": 1, "holders": {&self.owner: 1}, "since": now_ms()});
+                match self.store.create(Idx::Locks, id, &doc) {
+                    Ok(_) => return Ok(()),
+                    Err(StoreError::Conflict(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            let mut s = cur.source;
+            if s["type"] == "exclusive" {
+                let holder = s["owner"].as_str().unwrap_or("").to_string();
+                if self.alive(&holder)? {
+                    return Err(LockError::Held(path.into(), holder));
+                }
+                log::warn!("breaking exclusive lock {path} of dead owner {holder}");
+                let _ = self.store.delete(Idx::Locks, id, Some(cur.version));
+                continue;
+            }
+            if let Some(p) = s["pending"].as_str() {
+                if p != self.owner && self.alive(p)? {
+                    return Err(LockError::Held(
+                        path.into(),
+                        format!("{p} (waiting for exclusive)"),
+                    ));
+                }
+            }
+            let n = s["holders"][&self.owner].as_u64().unwrap_or(0) + 1;
+            s["holders"][&self.owner] = json!(n);
+            s["count"] = json!(s["count"].as_u64().unwrap_or(0) + 1);
+            match self.store.put(Idx::Locks, id, &s, Some(cur.version)) {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(LockError::Held(path.into(), "contention".into()))
+    }
+
+    /// Decrement our share; delete the document at zero.
+    fn store_release_shared(&self, id: &str) {
+        for _ in 0..50 {
+            let cur = match self.store.get(Idx::Locks, id) {
+                Ok(Some(c)) => c,
+                Ok(None) => return,
+                Err(e) => {
+                    log::warn!("releasing shared lock {id}: {e}");
+                    return;
+                }
+            };
+            let mut s = cur.source;
+            let mine = s["holders"][&self.owner].as_u64().unwrap_or(0);
+            if mine == 0 || s["type"] != "shared" {
+                return;
+            }
+            if mine == 1 {
+                s["holders"].as_object_mut().map(|h| h.remove(&self.owner));
+            } else {
+                s["holders"][&self.owner] = json!(mine - 1);
+            }
+            let count = s["count"].as_u64().unwrap_or(1).saturating_sub(1);
+            s["count"] = json!(count);
+            let r = if count == 0 && s["pending"].is_null() {
+                self.store
+                    .delete(Idx::Locks, id, Some(cur.version))
+                    .map(|_| ())
+            } else {
+                self.store
+                    .put(Idx::Locks, id, &s, Some(cur.version))
+                    .map(|_| ())
+            };
+            match r {
+                Ok(()) => return,
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => {
+                    log::warn!("releasing shared lock {id}: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One attempt at an exclusive lock on `path`. Shared holders that are
+    /// dead are dropped; live ones make us mark the lock `pending` and wait.
+    fn try_exclusive(&self, path: &str) -> Result<(), LockError> {
+        let id = tree_id(path);
+        // Our own idle cached share would block us: give it back first.
+        {
+            let mut cache = self.cache.lock();
+            if let Some(c) = cache.get_mut(path) {
+                c.draining = true;
+                if c.users == 0 {
+                    cache.remove(path);
+                    drop(cache);
+                    self.store_release_shared(&id);
+                }
+            }
+        }
+        let doc =
+            json!({"type": "exclusive", "path": path, "owner": self.owner, "since": now_ms()});
+        for _ in 0..50 {
+            let cur = match self.store.create(Idx::Locks, &id, &doc) {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict(_)) => match self.store.get(Idx::Locks, &id)? {
+                    Some(c) => c,
+                    None => continue,
+                },
+                Err(e) => return Err(e.into()),
+            };
+            let mut s = cur.source.clone();
+            if s["type"] == "exclusive" {
+                let holder = s["owner"].as_str().unwrap_or("").to_string();
+                if holder == self.owner || self.alive(&holder)? {
+                    return Err(LockError::Held(path.into(), holder));
+                }
+                log::warn!("breaking exclusive lock {path} of dead owner {holder}");
+                let _ = self.store.delete(Idx::Locks, &id, Some(cur.version));
+                continue;
+            }
+            // Shared: drop dead holders, take over an empty lock, else wait.
+            let mut live = serde_json::Map::new();
+            let mut count = 0;
+            for (o, n) in s["holders"].as_object().cloned().unwrap_or_default() {
+                if self.alive(&o)? {
+                    count += n.as_u64().unwrap_or(0);
+                    live.insert(o, n);
+                }
+            }
+            if count == 0 {
+                match self.store.put(Idx::Locks, &id, &doc, Some(cur.version)) {
+                    Ok(_) => return Ok(()),
+                    Err(StoreError::Conflict(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let pending = s["pending"].as_str().map(String::from);
+            let mark = match &pending {
+                None => true,
+                Some(p) => p != &self.owner && !self.alive(p)?,
+            };
+            if mark || live.len() != s["holders"].as_object().map_or(0, |h| h.len()) {
+                if mark {
+                    s["pending"] = json!(self.owner);
+                }
+                s["holders"] = Value::Object(live);
+                s["count"] = json!(count);
+                let _ = self.store.put(Idx::Locks, &id, &s, Some(cur.version));
+            }
+            let who = s["holders"]
+                .as_object()
+                .map(|h| h.keys().cloned().collect::<Vec<_>>().join(","))
+                .unwrap_or_default();
+            return Err(LockError::Held(path.into(), format!("shared by {who}")));
+        }
+        Err(LockError::Held(path.into(), "contention".into()))
+    }
+
+    /// Every lock and session document, for `esfs locks` and fsck.
+    pub fn list(store: &dyn MetaStore) -> StoreResult<Vec<(String, Version, Value)>> {
+        let mut out = Vec::new();
+        scan(
+            store,
+            Idx::Locks,
+            Query::MatchAll,
+            vec![crate::store::Sort::asc("since")],
+            500,
+            |hits| {
+                out.extend(
+                    hits.into_iter()
+                        .map(|h| (h.doc.id, h.doc.version, h.doc.source)),
+                );
+                Ok(true)
+            },
+        )?;
+        Ok(out)
+    }
+}

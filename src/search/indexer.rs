@@ -1,0 +1,354 @@
+//! Content indexing: a background thread that puts the text of regular files
+//! into their entry documents (`contents`, `indexed`), off the write path.
+//!
+//! The filesystem queues an inode when its contents may have changed: the
+//! last close or a flush after writes (`persist`), fsync, and a truncate or
+//! mtime change (setattr). The same events already rewrite the entry
+//! documents' size/mtime, and `Entry::refresh_attrs` drops any indexed text
+//! whose mtime differs from the inode's, so between a close and the
+//! indexer's pass an entry is "not indexed" (searched by scanning the file),
+//! never stale. The indexer reads the file from the data store, decides
+//! text / binary / too_large, and writes every name (link) of the inode with
+//! write-if-version, retrying when something else (an attribute refresh, a
+//! rename) wrote the document meanwhile.
+//!
+//! `flush` waits until every change queued before it is indexed: `esfs
+//! search` calls it through the mount (see `crate::search::FLUSH_XATTR`) so
+//! that its narrowing uses the newest text. At start the thread also queues
+//! every file entry that has no `indexed` field (a store from before content
+//! indexing, or changes a dead mount never indexed); `flush` does not wait
+//! for those, since search scans unindexed files anyway.
+
+use crate::data::DataStore;
+use crate::model::*;
+use crate::store::{BulkOp, Idx, MetaStore, Query, Sort, StoreError};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Files larger than this are `too_large` unless `ESFS_INDEX_MAX_BYTES` says otherwise.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 20;
+/// Inodes indexed per store bulk.
+const BATCH: usize = 64;
+const MAX_RETRIES: usize = 50;
+
+pub struct Indexer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn MetaStore>,
+    data: Arc<dyn DataStore>,
+    max_bytes: u64,
+    state: Mutex<State>,
+    /// Work was queued (or stop was asked).
+    work: Condvar,
+    /// A batch finished.
+    progress: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<u64>,
+    /// ino -> seq of the change it was queued for (None: backfill only).
+    queued: HashMap<u64, Option<u64>>,
+    /// Seqs of changes queued or being indexed.
+    changes: BTreeSet<u64>,
+    next_seq: u64,
+    stop: bool,
+    /// Inodes indexed since start (for logs and tests).
+    done: u64,
+}
+
+/// What the indexer decided for one inode.
+enum Text {
+    Text(String),
+    Binary,
+    TooLarge,
+}
+
+impl Indexer {
+    /// Start the indexing thread. `max_bytes` 0 indexes no text (every file
+    /// is then `too_large`, i.e. always scanned).
+    pub fn start(store: Arc<dyn MetaStore>, data: Arc<dyn DataStore>, max_bytes: u64) -> Indexer {
+        let inner = Arc::new(Inner {
+            store,
+            data,
+            max_bytes,
+            state: Mutex::new(State {
+                next_seq: 1,
+                ..Default::default()
+            }),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+        });
+        let i = inner.clone();
+        std::thread::Builder::new()
+            .name("esfs-indexer".into())
+            .spawn(move || i.run())
+            .expect("spawn indexer thread");
+        Indexer { inner }
+    }
+
+    /// Queue `ino` (its contents may have changed).
+    pub fn enqueue(&self, ino: u64) {
+        let mut st = self.inner.state.lock();
+        let seq = st.next_seq;
+        match st.queued.get(&ino).copied() {
+            Some(Some(_)) => return, // queued and not started: it will see this change
+            Some(None) => {
+                st.queued.insert(ino, Some(seq));
+            }
+            None => {
+                st.queued.insert(ino, Some(seq));
+                st.queue.push_back(ino);
+            }
+        }
+        st.next_seq += 1;
+        st.changes.insert(seq);
+        self.inner.work.notify_one();
+    }
+
+    /// Wait (at most `timeout`) until every change queued before this call
+    /// is indexed. Returns the number of such changes still pending.
+    pub fn flush(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.inner.state.lock();
+        let target = st.next_seq;
+        loop {
+            let pending = st.changes.range(..target).count();
+            if pending == 0 || st.stop {
+                return pending;
+            }
+            if self
+                .inner
+                .progress
+                .wait_until(&mut st, deadline)
+                .timed_out()
+            {
+                return st.changes.range(..target).count();
+            }
+        }
+    }
+
+    /// Inodes queued (changes and backfill).
+    pub fn queued(&self) -> usize {
+        self.inner.state.lock().queue.len()
+    }
+
+    /// Inodes indexed since start.
+    pub fn done(&self) -> u64 {
+        self.inner.state.lock().done
+    }
+}
+
+impl Drop for Indexer {
+    fn drop(&mut self) {
+        self.inner.state.lock().stop = true;
+        self.inner.work.notify_all();
+        self.inner.progress.notify_all();
+    }
+}
+
+impl Inner {
+    fn run(&self) {
+        if let Err(e) = self.backfill() {
+            log::warn!("content index: backfill query failed: {e}");
+        }
+        loop {
+            let batch: Vec<(u64, Option<u64>)> = {
+                let mut st = self.state.lock();
+                while st.queue.is_empty() && !st.stop {
+                    self.work.wait(&mut st);
+                }
+                if st.stop {
+                    return;
+                }
+                let n = st.queue.len().min(BATCH);
+                let inos: Vec<u64> = st.queue.drain(..n).collect();
+                inos.into_iter()
+                    .map(|ino| (ino, st.queued.remove(&ino).flatten()))
+                    .collect()
+            };
+            let inos: Vec<u64> = batch.iter().map(|(i, _)| *i).collect();
+            if let Err(e) = self.index_batch(&inos) {
+                log::warn!("content index: {e}");
+            }
+            let mut st = self.state.lock();
+            st.done += inos.len() as u64;
+            for (_, seq) in batch {
+                if let Some(s) = seq {
+                    st.changes.remove(&s);
+                }
+            }
+            drop(st);
+            self.progress.notify_all();
+        }
+    }
+
+    /// Queue every file entry not indexed yet (no `indexed` field).
+    fn backfill(&self) -> Result<(), StoreError> {
+        let q = Query::Bool {
+            must: vec![Query::term("kind", "file")],
+            must_not: vec![Query::Exists {
+                field: "indexed".into(),
+            }],
+            should: vec![],
+        };
+        let mut inos = Vec::new();
+        crate::store::search_after_pages(
+            &*self.store,
+            Idx::Entries,
+            &q,
+            &[Sort::asc("path"), Sort::asc("cookie")],
+            1000,
+            &mut |hits| {
+                for h in hits {
+                    if let Some(ino) = h.doc.source["ino"].as_u64() {
+                        inos.push(ino);
+                    }
+                }
+                Ok(true)
+            },
+        )?;
+        if inos.is_empty() {
+            return Ok(());
+        }
+        log::info!(
+            "content index: indexing {} files not indexed yet",
+            inos.len()
+        );
+        let mut st = self.state.lock();
+        for ino in inos {
+            if let std::collections::hash_map::Entry::Vacant(v) = st.queued.entry(ino) {
+                v.insert(None);
+                st.queue.push_back(ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// The text of an inode's contents, as the index keeps it.
+    fn text_of(&self, inode: &Inode) -> std::io::Result<Text> {
+        if inode.size > self.max_bytes {
+            return Ok(Text::TooLarge);
+        }
+        let Some(key) = &inode.content else {
+            return Ok(Text::Text(String::new()));
+        };
+        let mut buf = vec![0u8; inode.size as usize];
+        // Bytes past what the store holds are a hole: zeros, i.e. binary.
+        let n = self.data.read(key, 0, &mut buf)?;
+        if n < buf.len() || buf.contains(&0) {
+            return Ok(Text::Binary);
+        }
+        match String::from_utf8(buf) {
+            Ok(s) => Ok(Text::Text(s)),
+            Err(_) => Ok(Text::Binary),
+        }
+    }
+
+    /// Index a batch of inodes: one bulk for the entry documents, then
+    /// inodes whose documents changed meanwhile redone one at a time.
+    fn index_batch(&self, inos: &[u64]) -> Result<(), String> {
+        let mut retry: Vec<u64> = Vec::new();
+        let mut ops = Vec::new();
+        let mut op_inos = Vec::new();
+        for &ino in inos {
+            match self.entry_ops(ino) {
+                Ok(v) => {
+                    for op in v {
+                        ops.push(op);
+                        op_inos.push(ino);
+                    }
+                }
+                Err(e) => log::warn!("content index: inode {ino}: {e}"),
+            }
+        }
+        if !ops.is_empty() {
+            let results = self.store.bulk(ops).map_err(|e| e.to_string())?;
+            for (r, ino) in results.into_iter().zip(op_inos) {
+                match r {
+                    Ok(_) => {}
+                    Err(StoreError::Conflict(_)) => retry.push(ino),
+                    Err(e) => log::warn!("content index: inode {ino}: {e}"),
+                }
+            }
+        }
+        retry.dedup();
+        for ino in retry {
+            for attempt in 0.. {
+                let ops = match self.entry_ops(ino) {
+                    Ok(ops) => ops,
+                    Err(e) => {
+                        log::warn!("content index: inode {ino}: {e}");
+                        break;
+                    }
+                };
+                let results = self.store.bulk(ops).map_err(|e| e.to_string())?;
+                if results
+                    .iter()
+                    .all(|r| !matches!(r, Err(StoreError::Conflict(_))))
+                {
+                    break;
+                }
+                if attempt >= MAX_RETRIES {
+                    log::warn!("content index: inode {ino}: gave up after {attempt} conflicts");
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The conditional writes that put the inode's text into each of its
+    /// entry documents (none when it is gone or not a regular file).
+    fn entry_ops(&self, ino: u64) -> Result<Vec<BulkOp>, String> {
+        let Some(doc) = self
+            .store
+            .get(Idx::Inodes, &inode_id(ino))
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(vec![]);
+        };
+        let inode: Inode = serde_json::from_value(doc.source).map_err(|e| e.to_string())?;
+        if inode.kind != Kind::File || inode.links.is_empty() {
+            return Ok(vec![]);
+        }
+        let text = self.text_of(&inode).map_err(|e| e.to_string())?;
+        let (contents, indexed) = match text {
+            Text::Text(s) => (Some(s), INDEXED_TEXT),
+            Text::Binary => (None, INDEXED_BINARY),
+            Text::TooLarge => (None, INDEXED_TOO_LARGE),
+        };
+        let mut ops = Vec::new();
+        for link in &inode.links {
+            let id = entry_id(link.p, &decode_bytes(&link.n));
+            // Brief: the text fields are exactly what this write replaces.
+            let Some(edoc) = self
+                .store
+                .get_brief(Idx::Entries, &id)
+                .map_err(|e| e.to_string())?
+            else {
+                continue;
+            };
+            let mut entry: Entry =
+                serde_json::from_value(edoc.source).map_err(|e| e.to_string())?;
+            if entry.ino != ino {
+                continue;
+            }
+            entry.refresh_attrs(&inode);
+            entry.contents = contents.clone();
+            entry.indexed = Some(indexed.to_string());
+            entry.text_mtime_ns = Some(inode.mtime_ns);
+            ops.push(BulkOp::Index {
+                index: Idx::Entries,
+                id,
+                source: serde_json::to_value(&entry).map_err(|e| e.to_string())?,
+                if_version: Some(edoc.version),
+            });
+        }
+        Ok(ops)
+    }
+}

@@ -1,0 +1,329 @@
+//! esfs on the Elasticsearch backend, mounted for real. The server is the
+//! in-process wire-protocol test double (`es-test-server`): no Elasticsearch
+//! can be installed here. Every test also runs against a real cluster when
+//! `ESFS_ES_URL` points at one.
+
+mod common;
+
+use common::*;
+use es_test_server::EsTestServer;
+use esfs::store::es::{EsConfig, EsStore};
+use esfs::store::{BulkOp, Idx, MetaStore};
+use serde_json::json;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// The cluster under test: the given real one, or a fresh test double.
+struct Cluster {
+    _server: Option<EsTestServer>,
+    url: String,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        match std::env::var("ESFS_ES_URL") {
+            Ok(url) => Cluster { _server: None, url },
+            Err(_) => {
+                let s = EsTestServer::start("127.0.0.1:0").expect("start test server");
+                Cluster {
+                    url: s.url(),
+                    _server: Some(s),
+                }
+            }
+        }
+    }
+
+    fn index(&self) -> String {
+        format!(
+            "esfs-t{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    fn mount(&self, index: &str, extra: &[&str]) -> Mount {
+        let mut args = vec!["--es", &self.url, "--index", index];
+        args.extend_from_slice(extra);
+        Mount::with_backend(&args)
+    }
+}
+
+#[test]
+fn everyday_tools_work_on_an_elasticsearch_mount() {
+    let c = Cluster::new();
+    let m = c.mount(&c.index(), &[]);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let d = m.path().display();
+    sh_ok(
+        m.path(),
+        "mkdir -p a/b/c && echo hello > a/b/c/f && cat a/b/c/f",
+    );
+    sh_ok(
+        m.path(),
+        &format!(
+            "cp -a {} tree && diff -r {} tree",
+            src.display(),
+            src.display()
+        ),
+    );
+    // grep -r through the mount finds what it finds in the original.
+    let (_, here, _) = sh(m.path(), "grep -rl 'fn ' tree | sed 's|^tree/||' | sort");
+    let (_, there, _) = sh(&src, "grep -rl 'fn ' . | sed 's|^\\./||' | sort");
+    assert_eq!(here, there);
+    sh_ok(
+        m.path(),
+        "mv tree moved && test ! -e tree && diff -r moved ../mnt/moved",
+    );
+    assert!(fs::read_dir(m.p("moved/store")).unwrap().count() > 2);
+    sh_ok(
+        m.path(),
+        "ln a/b/c/f hard && ln -s a/b/c/f soft && test \"$(cat soft)\" = hello",
+    );
+    assert_eq!(sh_ok(m.path(), "stat -c %h hard").trim(), "2");
+    // A name that is not UTF-8 round-trips through the index.
+    let raw = Path::new(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    fs::write(m.p(raw), b"x").unwrap();
+    let names: Vec<Vec<u8>> = fs::read_dir(m.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().as_bytes().to_vec())
+        .collect();
+    assert!(names.contains(&b"caf\xe9".to_vec()));
+    sh_ok(
+        m.path(),
+        "git init -q g && cd g && echo x > x && git add x && \
+         git -c user.name=t -c user.email=t@t commit -qm init && test -z \"$(git status --porcelain)\"",
+    );
+    sh_ok(
+        m.path(),
+        &format!(
+            "rsync -a {}/ r/ && rsync -a --itemize-changes {}/ r/ > changes",
+            src.display(),
+            src.display()
+        ),
+    );
+    assert_eq!(fs::read_to_string(m.p("changes")).unwrap(), "");
+    sh_ok(m.path(), "rm -rf moved r g && ls");
+    assert!(!m.p("moved").exists(), "in {d}");
+}
+
+#[test]
+fn two_mounts_of_one_index_share_names_and_contents() {
+    let c = Cluster::new();
+    let index = c.index();
+    let a = c.mount(&index, &[]);
+    let b = c.mount(&index, &["--attr-ttl", "0"]);
+    // 3 MiB + a bit: several content chunks.
+    let big: Vec<u8> = (0..(3 << 20) + 12345)
+        .map(|i: u32| (i % 253) as u8)
+        .collect();
+    fs::write(a.p("big"), &big).unwrap();
+    fs::create_dir(a.p("dir")).unwrap();
+    fs::write(a.p("dir/small"), b"from a").unwrap();
+    assert_eq!(fs::read(b.p("big")).unwrap(), big);
+    assert_eq!(fs::read(b.p("dir/small")).unwrap(), b"from a");
+    // Changes made through b are seen by a (after its 1 s caches expire).
+    fs::rename(b.p("dir"), b.p("renamed")).unwrap();
+    fs::write(b.p("renamed/small"), b"from b, longer").unwrap();
+    let saw = wait_for(|| fs::read(a.p("renamed/small")).ok() == Some(b"from b, longer".to_vec()));
+    assert!(saw, "mount a never saw b's rename and write");
+}
+
+#[test]
+fn two_mounts_with_a_shared_data_directory() {
+    let c = Cluster::new();
+    let index = c.index();
+    let data = tempfile::tempdir().unwrap();
+    let dd = data.path().to_str().unwrap();
+    let a = c.mount(&index, &["--data", dd]);
+    let b = c.mount(&index, &["--data", dd, "--attr-ttl", "0"]);
+    fs::write(a.p("f"), b"shared bytes").unwrap();
+    assert_eq!(fs::read(b.p("f")).unwrap(), b"shared bytes");
+    assert!(
+        fs::read_dir(data.path()).unwrap().count() > 0,
+        "contents went to --data"
+    );
+}
+
+#[test]
+fn listings_show_own_writes_at_once_and_other_mounts_writes_soon() {
+    let c = Cluster::new();
+    let index = c.index();
+    let a = c.mount(&index, &[]);
+    let b = c.mount(&index, &["--attr-ttl", "0"]);
+    for i in 0..50 {
+        fs::write(a.p(format!("f{i}")), b"").unwrap();
+        // Read-your-writes: the new name is listed immediately.
+        let n = fs::read_dir(a.path()).unwrap().count();
+        assert_eq!(n, i + 1);
+    }
+    assert!(wait_for(|| fs::read_dir(b.path()).unwrap().count() == 50));
+}
+
+#[test]
+fn a_directory_of_100k_entries_lists_completely() {
+    let c = Cluster::new();
+    let index = c.index();
+    let m = c.mount(&index, &[]);
+    fs::create_dir(m.p("big")).unwrap();
+    let dir_ino = {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(m.p("big")).unwrap().ino()
+    };
+    // Write the documents 100k creates would write, in bulk (fast), then
+    // list through the mount: far past the 10k search window.
+    let store = EsStore::connect(&EsConfig::new(&c.url, &index)).unwrap();
+    let n = 100_000u64;
+    for part in 0..10 {
+        let mut ops = Vec::new();
+        for i in part * n / 10..(part + 1) * n / 10 {
+            let (ino, name) = (10_000_000 + i, format!("f{i:06}"));
+            ops.push(BulkOp::Create {
+                index: Idx::Inodes,
+                id: ino.to_string(),
+                source: json!({"ino": ino, "kind": "file", "mode": 0o644, "uid": 0, "gid": 0,
+                    "size": 0, "nlink": 1, "atime_ns": 0, "mtime_ns": 0, "ctime_ns": 0, "btime_ns": 0,
+                    "links": [{"p": dir_ino, "n": name}]}),
+            });
+            ops.push(BulkOp::Create {
+                index: Idx::Entries,
+                id: format!("{dir_ino}/{name}"),
+                source: json!({"parent": dir_ino, "name": name, "path": format!("/big/{name}"),
+                    "dir": "/big", "ino": ino, "kind": "file", "cookie": ino, "size": 0,
+                    "mtime": 0, "mode": 0o644, "uid": 0, "gid": 0}),
+            });
+        }
+        assert!(store.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
+    }
+    store.refresh(Idx::Entries).unwrap();
+    let out = sh_ok(&m.p("big"), "ls -f | wc -l");
+    assert_eq!(out.trim(), (n + 2).to_string());
+    let out = sh_ok(&m.p("big"), "ls -l | tail -n +2 | wc -l");
+    assert_eq!(out.trim(), n.to_string());
+}
+
+#[test]
+fn a_lost_server_gives_eio_then_the_mount_recovers() {
+    if std::env::var("ESFS_ES_URL").is_ok() {
+        eprintln!("needs the test double to stop the server; skipped against a real cluster");
+        return;
+    }
+    let mut server = EsTestServer::start("127.0.0.1:0").unwrap();
+    let url = server.url();
+    let m = Mount::with_backend(&[
+        "--es",
+        &url,
+        "--index",
+        "lost",
+        "--es-timeout",
+        "2",
+        "--attr-ttl",
+        "0",
+    ]);
+    fs::write(m.p("kept"), b"acknowledged").unwrap();
+    server.stop();
+    let t = Instant::now();
+    let err = fs::write(m.p("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "failed, but only after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        m.log().contains("unavailable"),
+        "log says why:\n{}",
+        m.log()
+    );
+    server.restart().unwrap();
+    // The same mount works again, and nothing acknowledged was lost.
+    assert!(wait_for(|| fs::write(m.p("after"), b"y").is_ok()));
+    assert_eq!(fs::read(m.p("kept")).unwrap(), b"acknowledged");
+    assert_eq!(fs::read(m.p("after")).unwrap(), b"y");
+}
+
+#[test]
+fn overload_answers_are_retried() {
+    if std::env::var("ESFS_ES_URL").is_ok() {
+        return;
+    }
+    let server = EsTestServer::start("127.0.0.1:0").unwrap();
+    let m = Mount::with_backend(&["--es", &server.url(), "--index", "busy"]);
+    server.fail_next(3, 429);
+    fs::write(m.p("f"), b"after 429s").unwrap();
+    server.fail_next(2, 503);
+    assert_eq!(fs::read(m.p("f")).unwrap(), b"after 429s");
+}
+
+#[test]
+fn an_unreachable_server_fails_the_mount_fast_with_one_line() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let mnt = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_esfs"))
+        .args(["mount", mnt.path().to_str().unwrap(), "--es", &url])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(t.elapsed() < Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&url) && err.contains("Connection refused"),
+        "{err}"
+    );
+}
+
+#[test]
+fn indices_of_another_format_are_refused() {
+    let c = Cluster::new();
+    let index = c.index();
+    // Someone else's index under our name.
+    let other = format!("{index}-entries");
+    let agent = ureq::agent();
+    agent
+        .put(&format!("{}/{other}", c.url))
+        .send_json(json!({"mappings": {"properties": {"x": {"type": "keyword"}}}}))
+        .unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_esfs"))
+        .args([
+            "mount",
+            mnt.path().to_str().unwrap(),
+            "--es",
+            &c.url,
+            "--index",
+            &index,
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&other) && err.contains("not created by this esfs"),
+        "{err}"
+    );
+}
+
+/// Poll for up to 5 s (other mounts see changes within refresh_interval +
+/// the kernel TTL, about 2 s).
+fn wait_for(mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}

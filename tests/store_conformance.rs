@@ -1,0 +1,224 @@
+//! One conformance suite for the `MetaStore` trait, run against every
+//! backend: the embedded SQLite store, the Elasticsearch backend talking to
+//! the wire-protocol test double, and a real cluster when `ESFS_ES_URL` is
+//! set. The filesystem relies on exactly these behaviours.
+
+use es_test_server::EsTestServer;
+use esfs::store::embedded::EmbeddedStore;
+use esfs::store::es::{EsConfig, EsStore};
+use esfs::store::{BulkOp, Idx, MetaStore, Query, SearchRequest, Sort, StoreError, scan};
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh index prefix per test, so tests never share documents.
+fn prefix() -> String {
+    format!(
+        "conf{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn entry(parent: u64, name: &str, path: &str, cookie: u64) -> serde_json::Value {
+    json!({"parent": parent, "name": name, "path": path, "dir": "/", "ino": cookie,
+           "kind": "file", "cookie": cookie, "size": cookie * 10, "mtime": 0,
+           "mode": 0o644, "uid": 0, "gid": 0})
+}
+
+fn conformance(s: &dyn MetaStore) {
+    // Realtime get, create conflicts, versions.
+    assert_eq!(s.get(Idx::Inodes, "1").unwrap(), None);
+    let v1 = s
+        .create(Idx::Inodes, "1", &json!({"kind": "file"}))
+        .unwrap();
+    assert!(matches!(
+        s.create(Idx::Inodes, "1", &json!({"kind": "dir"})),
+        Err(StoreError::Conflict(_))
+    ));
+    let doc = s.get(Idx::Inodes, "1").unwrap().unwrap();
+    assert_eq!(
+        (doc.version, doc.source["kind"].clone()),
+        (v1, json!("file"))
+    );
+    let v2 = s
+        .put(Idx::Inodes, "1", &json!({"kind": "dir"}), Some(v1))
+        .unwrap();
+    assert_ne!(v1, v2);
+    assert!(matches!(
+        s.put(Idx::Inodes, "1", &json!({"kind": "x"}), Some(v1)),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.put(Idx::Inodes, "missing", &json!({}), Some(v1)),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.delete(Idx::Inodes, "1", Some(v1)),
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(s.delete(Idx::Inodes, "1", Some(v2)).unwrap());
+    assert!(!s.delete(Idx::Inodes, "1", None).unwrap());
+    // Ids: '/' and non-ASCII are fine; over 512 bytes is refused.
+    s.create(Idx::Inodes, "7/é x", &json!({"kind": "file"}))
+        .unwrap();
+    assert!(s.get(Idx::Inodes, "7/é x").unwrap().is_some());
+    assert!(s.create(Idx::Inodes, &"x".repeat(513), &json!({})).is_err());
+
+    // mget keeps order and reports misses.
+    let got = s
+        .mget(Idx::Inodes, &["7/é x".into(), "nope".into()])
+        .unwrap();
+    assert!(got[0].is_some() && got[1].is_none());
+
+    // Bulk: per-item results in order; a failure does not stop the rest.
+    let res = s
+        .bulk(vec![
+            BulkOp::Create {
+                index: Idx::Entries,
+                id: "1/a".into(),
+                source: entry(1, "a", "/a", 101),
+            },
+            BulkOp::Create {
+                index: Idx::Entries,
+                id: "1/a".into(),
+                source: entry(1, "a", "/a", 101),
+            },
+            BulkOp::Create {
+                index: Idx::Entries,
+                id: "1/ab".into(),
+                source: entry(1, "ab", "/ab", 102),
+            },
+            BulkOp::Delete {
+                index: Idx::Entries,
+                id: "1/none".into(),
+                if_version: None,
+            },
+            BulkOp::Create {
+                index: Idx::Entries,
+                id: "5/c".into(),
+                source: entry(5, "c", "/a/c", 103),
+            },
+            BulkOp::Create {
+                index: Idx::Entries,
+                id: "6/d".into(),
+                source: entry(6, "d", "/a/c/d", 104),
+            },
+        ])
+        .unwrap();
+    assert!(res[0].is_ok());
+    assert!(matches!(res[1], Err(StoreError::Conflict(_))));
+    assert!(res[2].is_ok());
+    assert!(matches!(res[3], Err(StoreError::NotFound(_))));
+    assert!(res[4].is_ok() && res[5].is_ok());
+
+    // Search sees this client's own writes (refresh as needed), path.tree
+    // selects exactly a subtree, sorting and search_after page exactly.
+    let paths = |q: Query| -> Vec<String> {
+        let mut out = Vec::new();
+        scan(s, Idx::Entries, q, vec![Sort::asc("path")], 2, |hits| {
+            out.extend(
+                hits.iter()
+                    .map(|h| h.doc.source["path"].as_str().unwrap().to_string()),
+            );
+            Ok(true)
+        })
+        .unwrap();
+        out
+    };
+    assert_eq!(paths(Query::tree("path", "/a")), ["/a", "/a/c", "/a/c/d"]);
+    assert_eq!(paths(Query::term("parent", 1)), ["/a", "/ab"]);
+    assert_eq!(
+        paths(Query::Range {
+            field: "size".into(),
+            gte: Some(1025.into()),
+            gt: None,
+            lte: None,
+            lt: Some(1040.into())
+        }),
+        ["/a/c", "/a/c/d"]
+    );
+    assert_eq!(
+        paths(Query::Bool {
+            must: vec![Query::tree("path", "/a")],
+            must_not: vec![Query::term("path", "/a")],
+            should: vec![],
+        }),
+        ["/a/c", "/a/c/d"]
+    );
+    assert_eq!(s.count(Idx::Entries, &Query::tree("path", "/")).unwrap(), 4);
+    // Sort by a numeric field, resuming from a value alone (readdir does).
+    let page = s
+        .search(&SearchRequest {
+            index: Idx::Entries,
+            query: Query::MatchAll,
+            sort: vec![Sort::asc("cookie")],
+            search_after: Some(vec![json!(102)]),
+            size: 10,
+        })
+        .unwrap();
+    let cookies: Vec<u64> = page
+        .iter()
+        .map(|h| h.doc.source["cookie"].as_u64().unwrap())
+        .collect();
+    assert_eq!(cookies, [103, 104]);
+    // Hits carry versions usable for conditional writes.
+    let h = &page[0];
+    s.put(Idx::Entries, &h.doc.id, &h.doc.source, Some(h.doc.version))
+        .unwrap();
+
+    // More than the 10k result window, paged completely.
+    let n = 10_500u64;
+    let ops = (0..n)
+        .map(|i| BulkOp::Create {
+            index: Idx::Entries,
+            id: format!("9/f{i}"),
+            source: entry(9, &format!("f{i}"), &format!("/big/f{i:05}"), 1000 + i),
+        })
+        .collect();
+    assert!(s.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
+    let mut seen = 0u64;
+    let mut last = 0u64;
+    scan(
+        s,
+        Idx::Entries,
+        Query::term("parent", 9),
+        vec![Sort::asc("cookie")],
+        1000,
+        |hits| {
+            for h in hits {
+                let c = h.doc.source["cookie"].as_u64().unwrap();
+                assert!(c > last);
+                last = c;
+                seen += 1;
+            }
+            Ok(true)
+        },
+    )
+    .unwrap();
+    assert_eq!(seen, n);
+}
+
+#[test]
+fn embedded_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance(&EmbeddedStore::open(dir.path()).unwrap());
+}
+
+#[test]
+fn elasticsearch_backend_conforms_against_the_test_server() {
+    let server = EsTestServer::start("127.0.0.1:0").unwrap();
+    let store = EsStore::connect(&EsConfig::new(&server.url(), &prefix())).unwrap();
+    conformance(&store);
+}
+
+#[test]
+fn elasticsearch_backend_conforms_against_a_real_cluster_if_given() {
+    let Ok(url) = std::env::var("ESFS_ES_URL") else {
+        eprintln!("ESFS_ES_URL not set: no real cluster to test against");
+        return;
+    };
+    let store = EsStore::connect(&EsConfig::new(&url, &prefix())).unwrap();
+    conformance(&store);
+}
