@@ -122,6 +122,9 @@ impl Filesystem for FuseFs {
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_AUTO_INVAL_DATA,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // Locks go through us, so they hold across mounts.
+            InitFlags::FUSE_POSIX_LOCKS,
+            InitFlags::FUSE_FLOCK_LOCKS,
         ] {
             if let Err(missing) = config.add_capabilities(cap) {
                 log::debug!("kernel lacks {missing:?}");
@@ -342,10 +345,53 @@ impl Filesystem for FuseFs {
         _req: &Request,
         ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.flush(ino.0, fh.0), reply)
+        let r = self
+            .fs
+            .unlock_owner(ino.0, lock_owner.0)
+            .and_then(|()| self.fs.flush(ino.0, fh.0));
+        Self::empty(r, reply)
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        match self.fs.getlk(ino.0, lock_owner.0, start, end, typ) {
+            Ok(Some(r)) => reply.locked(r.start, r.end, r.typ, r.pid),
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(
+            self.fs
+                .setlk(ino.0, lock_owner.0, pid, start, end, typ, sleep),
+            reply,
+        )
     }
 
     fn release(
@@ -354,11 +400,16 @@ impl Filesystem for FuseFs {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.release(ino.0, fh.0), reply)
+        // flock locks belong to the open file and end with its release.
+        let unlock = match lock_owner {
+            Some(o) => self.fs.unlock_owner(ino.0, o.0),
+            None => Ok(()),
+        };
+        Self::empty(unlock.and_then(|()| self.fs.release(ino.0, fh.0)), reply)
     }
 
     fn fsync(

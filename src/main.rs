@@ -36,6 +36,12 @@ enum Cmd {
     Fsck(FsckCmd),
     /// List the lock, intent and session documents, or break one.
     Locks(LocksCmd),
+    /// grep -r through the index: `esfs search [OPTIONS] PATTERN [PATH...]`.
+    ///
+    /// Same output and exit status as `grep -r` (0 found, 1 none, 2 error);
+    /// the index picks the files to read. See esfs::search.
+    #[command(disable_help_flag = true)]
+    Search(esfs::search::cli::SearchArgs),
 }
 
 #[derive(clap::Args)]
@@ -93,6 +99,7 @@ fn main() {
         Cmd::Mount(m) => run_mount(m),
         Cmd::Fsck(f) => run_fsck(f),
         Cmd::Locks(l) => run_locks(l),
+        Cmd::Search(s) => Ok(esfs::search::cli::run(s)),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -365,6 +365,7 @@ fn serve(args: &MountArgs) -> Result<(), String> {
             root_gid: gid,
             label: args.mountpoint.display().to_string(),
             maintenance: false,
+            no_tree_locks: std::env::var_os("ESFS_BENCH_NO_TREE_LOCKS").is_some_and(|v| v == "1"),
         },
     )
     .map_err(|e| format!("cannot start filesystem: {e}"))?;

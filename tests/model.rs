@@ -28,6 +28,7 @@ fn setup() -> T {
         root_gid: 0,
         label: "test".into(),
         maintenance: false,
+        no_tree_locks: false,
     };
     let fs = Fs::new(store.clone(), data, cfg).unwrap();
     T {

@@ -135,7 +135,7 @@ fn conformance(s: &dyn MetaStore) {
             gte: Some(1025.into()),
             gt: None,
             lte: None,
-            lt: Some(1040.into())
+            lt: Some(1041.into())
         }),
         ["/a/c", "/a/c/d"]
     );

@@ -139,9 +139,9 @@ fn metric_inputs(
         ));
     }
     let field = o.get("field").and_then(Value::as_str).ok_or_else(|| {
-        EsError::bad_request(format!(
-            "Required one of fields [field, script], but none were specified."
-        ))
+        EsError::bad_request(
+            "Required one of fields [field, script], but none were specified.".to_string(),
+        )
     })?;
     let mut out = Vec::new();
     for m in ms {

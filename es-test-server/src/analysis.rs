@@ -1,6 +1,7 @@
 //! Analyzers: the `standard`, `simple`, `whitespace` and `keyword` built-ins and custom
 //! analyzers made of a tokenizer (`standard`, `keyword`, `whitespace`, `letter`,
-//! `lowercase`, `path_hierarchy`) and token filters (`lowercase`, `uppercase`, `trim`).
+//! `lowercase`, `path_hierarchy`, `ngram`, `edge_ngram`) and token filters (`lowercase`,
+//! `uppercase`, `trim`).
 
 use std::collections::HashMap;
 
@@ -23,6 +24,82 @@ pub enum Tokenizer {
         skip: usize,
         reverse: bool,
     },
+    /// `ngram` (every gram of every token-char run) or `edge_ngram` (grams anchored at the
+    /// start of each run). An empty `token_chars` keeps every character.
+    NGram {
+        min: usize,
+        max: usize,
+        token_chars: Vec<CharClass>,
+        custom: Vec<char>,
+        edge: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CharClass {
+    Letter,
+    Digit,
+    Whitespace,
+    Punctuation,
+    Symbol,
+    Custom,
+}
+
+fn is_symbol(c: char) -> bool {
+    matches!(c, '$' | '+' | '<' | '=' | '>' | '^' | '`' | '|' | '~')
+        || (!c.is_ascii() && !c.is_alphanumeric() && !c.is_whitespace() && !c.is_control())
+}
+
+fn char_in(c: char, classes: &[CharClass], custom: &[char]) -> bool {
+    classes.iter().any(|k| match k {
+        CharClass::Letter => c.is_alphabetic(),
+        CharClass::Digit => c.is_numeric(),
+        CharClass::Whitespace => c.is_whitespace(),
+        CharClass::Punctuation => c.is_ascii_punctuation() && !is_symbol(c),
+        CharClass::Symbol => is_symbol(c),
+        CharClass::Custom => custom.contains(&c),
+    })
+}
+
+/// Lucene's NGramTokenizer / EdgeNGramTokenizer: grams ordered by start, then length.
+pub fn ngrams(
+    text: &str,
+    min: usize,
+    max: usize,
+    classes: &[CharClass],
+    custom: &[char],
+    edge: bool,
+) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if !classes.is_empty() && !char_in(chars[i], classes, custom) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && (classes.is_empty() || char_in(chars[i], classes, custom)) {
+            i += 1;
+        }
+        let run = &chars[start..i];
+        if edge {
+            for n in min..=max {
+                if n <= run.len() {
+                    out.push(run[..n].iter().collect());
+                }
+            }
+        } else {
+            for s in 0..run.len() {
+                for n in min..=max {
+                    if s + n <= run.len() {
+                        out.push(run[s..s + n].iter().collect());
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -72,6 +149,13 @@ impl Analyzer {
                 .into_iter()
                 .map(|t| t.to_lowercase())
                 .collect(),
+            Tokenizer::NGram {
+                min,
+                max,
+                token_chars,
+                custom,
+                edge,
+            } => ngrams(text, *min, *max, token_chars, custom, *edge),
             Tokenizer::PathHierarchy {
                 delimiter,
                 replacement,
@@ -303,10 +387,71 @@ fn single_char(v: &Value, key: &str, default: char, tok: &str) -> EsResult<char>
     }
 }
 
-fn build_tokenizer(name: &str, defs: &serde_json::Map<String, Value>) -> EsResult<Tokenizer> {
+fn usize_param(def: &Value, key: &str, default: usize, tok: &str) -> EsResult<usize> {
+    match str_param(def, key) {
+        None => Ok(default),
+        Some(s) => s.parse().map_err(|_| {
+            EsError::bad_request(format!(
+                "Failed to parse value [{s}] for [{key}] of tokenizer [{tok}]"
+            ))
+        }),
+    }
+}
+
+fn ngram_tokenizer(
+    name: &str,
+    def: &Value,
+    edge: bool,
+    max_ngram_diff: usize,
+) -> EsResult<Tokenizer> {
+    let min = usize_param(def, "min_gram", 1, name)?;
+    let max = usize_param(def, "max_gram", 2, name)?;
+    if min == 0 || min > max {
+        return Err(EsError::bad_request(format!(
+            "min_gram must be >= 1 and <= max_gram (tokenizer [{name}])"
+        )));
+    }
+    if !edge && max - min > max_ngram_diff {
+        return Err(EsError::bad_request(format!(
+            "The difference between max_gram and min_gram in NGram Tokenizer must be less than or equal to: [{max_ngram_diff}] but was [{}]. This limit can be set by changing the [index.max_ngram_diff] index level setting.",
+            max - min
+        )));
+    }
+    let mut token_chars = Vec::new();
+    for c in filter_list(def, "token_chars") {
+        token_chars.push(match c.as_str() {
+            "letter" => CharClass::Letter,
+            "digit" => CharClass::Digit,
+            "whitespace" => CharClass::Whitespace,
+            "punctuation" => CharClass::Punctuation,
+            "symbol" => CharClass::Symbol,
+            "custom" => CharClass::Custom,
+            other => return Err(EsError::bad_request(format!("Unknown token type: '{other}', must be one of [symbol, private_use, paragraph_separator, start_punctuation, unassigned, enclosing_mark, connector_punctuation, letter_number, other_number, math_symbol, lowercase_letter, space_separator, surrogate, initial_quote_punctuation, decimal_digit_number, digit, other_punctuation, dash_punctuation, currency_symbol, non_spacing_mark, format, modifier_letter, control, uppercase_letter, other_symbol, end_punctuation, modifier_symbol, other_letter, line_separator, titlecase_letter, letter, punctuation, combining_spacing_mark, final_quote_punctuation, custom, whitespace]"))),
+        });
+    }
+    let custom: Vec<char> = str_param(def, "custom_token_chars")
+        .unwrap_or_default()
+        .chars()
+        .collect();
+    Ok(Tokenizer::NGram {
+        min,
+        max,
+        token_chars,
+        custom,
+        edge,
+    })
+}
+
+fn build_tokenizer(
+    name: &str,
+    defs: &serde_json::Map<String, Value>,
+    max_ngram_diff: usize,
+) -> EsResult<Tokenizer> {
     if let Some(def) = defs.get(name) {
         let ty = str_param(def, "type").unwrap_or_default();
         return Ok(match ty.as_str() {
+            "ngram" | "nGram" => ngram_tokenizer(name, def, false, max_ngram_diff)?,
+            "edge_ngram" | "edgeNGram" => ngram_tokenizer(name, def, true, max_ngram_diff)?,
             "path_hierarchy" | "PathHierarchy" => {
                 let delimiter = single_char(def, "delimiter", '/', name)?;
                 let replacement = single_char(def, "replacement", delimiter, name)?;
@@ -355,6 +500,20 @@ fn build_tokenizer(name: &str, defs: &serde_json::Map<String, Value>) -> EsResul
         "whitespace" => Tokenizer::Whitespace,
         "letter" => Tokenizer::Letter,
         "lowercase" => Tokenizer::Lowercase,
+        "ngram" => Tokenizer::NGram {
+            min: 1,
+            max: 2,
+            token_chars: vec![],
+            custom: vec![],
+            edge: false,
+        },
+        "edge_ngram" => Tokenizer::NGram {
+            min: 1,
+            max: 2,
+            token_chars: vec![],
+            custom: vec![],
+            edge: true,
+        },
         "path_hierarchy" => Tokenizer::PathHierarchy {
             delimiter: '/',
             replacement: '/',
@@ -402,7 +561,7 @@ fn filter_list(def: &Value, key: &str) -> Vec<String> {
 
 impl Analysis {
     /// Builds the analysis chain from the (nested) `index.analysis` settings object.
-    pub fn from_settings(analysis: Option<&Value>) -> EsResult<Analysis> {
+    pub fn from_settings(analysis: Option<&Value>, max_ngram_diff: usize) -> EsResult<Analysis> {
         let mut a = Analysis::default();
         let empty = serde_json::Map::new();
         let Some(an) = analysis else { return Ok(a) };
@@ -433,7 +592,7 @@ impl Analysis {
                         fl.push(build_filter(&f, filters)?);
                     }
                     Analyzer {
-                        tokenizer: build_tokenizer(&tok, tokenizers)?,
+                        tokenizer: build_tokenizer(&tok, tokenizers, max_ngram_diff)?,
                         filters: fl,
                     }
                 }
@@ -517,6 +676,28 @@ mod tests {
         assert_eq!(
             path_hierarchy("/a/b", '/', '|', 0, false),
             vec!["|a", "|a|b"]
+        );
+    }
+
+    #[test]
+    fn ngram_tokenizers() {
+        assert_eq!(ngrams("abcd", 3, 3, &[], &[], false), vec!["abc", "bcd"]);
+        assert_eq!(
+            ngrams("abc", 1, 2, &[], &[], false),
+            vec!["a", "ab", "b", "bc", "c"]
+        );
+        assert_eq!(
+            ngrams("ab cd", 2, 2, &[CharClass::Letter], &[], false),
+            vec!["ab", "cd"]
+        );
+        assert_eq!(
+            ngrams("héllo", 3, 3, &[], &[], false),
+            vec!["hél", "éll", "llo"]
+        );
+        assert_eq!(ngrams("ab", 3, 3, &[], &[], false), Vec::<String>::new());
+        assert_eq!(
+            ngrams("quick fox", 1, 3, &[CharClass::Letter], &[], true),
+            vec!["q", "qu", "qui", "f", "fo", "fox"]
         );
     }
 

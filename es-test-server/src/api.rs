@@ -989,7 +989,7 @@ fn delete_doc(sh: &Shared, req: &Req, ixn: &str, id: &str) -> EsResult<Outcome> 
     let mut st = sh.state.lock();
     let ix = st.index_mut(ixn)?;
     let w = ix.delete(id, cas)?;
-    let body = write_json(ix, id, &w, refresh == Refresh::Now && w.status == 200);
+    let body = write_json(ix, id, &w, refresh == Refresh::Now);
     let resp = Resp::json(w.status, body);
     Ok(finish_write(ix, refresh, &w, resp))
 }
@@ -1270,9 +1270,9 @@ fn bulk(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Outcome> {
             }
             _ => {
                 if i >= lines.len() {
-                    return Err(EsError::bad_request(format!(
-                        "The bulk request must be terminated by a newline [\\n]"
-                    )));
+                    return Err(EsError::bad_request(
+                        "The bulk request must be terminated by a newline [\\n]".to_string(),
+                    ));
                 }
                 let src_line = lines[i].trim_end_matches('\r');
                 i += 1;
@@ -1318,12 +1318,7 @@ fn bulk(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Outcome> {
         match r {
             Ok((id, w)) => {
                 let ix = &st.indices[&it.index];
-                let mut v = write_json(
-                    ix,
-                    &id,
-                    &w,
-                    refresh == Refresh::Now && w.result != "not_found",
-                );
+                let mut v = write_json(ix, &id, &w, refresh == Refresh::Now);
                 v.as_object_mut()
                     .expect("obj")
                     .insert("status".into(), json!(w.status));

@@ -13,6 +13,9 @@
 //! server.restart().unwrap();          // same port, same documents
 //! ```
 
+// Errors carry Elasticsearch's whole error object; their size does not matter here.
+#![allow(clippy::result_large_err)]
+
 mod aggs;
 mod analysis;
 mod api;
@@ -128,14 +131,14 @@ impl EsTestServer {
     /// Stops listening and closes every open connection. The documents are kept.
     pub fn stop(&mut self) {
         if let Some(rt) = &self.rt {
-            rt.block_on(stop_listening(&self.shared));
+            block_on(rt, stop_listening(&self.shared));
         }
     }
 
     /// Listens again on the same address, with the same state.
     pub fn restart(&mut self) -> io::Result<()> {
         let rt = self.rt.as_ref().expect("runtime");
-        rt.block_on(stop_listening(&self.shared));
+        block_on(rt, stop_listening(&self.shared));
         let addr = self.addr();
         let l = bind_retry(addr)?;
         let _g = rt.enter();
@@ -185,8 +188,27 @@ impl Drop for EsTestServer {
             t.abort();
         }
         if let Some(rt) = self.rt.take() {
-            rt.shutdown_timeout(Duration::from_secs(1));
+            // A runtime cannot be dropped from async code: do it on a plain thread.
+            let _ = std::thread::spawn(move || rt.shutdown_timeout(Duration::from_secs(1))).join();
         }
+    }
+}
+
+/// Runs `f` to completion on the server's runtime, from any thread (including a caller's
+/// own tokio runtime, where `Runtime::block_on` would panic).
+fn block_on<F: std::future::Future + Send>(rt: &Runtime, f: F) -> F::Output
+where
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_ok() {
+        let h = rt.handle().clone();
+        std::thread::scope(|s| {
+            s.spawn(move || h.block_on(f))
+                .join()
+                .expect("block_on thread")
+        })
+    } else {
+        rt.block_on(f)
     }
 }
 

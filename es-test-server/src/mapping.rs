@@ -82,10 +82,6 @@ impl FType {
         matches!(self, FType::Double | FType::Float | FType::HalfFloat)
     }
 
-    pub fn is_date(self) -> bool {
-        matches!(self, FType::Date | FType::DateNanos)
-    }
-
     fn allowed_params(self) -> &'static [&'static str] {
         const COMMON: &[&str] = &["index", "doc_values", "store", "meta", "fields", "copy_to"];
         let own: &[&str] = match self {
@@ -340,7 +336,7 @@ impl Mapping {
             let props = props.as_object().ok_or_else(|| {
                 mapper_err("Failed to parse mapping: Expected map for property [properties]")
             })?;
-            let mut root = std::mem::replace(&mut self.root.props, BTreeMap::new());
+            let mut root = std::mem::take(&mut self.root.props);
             let r = self.merge_props(&mut root, props, "");
             self.root.props = root;
             r?;
@@ -704,7 +700,7 @@ impl Mapping {
         let mut by_name = HashMap::new();
         let mut objects = HashSet::new();
         let mut next_id = self.next_id;
-        let mut root = std::mem::replace(&mut self.root.props, BTreeMap::new());
+        let mut root = std::mem::take(&mut self.root.props);
         let r = self.walk_assign(
             &mut root,
             "",
@@ -889,11 +885,42 @@ fn field_json(fd: &FieldDef) -> Value {
 pub enum FV {
     /// Keyword terms (after normalizer), in source order.
     Kw(Vec<Box<str>>),
-    /// Text tokens with positions (values separated by a position gap of 100).
-    Text(Vec<(Box<str>, u32)>),
+    /// Text tokens: the distinct terms (sorted) with their positions (values of a
+    /// multi-valued field are separated by a position gap of 100).
+    Text(TextField),
     /// Integers, dates (millis, or nanos for date_nanos) and booleans (0/1).
     Long(Vec<i64>),
     Double(Vec<f64>),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TextField {
+    pub terms: Vec<(Box<str>, Vec<u32>)>,
+    /// Number of tokens.
+    pub len: u32,
+}
+
+impl TextField {
+    fn build(mut occ: Vec<(Box<str>, u32)>) -> TextField {
+        let len = occ.len() as u32;
+        occ.sort_unstable();
+        let mut terms: Vec<(Box<str>, Vec<u32>)> = Vec::new();
+        for (t, p) in occ {
+            match terms.last_mut() {
+                Some((last, ps)) if *last == t => ps.push(p),
+                _ => terms.push((t, vec![p])),
+            }
+        }
+        terms.shrink_to_fit();
+        TextField { terms, len }
+    }
+
+    pub fn positions(&self, term: &str) -> Option<&[u32]> {
+        self.terms
+            .binary_search_by(|(t, _)| (**t).cmp(term))
+            .ok()
+            .map(|i| &self.terms[i].1[..])
+    }
 }
 
 /// The indexed form of a document: values per field id, sorted by id.
@@ -1250,12 +1277,12 @@ impl Indexer<'_> {
         }
     }
 
-    fn leaf(&mut self, fd: &FieldDef, full: &str, v: &Value) -> EsResult<()> {
+    fn leaf(&mut self, fd: &FieldDef, v: &Value) -> EsResult<()> {
         let info = &self.m.fields[fd.id as usize];
         match v {
             Value::Array(a) => {
                 for x in a {
-                    self.leaf(fd, full, x)?;
+                    self.leaf(fd, x)?;
                 }
                 return Ok(());
             }
@@ -1263,7 +1290,7 @@ impl Indexer<'_> {
                 if let Some(nv) = info.null_value.clone()
                     && !nv.is_null()
                 {
-                    return self.leaf(fd, full, &nv);
+                    return self.leaf(fd, &nv);
                 }
                 return Ok(());
             }
@@ -1365,10 +1392,10 @@ impl Indexer<'_> {
                         info,
                         v,
                         self.doc_id,
-                        EsError::bad_request(format!("Can't get text on a START_OBJECT at 1:1")),
+                        EsError::bad_request("Can't get text on a START_OBJECT at 1:1".to_string()),
                     ));
                 }
-                self.leaf(fd, &full, v)
+                self.leaf(fd, v)
             }
             None => match dynamic {
                 Dynamic::False => Ok(()),
@@ -1503,7 +1530,7 @@ impl Mapping {
                     id,
                     match p {
                         Pending::Kw(v) => FV::Kw(v),
-                        Pending::Text(v, _) => FV::Text(v),
+                        Pending::Text(v, _) => FV::Text(TextField::build(v)),
                         Pending::Long(v) => FV::Long(v),
                         Pending::Double(v) => FV::Double(v),
                     },

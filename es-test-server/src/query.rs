@@ -184,9 +184,9 @@ impl Ctx<'_> {
 
     fn searchable(&self, f: &FieldInfo) -> EsResult<()> {
         if f.ty == FType::Binary {
-            return Err(qse(format!(
-                "failed to create query: Binary fields do not support searching"
-            )));
+            return Err(qse(
+                "failed to create query: Binary fields do not support searching".to_string(),
+            ));
         }
         if !f.index && !f.doc_values {
             return Err(qse(format!(
@@ -264,11 +264,9 @@ impl Ctx<'_> {
     }
 
     pub fn parse(&self, q: &Value) -> EsResult<Q> {
-        let obj = q.as_object().ok_or_else(|| {
-            pe(format!(
-                "[_na] query malformed, must start with start_object"
-            ))
-        })?;
+        let obj = q
+            .as_object()
+            .ok_or_else(|| pe("[_na] query malformed, must start with start_object".to_string()))?;
         if obj.is_empty() {
             return Err(pe("query malformed, empty clause found at [1:1]"));
         }
@@ -509,9 +507,7 @@ impl Ctx<'_> {
     fn parse_range(&self, body: &Value) -> EsResult<Q> {
         let (field, spec) = single_field("range", body)?;
         let m = spec.as_object().ok_or_else(|| {
-            pe(format!(
-                "[range] query malformed, no start_object after query name"
-            ))
+            pe("[range] query malformed, no start_object after query name".to_string())
         })?;
         let mut gt = None;
         let mut gte = None;
@@ -702,7 +698,7 @@ impl Ctx<'_> {
                 (
                     m.get("query")
                         .cloned()
-                        .ok_or_else(|| pe(format!("No text specified for text query")))?,
+                        .ok_or_else(|| pe("No text specified for text query".to_string()))?,
                     boost_of(m),
                 )
             }
@@ -891,7 +887,7 @@ pub fn wildcard_match(p: &[u8], s: &[u8], ci: bool) -> bool {
 fn str_values(fv: &FV) -> Box<dyn Iterator<Item = &str> + '_> {
     match fv {
         FV::Kw(v) => Box::new(v.iter().map(|s| &**s)),
-        FV::Text(v) => Box::new(v.iter().map(|(s, _)| &**s)),
+        FV::Text(v) => Box::new(v.terms.iter().map(|(s, _)| &**s)),
         _ => Box::new(std::iter::empty()),
     }
 }
@@ -929,23 +925,18 @@ impl Q {
                 ci: false,
                 ..
             } => {
-                let p = snap.postings(*fid);
-                let mut out: Vec<u32> = Vec::new();
+                let mut keys = Vec::with_capacity(vals.len());
                 for v in vals {
-                    let keys = match v {
-                        TV::Str(s) => vec![TermKey::S(s.clone().into_boxed_str())],
-                        TV::Long(i) => vec![TermKey::I(*i), TermKey::f(*i as f64)],
-                        TV::Dbl(d) => vec![TermKey::f(*d)],
-                    };
-                    for k in keys {
-                        if let Some(l) = p.get(&k) {
-                            out.extend_from_slice(l);
+                    match v {
+                        TV::Str(s) => keys.push(TermKey::S(s.clone().into_boxed_str())),
+                        TV::Long(i) => {
+                            keys.push(TermKey::I(*i));
+                            keys.push(TermKey::f(*i as f64));
                         }
+                        TV::Dbl(d) => keys.push(TermKey::f(*d)),
                     }
                 }
-                out.sort_unstable();
-                out.dedup();
-                Some(out)
+                snap.term_positions(*fid, &keys)
             }
             Q::Ids(ids, _) => {
                 let mut v: Vec<u32> = ids.iter().filter_map(|i| snap.position(i)).collect();
@@ -1023,6 +1014,7 @@ impl Q {
             } => {
                 let fv = doc.indexed.get(*fid)?;
                 let hit = vals.iter().any(|tv| match (tv, fv) {
+                    (TV::Str(s), FV::Text(t)) if !*ci => t.positions(s).is_some(),
                     (TV::Str(s), fv @ (FV::Kw(_) | FV::Text(_))) => {
                         str_values(fv).any(|x| if *ci { x.to_lowercase() == *s } else { x == s })
                     }
@@ -1106,10 +1098,9 @@ impl Q {
                 let mut matched = 0;
                 let mut score = 0.0;
                 for t in toks {
-                    let tf = v.iter().filter(|(x, _)| **x == **t).count();
-                    if tf > 0 {
+                    if let Some(ps) = v.positions(t) {
                         matched += 1;
-                        score += tf_score(tf, v.len());
+                        score += tf_score(ps.len(), v.len as usize);
                     }
                 }
                 (matched >= *min).then_some(score * boost)
@@ -1123,22 +1114,16 @@ impl Q {
                 let Some(FV::Text(v)) = doc.indexed.get(*fid) else {
                     return None;
                 };
-                let positions = |t: &str| -> Vec<u32> {
-                    v.iter()
-                        .filter(|(x, _)| &**x == t)
-                        .map(|(_, p)| *p)
-                        .collect()
-                };
-                let lists: Vec<Vec<u32>> = toks.iter().map(|t| positions(t)).collect();
-                if lists.iter().any(Vec::is_empty) {
-                    return None;
+                let mut lists: Vec<&[u32]> = Vec::with_capacity(toks.len());
+                for t in toks {
+                    lists.push(v.positions(t)?);
                 }
                 let mut count = 0;
-                for &start in &lists[0] {
+                for &start in lists[0] {
                     let mut prev = start;
                     let mut budget = *slop;
                     let mut ok = true;
-                    for l in &lists[1..] {
+                    for l in lists[1..].iter() {
                         match l
                             .iter()
                             .filter(|&&p| p > prev && p - prev - 1 <= budget)
@@ -1158,7 +1143,7 @@ impl Q {
                         count += 1;
                     }
                 }
-                (count > 0).then(|| tf_score(count, v.len()) * toks.len() as f32 * boost)
+                (count > 0).then(|| tf_score(count, v.len as usize) * toks.len() as f32 * boost)
             }
             Q::Bool {
                 must,

@@ -1,6 +1,7 @@
 //! Search execution over snapshots: matching, sorting, `search_after`, paging, `_source`
 //! filtering, hits rendering and aggregations.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -455,11 +456,12 @@ enum SortSpec {
     },
 }
 
+/// A sort value. Keyword values borrow from the document.
 #[derive(Debug, Clone, PartialEq)]
-enum SV {
+enum SV<'a> {
     I(i64),
     F(f64),
-    S(Option<Box<str>>),
+    S(Option<Cow<'a, str>>),
 }
 
 fn sv_json(v: &SV) -> Value {
@@ -603,10 +605,8 @@ fn compile_sort(sort: &Value, targets: &[Target], pit: bool) -> EsResult<Vec<Sor
                     },
                 };
                 let desc = desc.unwrap_or(false);
-                let missing_last = match missing.as_ref().and_then(Value::as_str) {
-                    Some("_first") => false,
-                    _ => true,
-                };
+                let missing_last =
+                    !matches!(missing.as_ref().and_then(Value::as_str), Some("_first"));
                 let missing =
                     missing.filter(|m| m.as_str() != Some("_first") && m.as_str() != Some("_last"));
                 let max_mode = match mode.as_deref() {
@@ -632,7 +632,7 @@ fn compile_sort(sort: &Value, targets: &[Target], pit: bool) -> EsResult<Vec<Sor
     Ok(out)
 }
 
-fn field_sv(spec: &SortSpec, ti: usize, doc: &Doc) -> SV {
+fn field_sv<'a>(spec: &SortSpec, ti: usize, doc: &'a Doc) -> SV<'a> {
     let SortSpec::Field {
         fids,
         ty,
@@ -662,11 +662,11 @@ fn field_sv(spec: &SortSpec, ti: usize, doc: &Doc) -> SV {
         }
         Some(FV::Kw(v)) if !v.is_empty() => {
             let it = v.iter();
-            Some(SV::S(Some(if *max_mode {
-                it.max().expect("ne").clone()
+            Some(SV::S(Some(Cow::Borrowed(if *max_mode {
+                &**it.max().expect("ne")
             } else {
-                it.min().expect("ne").clone()
-            })))
+                &**it.min().expect("ne")
+            }))))
         }
         _ => None,
     };
@@ -676,10 +676,11 @@ fn field_sv(spec: &SortSpec, ti: usize, doc: &Doc) -> SV {
     // Missing values.
     match ty {
         FType::Keyword | FType::Text => SV::S(missing.as_ref().map(|m| {
-            m.as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| m.to_string())
-                .into_boxed_str()
+            Cow::Owned(
+                m.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| m.to_string()),
+            )
         })),
         t if t.is_float() => match missing.as_ref().and_then(Value::as_f64) {
             Some(f) => SV::F(f),
@@ -748,7 +749,7 @@ fn cmp_keys(specs: &[SortSpec], a: &[SV], b: &[SV]) -> Ordering {
     Ordering::Equal
 }
 
-fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV> {
+fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV<'static>> {
     let fail = |name: &str| {
         EsError::bad_request(format!(
             "Failed to parse search_after value for field [{name}]."
@@ -768,8 +769,8 @@ fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV> {
         SortSpec::Field { ty, name, .. } => match ty {
             FType::Keyword | FType::Text => match v {
                 Value::Null => SV::S(None),
-                Value::String(s) => SV::S(Some(s.clone().into_boxed_str())),
-                other => SV::S(Some(other.to_string().into_boxed_str())),
+                Value::String(s) => SV::S(Some(Cow::Owned(s.clone()))),
+                other => SV::S(Some(Cow::Owned(other.to_string()))),
             },
             t if t.is_float() => SV::F(
                 v.as_f64()
@@ -863,11 +864,6 @@ pub fn find_matches<'a>(
 pub fn shards_json(targets: &[Target]) -> Value {
     let n: u32 = targets.iter().map(|t| t.shards).sum();
     json!({"total": n, "successful": n, "skipped": 0, "failed": 0})
-}
-
-struct Hit<'a> {
-    m: &'a Match<'a>,
-    key: Vec<SV>,
 }
 
 fn hit_json(
@@ -1033,32 +1029,34 @@ pub fn execute(
         None
     };
 
-    let key_of = |m: &Match| -> Vec<SV> {
-        effective
-            .iter()
-            .map(|s| match s {
+    // Sort keys of every match, flat: match i owns keys[i * k..(i + 1) * k].
+    let k = effective.len();
+    let mut keys: Vec<SV> = Vec::with_capacity(matches.len() * k);
+    for m in &matches {
+        for s in &effective {
+            keys.push(match s {
                 SortSpec::Score { .. } => SV::F(m.score as f64),
                 SortSpec::Doc { .. } => SV::I(m.doc.seq_no),
                 SortSpec::ShardDoc { .. } => {
                     SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
                 }
                 SortSpec::Field { .. } => field_sv(s, m.ti, m.doc),
-            })
-            .collect()
-    };
-    let mut hits: Vec<Hit> = matches
-        .iter()
-        .map(|m| Hit { m, key: key_of(m) })
-        .filter(|h| {
+            });
+        }
+    }
+    let key = |i: usize| &keys[i * k..(i + 1) * k];
+    let mut hits: Vec<usize> = (0..matches.len())
+        .filter(|&i| {
             after
                 .as_ref()
-                .is_none_or(|a| cmp_keys(&effective, &h.key, a) == Ordering::Greater)
+                .is_none_or(|a| cmp_keys(&effective, key(i), a) == Ordering::Greater)
         })
         .collect();
-    let cmp = |a: &Hit, b: &Hit| {
-        cmp_keys(&effective, &a.key, &b.key)
-            .then(a.m.ti.cmp(&b.m.ti))
-            .then(a.m.doc.seq_no.cmp(&b.m.doc.seq_no))
+    let cmp = |a: &usize, b: &usize| {
+        let (ma, mb) = (matches[*a], matches[*b]);
+        cmp_keys(&effective, key(*a), key(*b))
+            .then(ma.ti.cmp(&mb.ti))
+            .then(ma.doc.seq_no.cmp(&mb.doc.seq_no))
     };
     let want = req.from + req.size;
     if want < hits.len() && want > 0 {
@@ -1071,13 +1069,14 @@ pub fn execute(
     hits.sort_by(cmp);
     let page = hits.iter().skip(req.from).take(req.size);
     let mut hits_s = Vec::new();
-    for h in page {
-        let t = &targets[h.m.ti];
+    for &i in page {
+        let m = matches[i];
+        let t = &targets[m.ti];
         hits_s.push(hit_json(
             t,
-            h.m,
-            explicit_sort.then_some(&h.key[..]),
-            scoring.then_some(h.m.score),
+            m,
+            explicit_sort.then_some(key(i)),
+            scoring.then_some(m.score),
             &req.source,
             req.seq_no_primary_term,
             req.version,
@@ -1121,6 +1120,7 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
     let mut sort = None;
     let mut seqno = false;
     let mut version = false;
+    let mut track_scores = false;
     for (k, v) in spec {
         match k.as_str() {
             "size" => size = as_usize("size", v)?,
@@ -1129,7 +1129,8 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
             "sort" => sort = Some(v.clone()),
             "seq_no_primary_term" => seqno = v.as_bool().unwrap_or(false),
             "version" => version = v.as_bool().unwrap_or(false),
-            "track_scores" | "explain" => {}
+            "track_scores" => track_scores = v.as_bool().unwrap_or(false),
+            "explain" => {}
             other => return Err(EsError::unsupported(&format!("[{other}] in top_hits"))),
         }
     }
@@ -1144,6 +1145,9 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
         None => vec![],
     };
     let explicit = !specs.is_empty();
+    // Scores are tracked unless a sort without _score is given (as in Elasticsearch).
+    let scoring =
+        !explicit || track_scores || specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
     let effective = if explicit {
         specs
     } else {
@@ -1168,10 +1172,10 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
             .then(a.1.ti.cmp(&b.1.ti))
             .then(a.1.doc.seq_no.cmp(&b.1.doc.seq_no))
     });
-    let max_score = if explicit {
-        None
-    } else {
+    let max_score = if scoring {
         ms.iter().map(|m| m.score).reduce(f32::max)
+    } else {
+        None
     };
     let hits: Vec<Value> = hs
         .iter()
@@ -1182,7 +1186,7 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
                 &targets[m.ti],
                 m,
                 explicit.then_some(&k[..]),
-                (!explicit).then_some(m.score),
+                scoring.then_some(m.score),
                 &src,
                 seqno,
                 version,

@@ -194,10 +194,8 @@ pub fn validate(flat: &Flat, update: bool) -> EsResult<()> {
             "index.refresh_interval" | "index.search.idle.after" | "index.gc_deletes" => {
                 time_setting(k, v)?;
             }
-            "index.default_pipeline" | "index.final_pipeline" => {
-                if v.as_str() != Some("_none") {
-                    return Err(EsError::unsupported("ingest pipelines"));
-                }
+            "index.default_pipeline" | "index.final_pipeline" if v.as_str() != Some("_none") => {
+                return Err(EsError::unsupported("ingest pipelines"));
             }
             _ => {}
         }

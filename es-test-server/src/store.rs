@@ -59,14 +59,17 @@ pub struct Doc {
     pub indexed: Indexed,
 }
 
-/// What a search sees: the documents as of one refresh, in index order.
+/// What a search sees: the documents as of one refresh, in index order (= `_seq_no` order).
 #[derive(Debug)]
 pub struct Snapshot {
     pub docs: Vec<Arc<Doc>>,
+    /// `docs[i].seq_no`, for binary searches.
+    seqs: Vec<i64>,
+    /// Every write up to this sequence number is visible in this snapshot.
+    max_seq: i64,
     pub mapping: Arc<Mapping>,
-    /// Term -> positions (in `docs`) per field, built on first use and kept for the
-    /// snapshot's life (a snapshot never changes).
-    terms: Mutex<HashMap<u16, Arc<Postings>>>,
+    /// Inverted indexes shared by every snapshot of the index (see [`Snapshot::term_positions`]).
+    postings: PostingsCache,
     ids: OnceLock<HashMap<Arc<str>, u32>>,
 }
 
@@ -89,43 +92,98 @@ impl TermKey {
     }
 }
 
-pub type Postings = HashMap<TermKey, Vec<u32>>;
+/// Term -> `_seq_no`s (ascending) of one field, as of a snapshot whose writes end at `max_seq`.
+#[derive(Debug)]
+pub struct FieldPostings {
+    max_seq: i64,
+    map: HashMap<TermKey, Vec<i64>>,
+}
+
+pub type PostingsCache = Arc<Mutex<HashMap<u16, Arc<FieldPostings>>>>;
 
 impl Snapshot {
-    pub fn new(docs: Vec<Arc<Doc>>, mapping: Arc<Mapping>) -> Snapshot {
+    pub fn new(
+        docs: Vec<Arc<Doc>>,
+        max_seq: i64,
+        mapping: Arc<Mapping>,
+        postings: PostingsCache,
+    ) -> Snapshot {
+        let seqs = docs.iter().map(|d| d.seq_no).collect();
         Snapshot {
             docs,
+            seqs,
+            max_seq,
             mapping,
-            terms: Mutex::new(HashMap::new()),
+            postings,
             ids: OnceLock::new(),
         }
     }
 
-    /// The inverted index of one field (keyword, text tokens, integers, dates, booleans).
-    pub fn postings(&self, fid: u16) -> Arc<Postings> {
-        if let Some(p) = self.terms.lock().get(&fid) {
-            return p.clone();
-        }
-        let mut p: Postings = HashMap::new();
-        for (pos, d) in self.docs.iter().enumerate() {
-            let pos = pos as u32;
+    fn build_postings(&self, fid: u16) -> FieldPostings {
+        let mut map: HashMap<TermKey, Vec<i64>> = HashMap::new();
+        for d in &self.docs {
+            let seq = d.seq_no;
             let mut add = |k: TermKey| {
-                let v = p.entry(k).or_default();
-                if v.last() != Some(&pos) {
-                    v.push(pos);
+                let v = map.entry(k).or_default();
+                if v.last() != Some(&seq) {
+                    v.push(seq);
                 }
             };
             match d.indexed.get(fid) {
                 Some(FV::Kw(v)) => v.iter().for_each(|s| add(TermKey::S(s.clone()))),
-                Some(FV::Text(v)) => v.iter().for_each(|(s, _)| add(TermKey::S(s.clone()))),
+                Some(FV::Text(v)) => v.terms.iter().for_each(|(s, _)| add(TermKey::S(s.clone()))),
                 Some(FV::Long(v)) => v.iter().for_each(|i| add(TermKey::I(*i))),
                 Some(FV::Double(v)) => v.iter().for_each(|x| add(TermKey::f(*x))),
                 None => {}
             }
         }
-        let p = Arc::new(p);
-        self.terms.lock().insert(fid, p.clone());
-        p
+        FieldPostings {
+            max_seq: self.max_seq,
+            map,
+        }
+    }
+
+    /// Positions (sorted) of the documents that may hold one of `keys` in field `fid`: a
+    /// superset, to be checked by evaluating the query. None means "scan everything".
+    ///
+    /// The inverted index of a field is built from one snapshot and reused by the later
+    /// ones: documents written after it (the tail of `docs`, which is in `_seq_no` order)
+    /// are always candidates, and entries of documents that are gone are dropped by
+    /// looking their `_seq_no` up. It is rebuilt when the tail grows large.
+    pub fn term_positions(&self, fid: u16, keys: &[TermKey]) -> Option<Vec<u32>> {
+        let cached = self.postings.lock().get(&fid).cloned();
+        let base = match cached {
+            // Built from a later snapshot (an old point in time): not usable here.
+            Some(b) if b.max_seq > self.max_seq => return None,
+            Some(b)
+                if self.docs.len() - self.seqs.partition_point(|&s| s <= b.max_seq)
+                    <= (self.docs.len() / 8).max(1024) =>
+            {
+                b
+            }
+            _ => {
+                let b = Arc::new(self.build_postings(fid));
+                let mut c = self.postings.lock();
+                if c.get(&fid).is_none_or(|old| old.max_seq < b.max_seq) {
+                    c.insert(fid, b.clone());
+                }
+                b
+            }
+        };
+        let tail = self.seqs.partition_point(|&s| s <= base.max_seq);
+        let mut out: Vec<u32> = Vec::new();
+        for k in keys {
+            if let Some(list) = base.map.get(k) {
+                out.extend(
+                    list.iter()
+                        .filter_map(|s| self.seqs[..tail].binary_search(s).ok().map(|p| p as u32)),
+                );
+            }
+        }
+        out.extend(tail as u32..self.docs.len() as u32);
+        out.sort_unstable();
+        out.dedup();
+        Some(out)
     }
 
     /// Position of a document by id.
@@ -146,7 +204,6 @@ impl Snapshot {
 pub struct Index {
     pub name: String,
     pub uuid: String,
-    pub created_ms: i64,
     pub settings: Flat,
     pub mapping: Arc<Mapping>,
     pub live: HashMap<Arc<str>, Arc<Doc>>,
@@ -186,8 +243,14 @@ pub struct UpdateReq {
 impl Index {
     pub fn new(name: &str, user_settings: Flat, mappings: Option<&Value>) -> EsResult<Index> {
         settings::validate(&user_settings, false)?;
-        let analysis =
-            Analysis::from_settings(settings::analysis_section(&user_settings).as_ref())?;
+        let analysis = Analysis::from_settings(
+            settings::analysis_section(&user_settings).as_ref(),
+            user_settings
+                .get("index.max_ngram_diff")
+                .and_then(Value::as_str)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
+        )?;
         let mut mapping = Mapping::empty(analysis);
         if let Some(m) = mappings {
             mapping.merge_json(m)?;
@@ -219,14 +282,13 @@ impl Index {
         let mut ix = Index {
             name: name.to_string(),
             uuid,
-            created_ms,
             settings: s,
             mapping: mapping.clone(),
             live: HashMap::new(),
             order: BTreeMap::new(),
             tombstones: HashMap::new(),
             next_seq: 0,
-            snapshot: Arc::new(Snapshot::new(vec![], mapping)),
+            snapshot: Arc::new(Snapshot::new(vec![], -1, mapping, PostingsCache::default())),
             dirty: false,
             refreshed: tx,
             last_refresh: now,
@@ -527,7 +589,12 @@ impl Index {
     pub fn refresh(&mut self) {
         if self.dirty || !Arc::ptr_eq(&self.snapshot.mapping, &self.mapping) {
             let docs: Vec<Arc<Doc>> = self.order.values().cloned().collect();
-            self.snapshot = Arc::new(Snapshot::new(docs, self.mapping.clone()));
+            self.snapshot = Arc::new(Snapshot::new(
+                docs,
+                self.next_seq - 1,
+                self.mapping.clone(),
+                self.snapshot.postings.clone(),
+            ));
             self.dirty = false;
         }
         self.last_refresh = Instant::now();
@@ -675,12 +742,6 @@ fn glob(pat: &str, s: &str) -> bool {
 }
 
 impl Cluster {
-    pub fn index(&self, name: &str) -> EsResult<&Index> {
-        self.indices
-            .get(name)
-            .ok_or_else(|| EsError::index_not_found(name))
-    }
-
     pub fn index_mut(&mut self, name: &str) -> EsResult<&mut Index> {
         self.indices
             .get_mut(name)

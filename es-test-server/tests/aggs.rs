@@ -92,7 +92,7 @@ fn terms_with_max_score_order_and_top_hits() {
     assert_eq!(a["d"]["buckets"][0]["total"]["value"], 12.0);
     assert_eq!(a["s"]["buckets"], json!([{"key":1,"doc_count":1}]));
     assert_eq!(a["s"]["sum_other_doc_count"], 5);
-    assert_eq!(a["latest"]["value"], 1_700_000_000_009i64 as f64);
+    assert_eq!(a["latest"]["value"], 1_700_000_000_009_f64);
     assert_eq!(a["latest"]["value_as_string"], "2023-11-14T22:13:20.009Z");
     assert_eq!(a["n"]["value"], 6);
     assert_eq!(a["avg"]["value"], 4.5);

@@ -697,3 +697,127 @@ fn multi_index_search_and_count() {
         "request does not support [size]",
     );
 }
+
+#[test]
+fn trigram_substring_search() {
+    let es = start();
+    let body = r#"{
+      "settings": {
+        "index": {"number_of_shards": 1, "refresh_interval": "1s", "max_result_window": 10000},
+        "analysis": {
+          "tokenizer": {"tri": {"type": "ngram", "min_gram": 3, "max_gram": 3}},
+          "analyzer": {"tri": {"type": "custom", "tokenizer": "tri", "filter": ["lowercase"]}}
+        }
+      },
+      "mappings": {"dynamic": false, "_meta": {"format": 2}, "properties": {"contents": {"type": "text", "analyzer": "tri"}}}
+    }"#;
+    let (s, v) = es.put("/t", body);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        es.get("/t/_mapping").1["t"]["mappings"]["_meta"]["format"],
+        2
+    );
+    es.put("/t/_doc/1", r#"{"contents":"The Quick Brown Fox"}"#);
+    es.put(
+        "/t/_doc/2?refresh=true",
+        r#"{"contents":"quickly, brownish"}"#,
+    );
+    let m = |q: &str| {
+        sorted(es.ids(
+            "/t",
+            &json!({"query":{"match":{"contents":{"query":q,"operator":"and"}}}}).to_string(),
+        ))
+    };
+    assert_eq!(m("QUICK"), vec!["1", "2"]);
+    assert_eq!(m("k brown"), vec!["1"]);
+    assert_eq!(m("brownish"), vec!["2"]);
+    assert_eq!(m("fox"), vec!["1"]);
+    assert!(m("xyz").is_empty());
+    // Shorter than a gram: no tokens, no match (zero_terms_query none).
+    assert!(m("ab").is_empty());
+    es.expect_err("PUT", "/t2", Some(r#"{"settings":{"analysis":{"tokenizer":{"g":{"type":"ngram","min_gram":2,"max_gram":4}},"analyzer":{"a":{"tokenizer":"g"}}}}}"#),
+        400, "illegal_argument_exception", "The difference between max_gram and min_gram in NGram Tokenizer must be less than or equal to: [1] but was [2]");
+    assert_eq!(es.put("/t3", r#"{"settings":{"index":{"max_ngram_diff":2},"analysis":{"tokenizer":{"g":{"type":"ngram","min_gram":2,"max_gram":4}},"analyzer":{"a":{"tokenizer":"g"}}}}}"#).0, 200);
+}
+
+#[test]
+fn term_index_stays_exact_across_refreshes_and_pits() {
+    let es = start();
+    es.put("/t", r#"{"settings":{"refresh_interval":"-1"},"mappings":{"properties":{"k":{"type":"keyword"},"n":{"type":"long"}}}}"#);
+    let mut body = String::new();
+    for i in 0..3000 {
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"{i}\"}}}}\n{{\"k\":\"g{}\",\"n\":{}}}\n",
+            i % 3,
+            i % 5
+        ));
+    }
+    es.bulk("/t/_bulk?refresh=true", &body);
+    let count = |q: Value| {
+        es.post("/t/_count", &json!({ "query": q }).to_string()).1["count"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(count(json!({"term":{"k":"g0"}})), 1000);
+    assert_eq!(count(json!({"terms":{"n":[0, 1]}})), 1200);
+    let (_, v) = es.post("/t/_pit?keep_alive=1m", "");
+    let pit = v["id"].as_str().unwrap().to_string();
+    // Move docs between terms, delete some, add some; small and large deltas.
+    for round in 0..3 {
+        let mut body = String::new();
+        let n = if round == 2 { 2000 } else { 10 };
+        for i in 0..n {
+            body.push_str(&format!(
+                "{{\"index\":{{\"_id\":\"{i}\"}}}}\n{{\"k\":\"g1\",\"n\":7}}\n"
+            ));
+        }
+        body.push_str(&format!(
+            "{{\"delete\":{{\"_id\":\"{}\"}}}}\n",
+            2999 - round
+        ));
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"new{round}\"}}}}\n{{\"k\":\"g0\",\"n\":0}}\n"
+        ));
+        es.bulk("/t/_bulk?refresh=true", &body);
+        let mut expect_g0 = 0;
+        let mut expect_n0 = 0;
+        let changed = if round == 2 { 2000 } else { 10 };
+        for i in 0..3000 {
+            if i >= 3000 - (round + 1) as usize {
+                continue;
+            }
+            if i < changed {
+                continue;
+            }
+            if i % 3 == 0 {
+                expect_g0 += 1;
+            }
+            if i % 5 == 0 {
+                expect_n0 += 1;
+            }
+        }
+        assert_eq!(
+            count(json!({"term":{"k":"g0"}})),
+            expect_g0 + round as u64 + 1,
+            "round {round}"
+        );
+        assert_eq!(
+            count(json!({"term":{"n":0}})),
+            expect_n0 + round as u64 + 1,
+            "round {round}"
+        );
+        assert_eq!(count(json!({"term":{"n":7}})), changed as u64);
+    }
+    // The point in time still sees the old terms.
+    let (_, v) = es.post(
+        "/_search",
+        &json!({"pit":{"id":pit},"size":0,"query":{"term":{"k":"g0"}},"track_total_hits":true})
+            .to_string(),
+    );
+    assert_eq!(v["hits"]["total"]["value"], 1000);
+    let (_, v) = es.post(
+        "/_search",
+        &json!({"pit":{"id":pit},"size":0,"query":{"term":{"n":7}}}).to_string(),
+    );
+    assert_eq!(v["hits"]["total"]["value"], 0);
+}

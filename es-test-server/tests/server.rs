@@ -181,3 +181,29 @@ fn many_concurrent_clients() {
         .collect();
     assert_eq!(seqs, (0..400).collect::<Vec<_>>());
 }
+
+#[test]
+fn usable_from_inside_a_callers_tokio_runtime() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut s = es_test_server::EsTestServer::start("127.0.0.1:0").unwrap();
+        s.stop();
+        s.restart().unwrap();
+        let addr = s.addr();
+        let ok = tokio::task::spawn_blocking(move || {
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut out = String::new();
+            c.read_to_string(&mut out).unwrap();
+            out.starts_with("HTTP/1.1 200")
+        })
+        .await
+        .unwrap();
+        assert!(ok);
+        drop(s);
+    });
+}

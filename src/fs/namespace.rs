@@ -203,6 +203,8 @@ impl Fs {
             Ok(())
         })?;
         self.touch_dir(newparent, 0)?;
+        // The new name's entry gets the indexed text too.
+        self.content_changed(ino);
         let mut inode = inode;
         self.overlay(&mut inode);
         Ok(inode)
@@ -221,7 +223,7 @@ impl Fs {
         if entry.kind == Kind::Dir {
             return Err(FsError::IsDir);
         }
-        self.delete_entry(parent, name, ver)?;
+        self.delete_entry(parent, name, entry.ino, ver)?;
         self.drop_link(entry.ino, parent, &entry.name)?;
         self.touch_dir(parent, 0)
     }
@@ -252,21 +254,33 @@ impl Fs {
             if !self.dir_is_empty(entry.ino)? {
                 return Err(FsError::NotEmpty);
             }
-            self.delete_entry(parent, name, ver)?;
+            self.delete_entry(parent, name, entry.ino, ver)?;
             self.drop_link(entry.ino, parent, &entry.name)?;
             return self.touch_dir(parent, -1);
         }
     }
 
-    fn delete_entry(&self, parent: u64, name: &[u8], ver: Version) -> FsResult<()> {
-        match self
-            .store
-            .delete(Idx::Entries, &entry_id(parent, name), Some(ver))
-        {
-            Ok(_) => Ok(()),
-            Err(StoreError::Conflict(_)) => Err(FsError::Again),
-            Err(e) => Err(e.into()),
+    /// Delete the entry `name` in `parent` if it still names `ino`. A version
+    /// conflict from an attribute refresh of the same entry (a close racing
+    /// with the unlink) is retried; the entry naming another inode is not.
+    fn delete_entry(&self, parent: u64, name: &[u8], ino: u64, ver: Version) -> FsResult<()> {
+        let id = entry_id(parent, name);
+        let mut ver = ver;
+        for _ in 0..MAX_RETRIES {
+            match self.store.delete(Idx::Entries, &id, Some(ver)) {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let Some((cur, v)) = self.get_entry(parent, name)? else {
+                return Err(FsError::NotFound);
+            };
+            if cur.ino != ino {
+                return Err(FsError::Again);
+            }
+            ver = v;
         }
+        Err(FsError::Again)
     }
 
     pub(super) fn dir_is_empty(&self, ino: u64) -> FsResult<bool> {

@@ -119,10 +119,12 @@ impl Fs {
     }
 
     fn apply_exchange(&self, a: &Entry, b: &Entry) -> FsResult<()> {
-        let swap = |pos: &Entry, from: &Entry| Entry {
-            ino: from.ino,
-            kind: from.kind,
-            ..pos.clone()
+        // Each position takes the other's inode and what derives from it
+        // (attributes, indexed text, xattr keywords).
+        let swap = |pos: &Entry, from: &Entry| {
+            let mut e = pos.clone();
+            e.take_inode_fields(from);
+            e
         };
         for (pos, other) in [(a, b), (b, a)] {
             let raw = decode_bytes(&pos.name);

@@ -99,6 +99,9 @@ pub struct LockManager {
     wait_ms: std::sync::atomic::AtomicU64,
     cache: Mutex<HashMap<String, Cached>>,
     stop: AtomicBool,
+    /// This mount is the store's only one (embedded store, held by its
+    /// mount lock): every other owner is dead, whatever its lease says.
+    sole: AtomicBool,
 }
 
 /// A held tree lock; release with [`LockManager::release`].
@@ -133,6 +136,7 @@ impl LockManager {
             wait_ms: std::sync::atomic::AtomicU64::new(10_000),
             cache: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
+            sole: AtomicBool::new(false),
         });
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let doc = json!({
@@ -203,10 +207,28 @@ impl LockManager {
             .delete(Idx::Locks, &format!("session/{}", self.owner), None);
     }
 
+    /// Declare this mount the store's only one: drop every lock and session
+    /// of earlier lives (their intents stay, for recovery to roll forward).
+    pub fn become_sole_owner(&self) -> StoreResult<()> {
+        self.sole.store(true, Ordering::Release);
+        for (id, ver, doc) in Self::list(&*self.store)? {
+            if doc["type"] != "intent" && doc["owner"] != self.owner.as_str() {
+                match self.store.delete(Idx::Locks, &id, Some(ver)) {
+                    Ok(_) | Err(StoreError::Conflict(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `owner`'s session is alive (its lease, plus grace, not lapsed).
     pub fn alive(&self, owner: &str) -> StoreResult<bool> {
         if owner == self.owner {
             return Ok(true);
+        }
+        if self.sole.load(Ordering::Acquire) {
+            return Ok(false);
         }
         Ok(
             match self.store.get(Idx::Locks, &format!("session/{owner}"))? {

@@ -20,27 +20,26 @@ pub fn matches(pat: &[u8], name: &[u8]) -> bool {
                     n += 1;
                     continue;
                 }
-                b'[' => {
-                    if let Some((ok, next)) = bracket(pat, p, name[n])
-                        && ok
-                    {
+                b'[' => match bracket(pat, p, name[n]) {
+                    Some((true, next)) => {
                         p = next;
                         n += 1;
                         continue;
-                    } else if bracket(pat, p, name[n]).is_none() && name[n] == b'[' {
-                        // An unterminated `[` matches itself.
+                    }
+                    // An unterminated `[` matches itself.
+                    None if name[n] == b'[' => {
                         p += 1;
                         n += 1;
                         continue;
                     }
+                    _ => {}
+                },
+                b'\\' if p + 1 < pat.len() && pat[p + 1] == name[n] => {
+                    p += 2;
+                    n += 1;
+                    continue;
                 }
-                b'\\' if p + 1 < pat.len() => {
-                    if pat[p + 1] == name[n] {
-                        p += 2;
-                        n += 1;
-                        continue;
-                    }
-                }
+                b'\\' if p + 1 < pat.len() => {}
                 c if c == name[n] => {
                     p += 1;
                     n += 1;

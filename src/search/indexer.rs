@@ -63,7 +63,7 @@ struct State {
 
 /// What the indexer decided for one inode.
 enum Text {
-    Text(String),
+    Utf8(String),
     Binary,
     TooLarge,
 }
@@ -235,7 +235,7 @@ impl Inner {
             return Ok(Text::TooLarge);
         }
         let Some(key) = &inode.content else {
-            return Ok(Text::Text(String::new()));
+            return Ok(Text::Utf8(String::new()));
         };
         let mut buf = vec![0u8; inode.size as usize];
         // Bytes past what the store holds are a hole: zeros, i.e. binary.
@@ -244,7 +244,7 @@ impl Inner {
             return Ok(Text::Binary);
         }
         match String::from_utf8(buf) {
-            Ok(s) => Ok(Text::Text(s)),
+            Ok(s) => Ok(Text::Utf8(s)),
             Err(_) => Ok(Text::Binary),
         }
     }
@@ -318,7 +318,7 @@ impl Inner {
         }
         let text = self.text_of(&inode).map_err(|e| e.to_string())?;
         let (contents, indexed) = match text {
-            Text::Text(s) => (Some(s), INDEXED_TEXT),
+            Text::Utf8(s) => (Some(s), INDEXED_TEXT),
             Text::Binary => (None, INDEXED_BINARY),
             Text::TooLarge => (None, INDEXED_TOO_LARGE),
         };

@@ -216,7 +216,7 @@ impl Parser {
                 Some(Tok::Close) if depth > 0 => break,
                 Some(Tok::Close) => {
                     self.pos += 1;
-                    Atom::Other // unbalanced: the parse as a whole is rejected
+                    Atom::Other // unmatched: a literal `)` or grep's error; claims nothing
                 }
                 Some(Tok::Char(c)) => {
                     let c = *c;
@@ -483,7 +483,9 @@ mod tests {
     fn malformed_patterns_constrain_nothing() {
         assert_eq!(bre("abc[def"), Req::All);
         assert_eq!(bre("abc\\"), Req::All);
-        assert_eq!(ere("abc)def"), Req::All);
+        // An unmatched `)`: literal or an error grep reports; either way
+        // both sides are required.
+        assert_eq!(ere("abc)def"), Req::And(vec![lit("abc"), lit("def")]));
         assert_eq!(ere("(abc"), Req::All);
         assert_eq!(bre("\\(abc"), Req::All);
         // Back-references are opaque.

@@ -81,6 +81,8 @@ pub struct EsStore {
     prefix: String,
     /// URL without credentials, for messages.
     url: String,
+    /// The URL as given, whose credentials must never reach a message.
+    raw_url: String,
     retry_budget: Duration,
     /// Per index: written by this client since its last refresh.
     dirty: [AtomicBool; Idx::ALL.len()],
@@ -191,6 +193,8 @@ pub fn query_json(q: &Query) -> Value {
         Query::Term { field, value } => json!({"term": {field: value}}),
         Query::Terms { field, values } => json!({"terms": {field: values}}),
         Query::Prefix { field, value } => json!({"prefix": {field: value}}),
+        // path_hierarchy emits no "/" token: the root's subtree is every path.
+        Query::Tree { field, path } if path == "/" => json!({"exists": {"field": field}}),
         Query::Tree { field, path } => json!({"term": {format!("{field}.tree"): path}}),
         // Every trigram of the text (the field's analyzer), in any order.
         Query::Text { field, text } => {
@@ -338,6 +342,7 @@ impl EsStore {
             rt,
             prefix: cfg.index.clone(),
             url: shown.clone(),
+            raw_url: cfg.url.trim_end_matches('/').to_string(),
             retry_budget: cfg.retry_budget,
             dirty: Default::default(),
             server_version: String::new(),
@@ -441,7 +446,9 @@ impl EsStore {
         Fut: Future<Output = Result<Response, elasticsearch::Error>>,
     {
         self.rt.block_on(async {
-            let resp = f(self.client.clone()).await.map_err(|e| error_chain(&e))?;
+            let resp = f(self.client.clone())
+                .await
+                .map_err(|e| error_chain(&e).replace(&self.raw_url, &self.url))?;
             let status = resp.status_code().as_u16();
             let body = resp.json::<Value>().await.unwrap_or(Value::Null);
             Ok((status, body))
@@ -1063,5 +1070,38 @@ mod tests {
         );
         assert_eq!(b["mappings"]["dynamic"], false);
         assert_eq!(b["settings"]["index"]["refresh_interval"], "1s");
+    }
+
+    #[test]
+    fn contents_are_trigram_text() {
+        let b = index_body(Idx::Entries);
+        assert_eq!(
+            b["mappings"]["properties"]["contents"]["analyzer"],
+            "esfs_trigram"
+        );
+        let t = &b["settings"]["analysis"]["tokenizer"]["esfs_trigram"];
+        assert_eq!(
+            (
+                t["type"].as_str(),
+                t["min_gram"].as_u64(),
+                t["max_gram"].as_u64()
+            ),
+            (Some("ngram"), Some(3), Some(3))
+        );
+        assert_eq!(
+            b["settings"]["analysis"]["analyzer"]["esfs_trigram"]["filter"],
+            json!(["lowercase"])
+        );
+        assert_eq!(b["mappings"]["properties"]["xattrs"]["type"], "keyword");
+        let q = Query::Text {
+            field: "contents".into(),
+            text: "Hello".into(),
+        };
+        assert_eq!(
+            query_json(&q),
+            json!({"match": {"contents": {"query": "Hello", "operator": "and"}}})
+        );
+        assert_eq!(text_fields(Idx::Entries), ["contents"]);
+        assert!(text_fields(Idx::Inodes).is_empty());
     }
 }

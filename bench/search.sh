@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Benchmark: `grep -r` through an esfs mount vs `esfs search`, on generated
+# trees of N files (default: 10000 and 100000), embedded store, release build.
+#
+#   bench/search.sh [N...]          e.g. bench/search.sh 10000 100000
+#
+# Each tree: N text files of 1-4 KiB in directories of 100, words drawn from
+# a small vocabulary; a rare marker ("quokka-<k>") in 10 files and a common
+# word ("lorem") in about 1% of them. For each pattern it checks that both
+# tools give the identical sorted result set, then times 3 warm runs of each
+# (median), and prints one markdown table row per tree and pattern.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(10000 100000)
+
+cargo build --release -j2 -q
+ESFS=$PWD/target/release/esfs
+work=$(mktemp -d /tmp/esfs-bench.XXXXXX)
+mnt=$work/mnt
+cleanup() {
+    fusermount3 -u "$mnt" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# Seconds of wall time of a command (output discarded).
+timeit() {
+    local s e
+    s=$(date +%s.%N)
+    "$@" >/dev/null 2>&1 || true
+    e=$(date +%s.%N)
+    echo "$e - $s" | bc -l
+}
+
+gen_tree() { # DIR N
+    python3 - "$1" "$2" <<'EOF'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(42)
+words = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda omicron sigma "
+         "upsilon omega river mountain forest ocean desert valley harbor bridge tower "
+         "castle garden meadow orchard vineyard quarry canyon glacier tundra savanna "
+         "function return struct impl trait module crate buffer vector string").split()
+rare = set(rnd.sample(range(n), 10))
+for i in range(n):
+    d = os.path.join(root, "d%03d" % (i // 10000), "s%03d" % ((i // 100) % 100))
+    os.makedirs(d, exist_ok=True)
+    lines = []
+    for _ in range(rnd.randint(15, 60)):
+        lines.append(" ".join(rnd.choice(words) for _ in range(rnd.randint(5, 12))))
+    if i in rare:
+        lines.insert(rnd.randrange(len(lines)), "a quokka-%d was seen here" % i)
+    if rnd.random() < 0.01:
+        lines.insert(rnd.randrange(len(lines)), "lorem ipsum dolor")
+    with open(os.path.join(d, "f%06d.txt" % i), "w") as f:
+        f.write("\n".join(lines) + "\n")
+EOF
+}
+
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(lscpu | sed -n 's/^Model name: *//p' | head -1); $(date -u +%Y-%m-%d)"
+echo
+echo "| files | pattern | matches | grep -r (s) | esfs search (s) | speed-up |"
+echo "|---:|---|---:|---:|---:|---:|"
+for n in "${sizes[@]}"; do
+    rm -rf "$work/src" "$work/store" "$work/data"
+    mkdir -p "$mnt" "$work/src"
+    gen_tree "$work/src" "$n"
+    "$ESFS" mount "$mnt" --store "$work/store" --data "$work/data" --log "$work/log" >/dev/null
+    cp -r "$work/src" "$mnt/tree"
+    # Wait until the mount has indexed everything.
+    for _ in $(seq 1 3600); do
+        getfattr --only-values -n user.esfs.flush "$mnt" 2>/dev/null | grep -q '"pending":0' && break
+        sleep 1
+    done
+    for pat in "-l quokka-" "-n lorem ipsum"; do
+        # shellcheck disable=SC2086
+        set -- $pat
+        flag=$1; shift; p="$*"
+        g=$(grep -r "$flag" "$p" "$mnt/tree" | sort)
+        e=$("$ESFS" search -r "$flag" "$p" "$mnt/tree" | sort)
+        if [ "$g" != "$e" ]; then
+            echo "MISMATCH for $flag $p on $n files" >&2
+            diff <(echo "$g") <(echo "$e") | head >&2
+            exit 1
+        fi
+        matches=$(echo "$g" | grep -c . || true)
+        tg=$(for _ in 1 2 3; do timeit grep -r "$flag" "$p" "$mnt/tree"; done | median)
+        te=$(for _ in 1 2 3; do timeit "$ESFS" search -r "$flag" "$p" "$mnt/tree"; done | median)
+        printf '| %s | `%s %s` | %s | %.2f | %.3f | %.0fx |\n' "$n" "$flag" "$p" "$matches" "$tg" "$te" "$(echo "$tg / $te" | bc -l)"
+    done
+    fusermount3 -u "$mnt"
+    sleep 1
+done

@@ -1,0 +1,228 @@
+//! Holders that die: a mount killed in the middle of a large directory
+//! rename, and `esfs fsck` finding and repairing damaged documents.
+
+mod common;
+
+use common::*;
+use esfs::model::{ROOT_INO, entry_id, join_path};
+use esfs::store::embedded::EmbeddedStore;
+use esfs::store::{BulkOp, Idx, MetaStore, Query};
+use serde_json::json;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn esfs(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_esfs"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// The documents `n` file creates in directory `dir` (inode `dino`) write,
+/// written in bulk straight into the (unmounted) store.
+fn bulk_files(store_dir: &Path, dino: u64, dir: &str, n: u64) {
+    let store = EmbeddedStore::open(store_dir).unwrap();
+    let mut ops = Vec::new();
+    for i in 0..n {
+        let (ino, name) = (50_000_000 + i, format!("f{i:06}"));
+        ops.push(BulkOp::Create {
+            index: Idx::Inodes,
+            id: ino.to_string(),
+            source: json!({"ino": ino, "kind": "file", "mode": 0o644, "uid": 0, "gid": 0,
+                "size": 0, "nlink": 1, "atime_ns": 0, "mtime_ns": 0, "ctime_ns": 0, "btime_ns": 0,
+                "content": ino.to_string(), "links": [{"p": dino, "n": name}]}),
+        });
+        ops.push(BulkOp::Create {
+            index: Idx::Entries,
+            id: entry_id(dino, name.as_bytes()),
+            source: json!({"parent": dino, "name": name, "path": join_path(dir, &name),
+                "dir": dir, "ino": ino, "kind": "file", "cookie": ino, "size": 0,
+                "mtime": 0, "mode": 0o644, "uid": 0, "gid": 0}),
+        });
+    }
+    assert!(store.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
+}
+
+fn intents(store_dir: &Path) -> u64 {
+    let store = EmbeddedStore::open(store_dir).unwrap();
+    store
+        .count(Idx::Locks, &Query::term("type", "intent"))
+        .unwrap()
+}
+
+#[test]
+fn kill9_during_a_large_directory_rename_is_rolled_forward() {
+    let mut m = Mount::new();
+    skip_in_plain_mode!("kill9_during_a_large_directory_rename_is_rolled_forward");
+    fs::create_dir_all(m.p("clinton/projects")).unwrap();
+    fs::write(m.p("clinton/projects/README.txt"), b"keep me").unwrap();
+    let dino = fs::metadata(m.p("clinton/projects")).unwrap().ino();
+    m.unmount();
+    let n = 60_000;
+    bulk_files(&m.store_dir(), dino, "/clinton/projects", n);
+    m.start_again();
+
+    // Start the rename, and kill the server while it rewrites the subtree.
+    let mnt = m.path().to_path_buf();
+    let mv = std::thread::spawn(move || {
+        Command::new("mv")
+            .arg(mnt.join("clinton"))
+            .arg(mnt.join("bill"))
+            .output()
+            .unwrap()
+    });
+    let store = m.store_dir();
+    let mut caught = false;
+    for _ in 0..400 {
+        std::thread::sleep(Duration::from_millis(5));
+        if intents(&store) > 0 {
+            caught = true;
+            break;
+        }
+    }
+    m.kill9();
+    let _ = mv.join();
+    assert!(
+        caught,
+        "the rename finished before it could be interrupted; make it larger"
+    );
+    assert!(
+        intents(&store) > 0,
+        "killed with the rename's intent recorded"
+    );
+
+    // The next mount finds the dead mount's intent and rolls it forward.
+    m.start_again();
+    assert!(!m.p("clinton").exists());
+    assert_eq!(
+        fs::read(m.p("bill/projects/README.txt")).unwrap(),
+        b"keep me"
+    );
+    assert_eq!(
+        fs::read_dir(m.p("bill/projects")).unwrap().count() as u64,
+        n + 1
+    );
+    m.unmount();
+    assert_eq!(intents(&store), 0);
+    let store_arg = store.to_str().unwrap();
+    let data_arg = m.data_dir();
+    let (code, out) = esfs(&[
+        "fsck",
+        "--store",
+        store_arg,
+        "--data",
+        data_arg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "fsck after recovery:\n{out}");
+    // Every document below /bill has its new path, none kept the old one.
+    let s = EmbeddedStore::open(&store).unwrap();
+    assert_eq!(
+        s.count(Idx::Entries, &Query::tree("path", "/clinton"))
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        s.count(Idx::Entries, &Query::tree("path", "/bill"))
+            .unwrap(),
+        n + 3
+    );
+}
+
+#[test]
+fn fsck_finds_and_repairs_damage() {
+    let mut m = Mount::new();
+    skip_in_plain_mode!("fsck_finds_and_repairs_damage");
+    fs::create_dir_all(m.p("a/b")).unwrap();
+    fs::write(m.p("a/b/f"), b"x").unwrap();
+    fs::write(m.p("a/g"), b"y").unwrap();
+    let b_ino = fs::metadata(m.p("a/b")).unwrap().ino();
+    m.unmount();
+    let (store_dir, data_dir) = (m.store_dir(), m.data_dir());
+    let (sa, da) = (store_dir.to_str().unwrap(), data_dir.to_str().unwrap());
+    assert_eq!(
+        esfs(&["fsck", "--store", sa, "--data", da]).0,
+        0,
+        "clean to begin with"
+    );
+    {
+        let s = EmbeddedStore::open(&store_dir).unwrap();
+        // A stale path (as a crashed rename would leave).
+        let id = entry_id(b_ino, b"f");
+        let mut e = s.get(Idx::Entries, &id).unwrap().unwrap();
+        e.source["path"] = json!("/old/b/f");
+        s.put(Idx::Entries, &id, &e.source, Some(e.version))
+            .unwrap();
+        // A wrong link count.
+        let mut r = s.get(Idx::Inodes, &ROOT_INO.to_string()).unwrap().unwrap();
+        r.source["nlink"] = json!(9);
+        s.put(Idx::Inodes, "1", &r.source, Some(r.version)).unwrap();
+        // An inode nobody names, and contents nobody owns.
+        s.create(Idx::Inodes, "999999", &json!({"ino": 999999, "kind": "file", "mode": 0o644, "uid": 0, "gid": 0,
+            "size": 0, "nlink": 1, "atime_ns": 0, "mtime_ns": 0, "ctime_ns": 0, "btime_ns": 0, "links": []})).unwrap();
+        // A lock and an intent-free session of a mount that died.
+        s.create(
+            Idx::Locks,
+            "tree//a",
+            &json!({"type": "exclusive", "path": "/a", "owner": "ghost", "since": 1}),
+        )
+        .unwrap();
+        s.create(
+            Idx::Locks,
+            "session/ghost",
+            &json!({"type": "session", "owner": "ghost", "since": 1, "expires": 1}),
+        )
+        .unwrap();
+    }
+    fs::create_dir_all(data_dir.join("77")).unwrap();
+    fs::write(data_dir.join("77/12377"), b"orphan").unwrap();
+
+    let (code, out) = esfs(&["fsck", "--store", sa, "--data", da]);
+    assert_eq!(code, 4, "{out}");
+    for want in [
+        "should be \"/a/b/f\"",
+        "root: nlink 9",
+        "inode 999999 has no name",
+        "contents 12377",
+        "stale exclusive lock",
+        "stale session ghost",
+    ] {
+        assert!(out.contains(want), "fsck should report {want:?}:\n{out}");
+    }
+    let (code, out) = esfs(&["fsck", "--store", sa, "--data", da, "--repair"]);
+    assert_eq!(code, 1, "{out}");
+    let (code, out) = esfs(&["fsck", "--store", sa, "--data", da]);
+    assert_eq!(code, 0, "clean after repair:\n{out}");
+    m.start_again();
+    assert_eq!(fs::read(m.p("a/b/f")).unwrap(), b"x");
+}
+
+#[test]
+fn locks_lists_sessions_and_breaks_a_lock() {
+    let m = Mount::new();
+    skip_in_plain_mode!("locks_lists_sessions_and_breaks_a_lock");
+    let sa = m.store_dir();
+    let (code, out) = esfs(&["locks", "--store", sa.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    // The live mount's session is listed with its mountpoint, alive.
+    let line = out
+        .lines()
+        .find(|l| l.contains("session"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("yes") && line.contains(m.path().to_str().unwrap()),
+        "{out}"
+    );
+    let id = line.split_whitespace().next().unwrap();
+    let (code, out) = esfs(&["locks", "--store", sa.to_str().unwrap(), "--break", id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("broke"), "{out}");
+}
