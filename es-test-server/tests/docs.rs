@@ -336,10 +336,6 @@ fn ids_are_utf8_percent_decoded_and_limited() {
         "is too long",
     );
     // Empty id in bulk.
-    es.bulk(
-        "/_bulk",
-        "{\"index\":{\"_index\":\"fs\",\"_id\":\"\"}}\n{}\n",
-    );
     let (s, v) = es.bulk(
         "/_bulk",
         "{\"index\":{\"_index\":\"fs\",\"_id\":\"\"}}\n{}\n",
