@@ -387,11 +387,15 @@ impl Filesystem for FuseFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(
-            self.fs
-                .setlk(ino.0, lock_owner.0, pid, start, end, typ, sleep),
-            reply,
-        )
+        let want = crate::fs::plock::Range {
+            mount: String::new(),
+            owner: lock_owner.0,
+            pid,
+            start,
+            end,
+            typ,
+        };
+        Self::empty(self.fs.setlk(ino.0, want, sleep), reply)
     }
 
     fn release(

@@ -21,7 +21,7 @@ fn hold(file: &Path, how: &str, secs: u32) -> Child {
          open({ready:?}, 'w').close()\n\
          time.sleep({secs})\n"
     );
-    let child = Command::new("python3")
+    let mut child = Command::new("python3")
         .arg("-c")
         .arg(script)
         .spawn()
@@ -32,6 +32,8 @@ fn hold(file: &Path, how: &str, secs: u32) -> Child {
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("lock holder did not start");
 }
 

@@ -200,9 +200,9 @@ fn a_directory_of_100k_entries_lists_completely() {
         assert!(store.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
     }
     store.refresh(Idx::Entries).unwrap();
-    let out = sh_ok(&m.p("big"), "ls -f | wc -l");
+    let out = sh_ok(m.p("big"), "ls -f | wc -l");
     assert_eq!(out.trim(), (n + 2).to_string());
-    let out = sh_ok(&m.p("big"), "ls -l | tail -n +2 | wc -l");
+    let out = sh_ok(m.p("big"), "ls -l | tail -n +2 | wc -l");
     assert_eq!(out.trim(), n.to_string());
 }
 

@@ -83,17 +83,17 @@ impl Fs {
         Ok(self.conflict(&ranges, owner, start, end, typ))
     }
 
-    /// F_SETLK / F_SETLKW (wait) and unlock (typ F_UNLCK).
-    pub fn setlk(
-        &self,
-        ino: u64,
-        owner: u64,
-        pid: u32,
-        start: u64,
-        end: u64,
-        typ: i32,
-        wait: bool,
-    ) -> FsResult<()> {
+    /// F_SETLK / F_SETLKW (`wait`) and unlock (typ F_UNLCK) of `want`
+    /// (its `mount` is ignored: it is always this mount).
+    pub fn setlk(&self, ino: u64, want: Range, wait: bool) -> FsResult<()> {
+        let Range {
+            owner,
+            pid,
+            start,
+            end,
+            typ,
+            ..
+        } = want;
         let deadline = std::time::Instant::now() + WAIT;
         let mut delay = std::time::Duration::from_millis(10);
         loop {
@@ -171,6 +171,14 @@ impl Fs {
         if !self.plocked.lock().contains(&ino) {
             return Ok(()); // the common case: no store access
         }
-        self.setlk(ino, owner, 0, 0, u64::MAX, libc::F_UNLCK, false)
+        let all = Range {
+            mount: String::new(),
+            owner,
+            pid: 0,
+            start: 0,
+            end: u64::MAX,
+            typ: libc::F_UNLCK,
+        };
+        self.setlk(ino, all, false)
     }
 }

@@ -128,15 +128,15 @@ impl Fs {
         };
         for (pos, other) in [(a, b), (b, a)] {
             let raw = decode_bytes(&pos.name);
-            if let Some((cur, v)) = self.get_entry(pos.parent, &raw)? {
-                if cur.ino == pos.ino {
-                    self.store.put(
-                        Idx::Entries,
-                        &entry_id(pos.parent, &raw),
-                        &to_doc(&swap(pos, other)),
-                        Some(v),
-                    )?;
-                }
+            if let Some((cur, v)) = self.get_entry(pos.parent, &raw)?
+                && cur.ino == pos.ino
+            {
+                self.store.put(
+                    Idx::Entries,
+                    &entry_id(pos.parent, &raw),
+                    &to_doc(&swap(pos, other)),
+                    Some(v),
+                )?;
             }
         }
         let now = now_ns();

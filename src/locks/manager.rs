@@ -288,12 +288,12 @@ impl LockManager {
     }
 
     fn unlock_owned(&self, id: &str) -> StoreResult<()> {
-        if let Some(cur) = self.store.get(Idx::Locks, id)? {
-            if cur.source["owner"] == self.owner.as_str() {
-                match self.store.delete(Idx::Locks, id, Some(cur.version)) {
-                    Ok(_) | Err(StoreError::Conflict(_)) => {}
-                    Err(e) => return Err(e),
-                }
+        if let Some(cur) = self.store.get(Idx::Locks, id)?
+            && cur.source["owner"] == self.owner.as_str()
+        {
+            match self.store.delete(Idx::Locks, id, Some(cur.version)) {
+                Ok(_) | Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -408,12 +408,13 @@ impl LockManager {
         loop {
             {
                 let mut cache = self.cache.lock();
-                if let Some(c) = cache.get_mut(path) {
-                    if !c.draining && c.checked.elapsed() < RECHECK {
-                        c.users += 1;
-                        c.last_used = Instant::now();
-                        return Ok(false);
-                    }
+                if let Some(c) = cache.get_mut(path)
+                    && !c.draining
+                    && c.checked.elapsed() < RECHECK
+                {
+                    c.users += 1;
+                    c.last_used = Instant::now();
+                    return Ok(false);
                 }
             }
             let id = tree_id(path);
@@ -529,13 +530,14 @@ impl LockManager {
                 let _ = self.store.delete(Idx::Locks, id, Some(cur.version));
                 continue;
             }
-            if let Some(p) = s["pending"].as_str() {
-                if p != self.owner && self.alive(p)? {
-                    return Err(LockError::Held(
-                        path.into(),
-                        format!("{p} (waiting for exclusive)"),
-                    ));
-                }
+            if let Some(p) = s["pending"].as_str()
+                && p != self.owner
+                && self.alive(p)?
+            {
+                return Err(LockError::Held(
+                    path.into(),
+                    format!("{p} (waiting for exclusive)"),
+                ));
             }
             let n = s["holders"][&self.owner].as_u64().unwrap_or(0) + 1;
             s["holders"][&self.owner] = json!(n);
