@@ -42,8 +42,9 @@ impl Report {
     }
 }
 
+/// Periodic progress on stderr (a large store takes minutes to check).
 fn progress(what: &str, n: u64) {
-    if n.is_multiple_of(50_000) && n > 0 {
+    if n.is_multiple_of(10_000) && n > 0 {
         eprintln!("fsck: {n} {what} read...");
     }
 }
@@ -56,6 +57,12 @@ pub fn fsck(
 ) -> FsResult<Report> {
     let mut r = Report::default();
     store.refresh(Idx::Entries)?;
+    let n_inodes = store.count(Idx::Inodes, &Query::MatchAll)?;
+    let n_entries = store.count(Idx::Entries, &Query::MatchAll)?;
+    eprintln!(
+        "fsck: checking {n_inodes} inodes and {n_entries} entries{}...",
+        if repair { " (repair)" } else { "" }
+    );
     let lm = fs.lock_manager();
 
     // Locks, intents and sessions of dead mounts.

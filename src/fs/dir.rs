@@ -32,6 +32,12 @@ pub(super) struct DirHandle {
     after: u64,
     page: Vec<DirItem>,
     plus: bool,
+    /// Hash of each name returned since the last rewind -> its cookie. A
+    /// name deleted and created again while the directory is being listed
+    /// gets a new, higher cookie; it is not returned a second time (file
+    /// managers listing a directory under lock-file churn must not show a
+    /// name twice). 16 bytes per entry listed.
+    returned: HashMap<u64, u64>,
 }
 
 const PAGE: usize = 512;
@@ -66,14 +72,30 @@ impl Fs {
             } else {
                 None
             };
-        if let Some(pos) = start {
-            return Ok(h.page[pos..].to_vec());
+        let items = if let Some(pos) = start {
+            h.page[pos..].to_vec()
+        } else {
+            let page = self.fetch_dir(ino, offset, plus)?;
+            h.after = offset;
+            h.page = page.clone();
+            h.plus = plus;
+            page
+        };
+        if offset == 0 {
+            h.returned.clear();
         }
-        let page = self.fetch_dir(ino, offset, plus)?;
-        h.after = offset;
-        h.page = page.clone();
-        h.plus = plus;
-        Ok(page)
+        Ok(items
+            .into_iter()
+            .filter(|i| {
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                std::hash::Hash::hash(&i.name, &mut hasher);
+                let cookie = *h
+                    .returned
+                    .entry(std::hash::Hasher::finish(&hasher))
+                    .or_insert(i.offset);
+                cookie == i.offset
+            })
+            .collect())
     }
 
     fn fetch_dir(&self, ino: u64, offset: u64, plus: bool) -> FsResult<Vec<DirItem>> {

@@ -570,12 +570,10 @@ impl Fs {
             &*self.store,
             Idx::Entries,
             query,
-            // Paths are unique and index-ordered; the cookie breaks ties for
-            // paths too long to be indexed as keywords on Elasticsearch.
-            vec![
-                crate::store::Sort::asc("path"),
-                crate::store::Sort::asc("cookie"),
-            ],
+            // Paths are unique, and this order is served by the path index
+            // (a second key would force a sort of the whole subtree per
+            // page). Elasticsearch's point in time adds its own tiebreaker.
+            vec![crate::store::Sort::asc("path")],
             1000,
             |hits| {
                 let mut ids = Vec::with_capacity(hits.len());
