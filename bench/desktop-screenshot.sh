@@ -102,8 +102,10 @@ has_text() { # region of the screen in $1 (xwd file): LEFT TOP WIDTH HEIGHT
 }
 last= last_change=$t0
 while :; do
-    now=$(date +%s.%N)
+    # The frame's time is taken after the capture: an upper bound on when
+    # the screen looked like this (xwd itself takes ~0.1 s, more under load).
     shot >"$tmp/shot.xwd"
+    now=$(date +%s.%N)
     sum=$(md5sum <"$tmp/shot.xwd" | cut -c1-32)
     if [ "$sum" != "$last" ]; then
         last=$sum last_change=$now

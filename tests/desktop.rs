@@ -75,7 +75,8 @@ fn gio_list_info_copy_move_rename_set_mkdir_remove() {
     assert_eq!(rows.len(), 301, "{out}");
     assert!(
         rows.iter()
-            .any(|r| r.starts_with("file001.txt\t") && r.contains("standard::content-type=text/plain")),
+            .any(|r| r.starts_with("file001.txt\t")
+                && r.contains("standard::content-type=text/plain")),
         "{out}"
     );
     assert!(
@@ -96,16 +97,25 @@ fn gio_list_info_copy_move_rename_set_mkdir_remove() {
 
     // copy, move, rename
     gio_ok(&m, dir, "gio mkdir out && gio copy docs/file001.txt out/");
-    assert_eq!(fs::read_to_string(m.p("out/file001.txt")).unwrap(), "text 001\n");
+    assert_eq!(
+        fs::read_to_string(m.p("out/file001.txt")).unwrap(),
+        "text 001\n"
+    );
     gio_ok(&m, dir, "gio copy -p docs/file002.txt out/copy2.txt");
-    assert_eq!(fs::read_to_string(m.p("out/copy2.txt")).unwrap(), "text 002\n");
+    assert_eq!(
+        fs::read_to_string(m.p("out/copy2.txt")).unwrap(),
+        "text 002\n"
+    );
     let a = fs::metadata(m.p("docs/file002.txt")).unwrap();
     let b = fs::metadata(m.p("out/copy2.txt")).unwrap();
     use std::os::unix::fs::MetadataExt;
     assert_eq!(a.mtime(), b.mtime(), "gio copy -p keeps the mtime");
     gio_ok(&m, dir, "gio move docs/file003.txt out/moved.txt");
     assert!(!m.p("docs/file003.txt").exists());
-    assert_eq!(fs::read_to_string(m.p("out/moved.txt")).unwrap(), "text 003\n");
+    assert_eq!(
+        fs::read_to_string(m.p("out/moved.txt")).unwrap(),
+        "text 003\n"
+    );
     gio_ok(&m, dir, "gio move out docs/");
     assert!(m.p("docs/out/moved.txt").is_file());
     let r = gio_ok(&m, dir, "gio rename docs/file004.txt renamed.txt");
@@ -113,14 +123,28 @@ fn gio_list_info_copy_move_rename_set_mkdir_remove() {
     assert!(m.p("docs/renamed.txt").is_file() && !m.p("docs/file004.txt").exists());
 
     // gio set xattr::NAME writes the xattr user.NAME.
-    gio_ok(&m, dir, "gio set -t string docs/renamed.txt xattr::xdg.tags work,urgent");
+    gio_ok(
+        &m,
+        dir,
+        "gio set -t string docs/renamed.txt xattr::xdg.tags work,urgent",
+    );
     let x = gio_ok(&m, dir, "gio info -a 'xattr::*' docs/renamed.txt");
     assert!(x.contains("xattr::xdg.tags: work,urgent"), "{x}");
-    let g = sh_ok(dir, "getfattr --only-values -n user.xdg.tags docs/renamed.txt");
+    let g = sh_ok(
+        dir,
+        "getfattr --only-values -n user.xdg.tags docs/renamed.txt",
+    );
     assert_eq!(g, "work,urgent");
     // times through gio set (what "touch" in a file manager does)
-    gio_ok(&m, dir, "gio set -t uint64 docs/renamed.txt time::modified 1000000000");
-    assert_eq!(fs::metadata(m.p("docs/renamed.txt")).unwrap().mtime(), 1_000_000_000);
+    gio_ok(
+        &m,
+        dir,
+        "gio set -t uint64 docs/renamed.txt time::modified 1000000000",
+    );
+    assert_eq!(
+        fs::metadata(m.p("docs/renamed.txt")).unwrap().mtime(),
+        1_000_000_000
+    );
 
     // mkdir -p and remove (files, and an empty directory)
     gio_ok(&m, dir, "gio mkdir -p a/b/c");
@@ -150,13 +174,23 @@ fn gio_trash_uses_top_level_trash_dir_and_empty_empties_it() {
     let trash = m.p(format!(".Trash-{uid}"));
     let meta = fs::symlink_metadata(&trash).expect("top-level .Trash-$UID created");
     assert!(meta.is_dir());
-    assert_eq!(meta.permissions().mode() & 0o7777, 0o700, "safe permissions");
+    assert_eq!(
+        meta.permissions().mode() & 0o7777,
+        0o700,
+        "safe permissions"
+    );
     for d in ["files", "info"] {
         let md = fs::metadata(trash.join(d)).unwrap();
         assert_eq!(md.permissions().mode() & 0o7777, 0o700, "{d}");
     }
-    assert_eq!(fs::read_to_string(trash.join("files/one.txt")).unwrap(), "one\n");
-    assert_eq!(fs::read_to_string(trash.join("files/sub/two.txt")).unwrap(), "two\n");
+    assert_eq!(
+        fs::read_to_string(trash.join("files/one.txt")).unwrap(),
+        "one\n"
+    );
+    assert_eq!(
+        fs::read_to_string(trash.join("files/sub/two.txt")).unwrap(),
+        "two\n"
+    );
     assert!(!m.p("docs/one.txt").exists() && !m.p("docs/sub").exists());
     let info = fs::read_to_string(trash.join("info/one.txt.trashinfo")).unwrap();
     assert!(info.starts_with("[Trash Info]\n"), "{info}");
@@ -191,9 +225,15 @@ fn gio_trash_uses_top_level_trash_dir_and_empty_empties_it() {
         parts[0].contains(&format!("{}/docs/one.txt", dir.display())),
         "{out}"
     );
-    assert!(parts[1].contains("metadata::file-manager-view: list"), "{out}");
+    assert!(
+        parts[1].contains("metadata::file-manager-view: list"),
+        "{out}"
+    );
     assert_eq!(parts[2].trim(), "0", "{out}");
-    assert_eq!(fs::read_to_string(m.p("docs/sub/two.txt")).unwrap(), "two\n");
+    assert_eq!(
+        fs::read_to_string(m.p("docs/sub/two.txt")).unwrap(),
+        "two\n"
+    );
     assert_eq!(fs::read_dir(trash.join("files")).unwrap().count(), 0);
     assert_eq!(fs::read_dir(trash.join("info")).unwrap().count(), 0);
 }
@@ -209,7 +249,10 @@ fn gio_trash_uses_sticky_shared_trash_when_present() {
     sh_ok(dir, "mkdir .Trash && chmod 1777 .Trash && echo x > f.txt");
     gio_ok(&m, dir, "gio trash f.txt");
     let per_user = m.p(format!(".Trash/{uid}"));
-    assert_eq!(fs::read_to_string(per_user.join("files/f.txt")).unwrap(), "x\n");
+    assert_eq!(
+        fs::read_to_string(per_user.join("files/f.txt")).unwrap(),
+        "x\n"
+    );
     assert!(per_user.join("info/f.txt.trashinfo").is_file());
     assert!(!m.p(format!(".Trash-{uid}")).exists());
 }
@@ -262,7 +305,10 @@ fn lock_file_churn_while_listing() {
         for e in fs::read_dir(&d).expect("opendir") {
             let e = e.expect("readdir entry");
             let name = e.file_name().to_string_lossy().into_owned();
-            assert!(seen.insert(name.clone()), "duplicate name {name} in one listing");
+            assert!(
+                seen.insert(name.clone()),
+                "duplicate name {name} in one listing"
+            );
             // stat each entry as a file manager does; churned names may vanish
             match fs::symlink_metadata(e.path()) {
                 Ok(_) => {}
@@ -279,7 +325,10 @@ fn lock_file_churn_while_listing() {
     stop.store(true, Ordering::Relaxed);
     let rounds: u64 = writers.into_iter().map(|h| h.join().unwrap()).sum();
     eprintln!("{listings} listings during {rounds} lock/save rounds");
-    assert!(listings >= 3 && rounds >= 50, "{listings} listings, {rounds} rounds");
+    assert!(
+        listings >= 3 && rounds >= 50,
+        "{listings} listings, {rounds} rounds"
+    );
     let left: Vec<String> = fs::read_dir(&d)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -327,7 +376,11 @@ fn statfs_and_df_are_sensible() {
         dir,
         "mkdir d && for i in $(seq 1 50); do : > d/f$i; done && ln d/f1 d/hard && ln -s f1 d/sym",
     );
-    assert_eq!(used(), before + 52, "50 files, 1 dir, 1 symlink; a hard link is no inode");
+    assert_eq!(
+        used(),
+        before + 52,
+        "50 files, 1 dir, 1 symlink; a hard link is no inode"
+    );
     sh_ok(dir, "rm -r d");
     assert_eq!(used(), before);
     let dfi = sh_ok(dir, "df -i . | tail -1");
@@ -415,5 +468,8 @@ fn fstab_helper_mount_fuse_esfs() {
     }
     r.unwrap();
     assert!(ok, "fusermount3 -u failed");
-    assert!(s.join("data").read_dir().unwrap().next().is_some(), "contents in data=DIR");
+    assert!(
+        s.join("data").read_dir().unwrap().next().is_some(),
+        "contents in data=DIR"
+    );
 }

@@ -29,24 +29,39 @@ fn git_clone_status_checkout_gc() {
         ),
     );
     let t = Instant::now();
-    sh_ok(m.path(), &format!("{GIT} clone -q --no-local {} repo", origin.display()));
+    sh_ok(
+        m.path(),
+        &format!("{GIT} clone -q --no-local {} repo", origin.display()),
+    );
     let repo = m.p("repo");
     assert_eq!(sh_ok(&repo, "git status --porcelain"), "");
     assert!(sh_ok(&repo, "git status").contains("nothing to commit, working tree clean"));
-    assert_eq!(fs::read_link(repo.join("link")).unwrap().to_str(), Some("src/f1.txt"));
+    assert_eq!(
+        fs::read_link(repo.join("link")).unwrap().to_str(),
+        Some("src/f1.txt")
+    );
     assert_eq!(sh_ok(&repo, "stat -c %a run.sh").trim(), "755");
 
     sh_ok(&repo, &format!("{GIT} checkout -q other"));
-    assert_eq!(fs::read_to_string(repo.join("src/f1.txt")).unwrap(), "changed\n");
+    assert_eq!(
+        fs::read_to_string(repo.join("src/f1.txt")).unwrap(),
+        "changed\n"
+    );
     assert!(!repo.join("src/f2.txt").exists());
     assert!(repo.join("docs/only-on-other.txt").is_file());
     assert_eq!(sh_ok(&repo, "git status --porcelain"), "");
 
     // A local change, a commit, then gc (packs, prunes, rewrites refs).
-    sh_ok(&repo, &format!("echo edit >> src/f5.txt && {GIT} commit -qam edit"));
+    sh_ok(
+        &repo,
+        &format!("echo edit >> src/f5.txt && {GIT} commit -qam edit"),
+    );
     sh_ok(&repo, &format!("{GIT} checkout -q main"));
     sh_ok(&repo, &format!("{GIT} gc -q --prune=now --aggressive"));
-    assert_eq!(sh_ok(&repo, "ls .git/objects/pack/*.pack | wc -l").trim(), "1");
+    assert_eq!(
+        sh_ok(&repo, "ls .git/objects/pack/*.pack | wc -l").trim(),
+        "1"
+    );
     sh_ok(&repo, "git fsck --strict --no-progress");
     assert_eq!(sh_ok(&repo, "git status --porcelain"), "");
     assert_eq!(sh_ok(&repo, "git log --oneline | wc -l").trim(), "21");
@@ -59,7 +74,10 @@ fn git_clone_status_checkout_gc() {
     // Everything is still there after a remount.
     let mut m = m;
     m.remount();
-    sh_ok(&m.p("repo"), "git fsck --strict --no-progress && git status --porcelain");
+    sh_ok(
+        m.p("repo"),
+        "git fsck --strict --no-progress && git status --porcelain",
+    );
 }
 
 #[test]
@@ -80,7 +98,8 @@ fn cargo_build_of_a_small_crate() {
     fs::write(c.join("src/util.rs"), "pub fn answer() -> u32 { 42 }\n").unwrap();
     let t = Instant::now();
     // target/ inside the mount too: rustc writes, renames and links there.
-    let cmd = "unset CARGO_TARGET_DIR RUSTFLAGS; cargo build -q --offline -j2 && ./target/debug/hello";
+    let cmd =
+        "unset CARGO_TARGET_DIR RUSTFLAGS; cargo build -q --offline -j2 && ./target/debug/hello";
     assert_eq!(sh_ok(&c, cmd), "hello 42\n");
     // An incremental rebuild after a change.
     fs::write(c.join("src/util.rs"), "pub fn answer() -> u32 { 43 }\n").unwrap();
@@ -97,7 +116,11 @@ fn rsync_delete_twice_transfers_nothing_the_second_time() {
     let rs = |extra: &str| {
         sh_ok(
             m.path(),
-            &format!("rsync -a --delete --stats {extra} {}/ {}/", src.display(), dst.display()),
+            &format!(
+                "rsync -a --delete --stats {extra} {}/ {}/",
+                src.display(),
+                dst.display()
+            ),
         )
     };
     fs::create_dir(&dst).unwrap();
@@ -105,15 +128,25 @@ fn rsync_delete_twice_transfers_nothing_the_second_time() {
     fs::create_dir_all(dst.join("stale_dir/x")).unwrap();
     let first = rs("");
     assert!(!dst.join("stale.txt").exists() && !dst.join("stale_dir").exists());
-    assert!(!first.contains("Number of regular files transferred: 0\n"), "{first}");
+    assert!(
+        !first.contains("Number of regular files transferred: 0\n"),
+        "{first}"
+    );
     let r = sh(
         m.path(),
-        &format!("diff -r --no-dereference {} {}", src.display(), dst.display()),
+        &format!(
+            "diff -r --no-dereference {} {}",
+            src.display(),
+            dst.display()
+        ),
     );
     assert_success("diff -r", &r);
 
     let second = rs("--itemize-changes");
-    assert!(second.contains("Number of regular files transferred: 0\n"), "{second}");
+    assert!(
+        second.contains("Number of regular files transferred: 0\n"),
+        "{second}"
+    );
     assert!(second.contains("Number of deleted files: 0\n"), "{second}");
     // With -i, any file or attribute update would print a line before the stats.
     let changes: Vec<&str> = second
@@ -155,7 +188,11 @@ fn tar_round_trip_with_hard_links_symlinks_times() {
     // tar stores whole seconds (the listing uses %Ts).
     assert_eq!(got, want);
     assert_eq!(
-        sh_ok(&inmnt, "stat -c %i gen/README.txt gen/hard1 gen/a/hard2 | sort -u | wc -l").trim(),
+        sh_ok(
+            &inmnt,
+            "stat -c %i gen/README.txt gen/hard1 gen/a/hard2 | sort -u | wc -l"
+        )
+        .trim(),
         "1",
         "hard links share one inode"
     );
@@ -167,7 +204,14 @@ fn tar_round_trip_with_hard_links_symlinks_times() {
         &format!("tar -C x -cf - . | tar -C {} -xpf -", back.display()),
     );
     assert_eq!(sh_ok(&back, listing), want);
-    let r = sh(m.path(), &format!("diff -r --no-dereference {} {}", src.display(), back.display()));
+    let r = sh(
+        m.path(),
+        &format!(
+            "diff -r --no-dereference {} {}",
+            src.display(),
+            back.display()
+        ),
+    );
     assert_success("diff -r", &r);
 }
 
@@ -180,16 +224,26 @@ fn cp_a_of_thousands_of_files() {
         let dir = src.join(format!("d{d:02}"));
         fs::create_dir(&dir).unwrap();
         for f in 0..100 {
-            fs::write(dir.join(format!("f{f:03}.txt")), format!("{d} {f}\n").repeat(f + 1)).unwrap();
+            fs::write(
+                dir.join(format!("f{f:03}.txt")),
+                format!("{d} {f}\n").repeat(f + 1),
+            )
+            .unwrap();
         }
     }
-    sh_ok(&src, "chmod 600 d00/* && chmod 750 d01 && ln -s d00/f000.txt top_link && touch -d '2010-01-01' d05/*");
+    sh_ok(
+        &src,
+        "chmod 600 d00/* && chmod 750 d01 && ln -s d00/f000.txt top_link && touch -d '2010-01-01' d05/*",
+    );
     let t = Instant::now();
     sh_ok(m.path(), &format!("cp -a {} copy", src.display()));
     let took = t.elapsed();
     let listing = "find . -printf '%y %m %s %T@ %p -> %l\\n' | sed 's/^d \\([0-9]*\\) [0-9]*/d \\1/' | LC_ALL=C sort";
     assert_eq!(sh_ok(m.p("copy"), listing), sh_ok(&src, listing));
-    let r = sh(m.path(), &format!("diff -r --no-dereference {} copy", src.display()));
+    let r = sh(
+        m.path(),
+        &format!("diff -r --no-dereference {} copy", src.display()),
+    );
     assert_success("diff -r", &r);
     eprintln!("cp -a of 3000 files: {took:?}");
 }
@@ -210,7 +264,9 @@ fn tail_f_follows_a_writer_and_concurrent_readers_agree() {
         .spawn()
         .unwrap();
     let lines = 200;
-    let expect: String = (0..lines).map(|i| format!("line {i:04} {}\n", "x".repeat(i % 50))).collect();
+    let expect: String = (0..lines)
+        .map(|i| format!("line {i:04} {}\n", "x".repeat(i % 50)))
+        .collect();
     let readers: Vec<_> = (0..3)
         .map(|_| {
             let path = path.clone();

@@ -32,6 +32,10 @@ impl Fs {
     ) -> FsResult<Inode> {
         let ename = encode_name(name)?;
         let _g = self.locks.dirs(&[parent]);
+        // Lock first, then look: an rmdir (exclusive on the directory) by
+        // another mount cannot slip in between the check and the create.
+        let (_t, paths) = self.tree_lock(&[parent], &[])?;
+        let dir = paths[0].clone();
         let (pinode, _) = self.get_inode(parent)?;
         if pinode.kind != Kind::Dir {
             return Err(FsError::NotDir);
@@ -42,8 +46,6 @@ impl Fs {
         if self.get_entry(parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
-        let (_t, paths) = self.tree_lock(&[parent], &[])?;
-        let dir = paths[0].clone();
         let (ino, cookie) = (self.alloc()?, self.alloc()?);
         let (kind, rdev, target) = match node {
             NewNode::File => (Kind::File, 0, None),
@@ -149,6 +151,8 @@ impl Fs {
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Inode> {
         let ename = encode_name(newname)?;
         let _g = self.locks.dirs(&[newparent]);
+        let (_t, paths) = self.tree_lock(&[newparent], &[])?;
+        let dir = paths[0].clone();
         let (target, _) = self.get_inode(ino)?;
         if target.kind == Kind::Dir {
             return Err(FsError::NotPermitted);
@@ -157,14 +161,16 @@ impl Fs {
             return Err(FsError::NotFound);
         }
         let (pinode, _) = self.get_inode(newparent)?;
-        if pinode.kind != Kind::Dir {
-            return Err(FsError::NotDir);
+        if pinode.kind != Kind::Dir || pinode.nlink == 0 {
+            return Err(if pinode.kind != Kind::Dir {
+                FsError::NotDir
+            } else {
+                FsError::NotFound
+            });
         }
         if target.nlink >= u32::MAX - 1 {
             return Err(FsError::TooManyLinks);
         }
-        let (_t, paths) = self.tree_lock(&[newparent], &[])?;
-        let dir = paths[0].clone();
         let mut entry = Entry {
             parent: newparent,
             name: ename.clone(),
@@ -251,6 +257,7 @@ impl Fs {
             if entry.kind != Kind::Dir {
                 return Err(FsError::NotDir);
             }
+            self.see_other_mounts()?;
             if !self.dir_is_empty(entry.ino)? {
                 return Err(FsError::NotEmpty);
             }
@@ -281,6 +288,16 @@ impl Fs {
             ver = v;
         }
         Err(FsError::Again)
+    }
+
+    /// Searches are near-real-time on Elasticsearch: under an exclusive
+    /// lock, make the changes other mounts finished before it visible.
+    /// (A mount's own writes are always visible to its searches.)
+    fn see_other_mounts(&self) -> FsResult<()> {
+        if !self.cfg.exclusive {
+            self.store.refresh(Idx::Entries)?;
+        }
+        Ok(())
     }
 
     pub(super) fn dir_is_empty(&self, ino: u64) -> FsResult<bool> {
@@ -559,6 +576,7 @@ impl Fs {
     /// (one `path.tree` term) and bulk-update its `path` and `dir` to be below
     /// `new`, page by page, checking every item.
     pub(super) fn rewrite_subtree(&self, old: &str, new: &str) -> FsResult<()> {
+        self.see_other_mounts()?;
         let query = Query::Bool {
             must: vec![Query::tree("path", old)],
             must_not: vec![Query::term("path", old)],
