@@ -85,6 +85,10 @@ fn gio_list_info_copy_move_rename_set_mkdir_remove() {
         "{out}"
     );
     eprintln!("gio list -a standard::* of 301 files: {:?}", t.elapsed());
+    // Every attribute: adds listxattr, access and statfs probes per file.
+    let all = gio_ok(&m, dir, "gio list -a '*' docs");
+    assert_eq!(all.lines().count(), 301, "{all}");
+    assert!(all.contains("unix::inode="), "{all}");
 
     // gio info: the mount is recognised as fuse.esfs and trash is possible.
     let info = gio_ok(&m, dir, "gio info docs/file001.txt");

@@ -246,6 +246,27 @@ fn cp_a_of_thousands_of_files() {
     );
     assert_success("diff -r", &r);
     eprintln!("cp -a of 3000 files: {took:?}");
+    if !m.is_plain() {
+        // fsck on the live store: a start line with the counts on stderr,
+        // then the verdict.
+        let r = sh(
+            m.path(),
+            &format!(
+                "{} fsck --store {} --data {}",
+                env!("CARGO_BIN_EXE_esfs"),
+                m.store_dir().display(),
+                m.data_dir().display()
+            ),
+        );
+        assert_success("esfs fsck", &r);
+        // root + copy + 30 dirs + 3000 files + 1 symlink
+        assert!(
+            r.2.contains("fsck: checking 3033 inodes and 3032 entries..."),
+            "{}",
+            r.2
+        );
+        assert!(r.1.contains("0 problem(s)"), "{}", r.1);
+    }
 }
 
 /// One writer appending lines with pauses; a `tail -f` process and several

@@ -1321,3 +1321,37 @@ fn readdir_during_mutation_lists_stable_entries_once() {
         .collect();
     assert_eq!(now.len(), keep.len() + victims.len() + created);
 }
+
+#[test]
+fn fallocate_extends_keeps_size_and_refuses_punching() {
+    use std::os::fd::AsRawFd;
+    let m = Mount::new();
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(m.p("fa"))
+        .unwrap();
+    f.write_all_at(b"abc", 0).unwrap();
+    let fd = f.as_raw_fd();
+    // SAFETY: a valid descriptor and plain integer arguments.
+    assert_eq!(unsafe { libc::fallocate(fd, 0, 0, 8192) }, 0);
+    assert_eq!(f.metadata().unwrap().len(), 8192);
+    assert_eq!(
+        unsafe { libc::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 0, 1 << 20) },
+        0
+    );
+    assert_eq!(f.metadata().unwrap().len(), 8192);
+    let mut buf = [9u8; 8];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"abc\0\0\0\0\0");
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    if !m.is_plain() {
+        assert_eq!(unsafe { libc::fallocate(fd, punch, 0, 4096) }, -1);
+        assert_eq!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::EOPNOTSUPP)
+        );
+    }
+}

@@ -132,6 +132,33 @@ impl Fs {
         Ok(data.len() as u32)
     }
 
+    /// fallocate(2): space is not reserved ahead (contents are sparse files or
+    /// chunk documents), so plain allocation only extends the size and
+    /// KEEP_SIZE succeeds without effect; punching or collapsing ranges is
+    /// not supported.
+    pub fn fallocate(&self, ino: u64, fh: u64, off: u64, len: u64, mode: i32) -> FsResult<()> {
+        self.check_handle(ino, fh)?;
+        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+        match mode {
+            0 => {
+                let size = self.getattr(ino)?.size;
+                if end > size {
+                    self.setattr(
+                        Ctx::ROOT,
+                        ino,
+                        SetAttr {
+                            size: Some(end),
+                            ..Default::default()
+                        },
+                    )?;
+                }
+                Ok(())
+            }
+            libc::FALLOC_FL_KEEP_SIZE => Ok(()),
+            _ => Err(FsError::NotSupported),
+        }
+    }
+
     /// close(2) of one descriptor: make size and times visible in the store.
     pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
         self.check_handle(ino, fh)?;
