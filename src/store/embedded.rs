@@ -1358,19 +1358,25 @@ fn order_by(s: &mut Sql, first: Option<&SortKey>, keys: &[SortKey]) {
 /// (`col >= after` can then seek), then those where it is missing. The final
 /// parameter of each statement is the LIMIT, bound by the caller.
 fn search_sql(table: &str, filter: &Sql, keys: &[SortKey], after: Option<&After>) -> Vec<Sql> {
-    let base = || {
+    // `seek`, if any, is written before the filter: given two lower bounds on
+    // one indexed column (a subtree range and the search_after cursor),
+    // SQLite seeks on the first it meets, and seeking from the subtree's
+    // start made every page rescan all rows before the cursor.
+    let with_seek = |seek: Option<&dyn Fn(&mut Sql)>| {
         let mut s = Sql::default();
         s.push("SELECT id, seq, src, rid");
         for k in keys {
             s.push(", ").col(k.field);
         }
-        s.push(" FROM \"")
-            .push(table)
-            .push("\" WHERE (")
-            .append(filter)
-            .push(")");
+        s.push(" FROM \"").push(table).push("\" WHERE ");
+        if let Some(seek) = seek {
+            seek(&mut s);
+            s.push(" AND ");
+        }
+        s.push("(").append(filter).push(")");
         s
     };
+    let base = || with_seek(None);
     let Some((first, rest)) = keys.split_first() else {
         let mut s = base();
         if let Some(a) = after {
@@ -1395,15 +1401,12 @@ fn search_sql(table: &str, filter: &Sql, keys: &[SortKey], after: Option<&After>
             out.push(present(s));
         }
         Some((a, Some(v))) => {
-            let mut s = base();
             let op = if first.desc { " <= " } else { " >= " };
-            s.push(" AND ")
-                .col(f)
-                .push(op)
-                .bind(v.clone())
-                .push(" AND ");
-            after_cond(&mut s, keys, &a.vals, a.id.as_deref());
-            out.push(present(s));
+            let seek = |s: &mut Sql| {
+                s.col(f).push(op).bind(v.clone()).push(" AND ");
+                after_cond(s, keys, &a.vals, a.id.as_deref());
+            };
+            out.push(present(with_seek(Some(&seek))));
         }
         // The page starts among the rows missing it.
         Some((_, None)) => {}
