@@ -619,3 +619,36 @@ fn admin(
         ),
     }
 }
+
+/// The `es_test_server` command: `[--listen ADDR:PORT]` (default
+/// 127.0.0.1:9200); prints one line once listening and serves until killed.
+/// Shared by the crate's `serve` example and esfs's `es_test_server` example.
+pub fn main_with_args(args: impl IntoIterator<Item = String>) -> ! {
+    fn usage() -> ! {
+        eprintln!("usage: es_test_server [--listen ADDR:PORT]   (default 127.0.0.1:9200)");
+        std::process::exit(2);
+    }
+    let mut listen = String::from("127.0.0.1:9200");
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--listen" => listen = args.next().unwrap_or_else(|| usage()),
+            s if s.starts_with("--listen=") => listen = s["--listen=".len()..].to_string(),
+            _ => usage(),
+        }
+    }
+    let server = match EsTestServer::start(&listen) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("es_test_server: cannot listen on {listen}: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!(
+        "es_test_server listening on {} (a test double, not Elasticsearch)",
+        server.url()
+    );
+    loop {
+        std::thread::park();
+    }
+}
