@@ -160,7 +160,8 @@ pub fn fsck(
         &**store,
         Idx::Entries,
         Query::MatchAll,
-        vec![Sort::asc("cookie")],
+        // Straight from the embedded store's (parent, cookie) index.
+        vec![Sort::asc("parent"), Sort::asc("cookie")],
         1000,
         |hits| {
             for h in hits {

@@ -1,10 +1,13 @@
 //! FUSE glue: translate fuser callbacks into `Fs` calls and results into
 //! replies. No filesystem logic lives here.
 //!
-//! Kernel caching: entry and attribute replies carry `ttl` (default 1 s, as
-//! JuiceFS). With the embedded store this mount is the only writer, so the
-//! kernel's page cache is kept across opens (FOPEN_KEEP_CACHE) and negative
-//! lookups are cached too; with a shared store both are off.
+//! Kernel caching: entry and attribute replies carry `ttl`. With the
+//! embedded store this mount is the only writer, so every change passes
+//! through the kernel, which keeps its caches right itself: long TTLs (60 s
+//! by default), negative lookups cached, file pages kept across opens
+//! (FOPEN_KEEP_CACHE) and directory listings cached (FOPEN_CACHE_DIR). With
+//! a shared store (Elasticsearch) other mounts change things behind the
+//! kernel: 1 s TTLs (as JuiceFS) and none of the rest.
 
 use crate::error::FsError;
 use crate::fs::{Ctx, Fs, SetAttr, TimeSpec};
@@ -146,7 +149,12 @@ impl Filesystem for FuseFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
+        if let Err(e) = self.fs.batch(|| {
+            self.fs.forget(ino.0, nlookup);
+            Ok(())
+        }) {
+            log::error!("forget {}: {e}", ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -183,7 +191,7 @@ impl Filesystem for FuseFs {
             mtime: mtime.map(time),
             ctime: ctime.map(ns_of),
         };
-        match self.fs.setattr(ctx(req), ino.0, set) {
+        match self.fs.batch(|| self.fs.setattr(ctx(req), ino.0, set)) {
             Ok(i) => reply.attr(&self.ttl, &attr(&i)),
             Err(e) => reply.error(errno(e)),
         }
@@ -213,9 +221,10 @@ impl Filesystem for FuseFs {
             Some(Kind::Symlink) => return reply.error(Errno::EINVAL),
             Some(k) => NewNode::Special(k, rdev),
         };
-        let r = self
-            .fs
-            .make_node(ctx(req), parent.0, name.as_bytes(), node, mode, umask);
+        let r = self.fs.batch(|| {
+            self.fs
+                .make_node(ctx(req), parent.0, name.as_bytes(), node, mode, umask)
+        });
         self.entry(r, reply)
     }
 
@@ -228,23 +237,31 @@ impl Filesystem for FuseFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.fs.make_node(
-            ctx(req),
-            parent.0,
-            name.as_bytes(),
-            crate::fs::NewNode::Dir,
-            mode,
-            umask,
-        );
+        let r = self.fs.batch(|| {
+            self.fs.make_node(
+                ctx(req),
+                parent.0,
+                name.as_bytes(),
+                crate::fs::NewNode::Dir,
+                mode,
+                umask,
+            )
+        });
         self.entry(r, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.fs.unlink(parent.0, name.as_bytes()), reply)
+        Self::empty(
+            self.fs.batch(|| self.fs.unlink(parent.0, name.as_bytes())),
+            reply,
+        )
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.fs.rmdir(parent.0, name.as_bytes()), reply)
+        Self::empty(
+            self.fs.batch(|| self.fs.rmdir(parent.0, name.as_bytes())),
+            reply,
+        )
     }
 
     fn symlink(
@@ -256,14 +273,16 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         let target = target.as_os_str().as_bytes();
-        let r = self.fs.make_node(
-            ctx(req),
-            parent.0,
-            link_name.as_bytes(),
-            crate::fs::NewNode::Symlink(target),
-            0o777,
-            0,
-        );
+        let r = self.fs.batch(|| {
+            self.fs.make_node(
+                ctx(req),
+                parent.0,
+                link_name.as_bytes(),
+                crate::fs::NewNode::Symlink(target),
+                0o777,
+                0,
+            )
+        });
         self.entry(r, reply)
     }
 
@@ -277,13 +296,15 @@ impl Filesystem for FuseFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.fs.rename(
-            parent.0,
-            name.as_bytes(),
-            newparent.0,
-            newname.as_bytes(),
-            flags.bits(),
-        );
+        let r = self.fs.batch(|| {
+            self.fs.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                flags.bits(),
+            )
+        });
         Self::empty(r, reply)
     }
 
@@ -295,11 +316,14 @@ impl Filesystem for FuseFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.entry(self.fs.link(ino.0, newparent.0, newname.as_bytes()), reply)
+        let r = self
+            .fs
+            .batch(|| self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+        self.entry(r, reply)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.open(ino.0, flags.0) {
+        match self.fs.batch(|| self.fs.open(ino.0, flags.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(errno(e)),
         }
@@ -348,10 +372,11 @@ impl Filesystem for FuseFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .fs
-            .unlock_owner(ino.0, lock_owner.0)
-            .and_then(|()| self.fs.flush(ino.0, fh.0));
+        let r = self.fs.batch(|| {
+            self.fs
+                .unlock_owner(ino.0, lock_owner.0)
+                .and_then(|()| self.fs.flush(ino.0, fh.0))
+        });
         Self::empty(r, reply)
     }
 
@@ -395,7 +420,7 @@ impl Filesystem for FuseFs {
             end,
             typ,
         };
-        Self::empty(self.fs.setlk(ino.0, want, sleep), reply)
+        Self::empty(self.fs.batch(|| self.fs.setlk(ino.0, want, sleep)), reply)
     }
 
     fn release(
@@ -408,12 +433,14 @@ impl Filesystem for FuseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        // flock locks belong to the open file and end with its release.
-        let unlock = match lock_owner {
-            Some(o) => self.fs.unlock_owner(ino.0, o.0),
-            None => Ok(()),
-        };
-        Self::empty(unlock.and_then(|()| self.fs.release(ino.0, fh.0)), reply)
+        let r = self.fs.batch(|| {
+            // flock locks belong to the open file and end with its release.
+            if let Some(o) = lock_owner {
+                self.fs.unlock_owner(ino.0, o.0)?;
+            }
+            self.fs.release(ino.0, fh.0)
+        });
+        Self::empty(r, reply)
     }
 
     fn fsync(
@@ -424,7 +451,7 @@ impl Filesystem for FuseFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.fsync(ino.0, fh.0), reply)
+        Self::empty(self.fs.batch(|| self.fs.fsync(ino.0, fh.0)), reply)
     }
 
     fn fallocate(
@@ -437,11 +464,20 @@ impl Filesystem for FuseFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.fallocate(ino.0, fh.0, offset, length, mode), reply)
+        let r = self
+            .fs
+            .batch(|| self.fs.fallocate(ino.0, fh.0, offset, length, mode));
+        Self::empty(r, reply)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.opendir(ino.0) {
+            // One mount, one writer: the kernel may keep listings in its
+            // page cache (it drops them itself when it changes the directory).
+            Ok(fh) if self.exclusive => reply.opened(
+                FileHandle(fh),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
@@ -552,10 +588,10 @@ impl Filesystem for FuseFs {
         if position != 0 {
             return reply.error(Errno::EINVAL); // macOS resource forks only
         }
-        Self::empty(
-            self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
-            reply,
-        )
+        let r = self
+            .fs
+            .batch(|| self.fs.setxattr(ino.0, name.as_bytes(), value, flags));
+        Self::empty(r, reply)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -567,7 +603,11 @@ impl Filesystem for FuseFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(self.fs.removexattr(ino.0, name.as_bytes()), reply)
+        Self::empty(
+            self.fs
+                .batch(|| self.fs.removexattr(ino.0, name.as_bytes())),
+            reply,
+        )
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -584,10 +624,10 @@ impl Filesystem for FuseFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self
-            .fs
-            .create(ctx(req), parent.0, name.as_bytes(), mode, umask)
-        {
+        match self.fs.batch(|| {
+            self.fs
+                .create(ctx(req), parent.0, name.as_bytes(), mode, umask)
+        }) {
             Ok((i, fh)) => {
                 self.fs.remember(i.ino);
                 reply.created(

@@ -58,9 +58,12 @@ struct MountCmd {
     /// auto_unmount, fsname=NAME. default_permissions is always on.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
-    /// How long the kernel may cache names and attributes, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    attr_ttl: f64,
+    /// How long the kernel may cache names and attributes, in seconds
+    /// [default: 60 on the embedded store, whose only writer is this mount,
+    /// so the kernel sees every change; 1 with --es, where other mounts
+    /// change things behind it].
+    #[arg(long, value_name = "SECS")]
+    attr_ttl: Option<f64>,
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     threads: usize,
@@ -112,7 +115,11 @@ fn main() {
 
 fn run_mount(m: MountCmd) -> Result<i32, String> {
     let (backend, data, log_dir) = m.store.resolve();
-    if !(m.attr_ttl.is_finite() && m.attr_ttl >= 0.0) {
+    let ttl = m.attr_ttl.unwrap_or(match backend {
+        mount::Backend::Embedded(_) => 60.0,
+        mount::Backend::Elasticsearch(_) => 1.0,
+    });
+    if !(ttl.is_finite() && (0.0..=1e9).contains(&ttl)) {
         return Err("--attr-ttl must be a non-negative number of seconds".into());
     }
     let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
@@ -122,7 +129,7 @@ fn run_mount(m: MountCmd) -> Result<i32, String> {
         data,
         foreground: m.foreground,
         options: m.options,
-        attr_ttl: Duration::from_secs_f64(m.attr_ttl),
+        attr_ttl: Duration::from_secs_f64(ttl),
         threads: m.threads,
         log: abs(m.log.unwrap_or_else(|| log_dir.join("esfs.log"))),
     })

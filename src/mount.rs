@@ -9,6 +9,7 @@ use crate::data::{DataStore, LocalDataStore};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
 use crate::store::MetaStore;
+use crate::store::cache::CachedStore;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::es::{EsConfig, EsStore, redact};
 use std::fs::File;
@@ -18,6 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Memory bound of the document cache of an embedded-store mount.
+const DOC_CACHE_BYTES: u64 = 64 << 20;
 
 pub const FSTYPE: &str = "fuse.esfs";
 
@@ -327,7 +331,13 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result
             let guard = if lock { Some(lock_store(dir)?) } else { None };
             let s = EmbeddedStore::open(dir)
                 .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?;
-            (Arc::new(s), guard)
+            // With the lock held this process is the store's only writer,
+            // which is what makes caching documents safe.
+            let s: Arc<dyn MetaStore> = match guard {
+                Some(_) => Arc::new(CachedStore::new(Arc::new(s), DOC_CACHE_BYTES)),
+                None => Arc::new(s),
+            };
+            (s, guard)
         }
         Backend::Elasticsearch(cfg) => {
             let s = EsStore::connect(cfg).map_err(|e| e.to_string())?;

@@ -178,6 +178,7 @@ fn conformance(s: &dyn MetaStore) {
         })
         .collect();
     assert!(s.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
+    partial_updates(s);
     let mut seen = 0u64;
     let mut last = 0u64;
     scan(
@@ -200,10 +201,100 @@ fn conformance(s: &dyn MetaStore) {
     assert_eq!(seen, n);
 }
 
+/// `BulkOp::Update` (a subtree rename's path rewrite): named fields change,
+/// the others (the file text above all) stay; versions are checked.
+fn partial_updates(s: &dyn MetaStore) {
+    let mut doc = entry(77, "u", "/old/u", 7001);
+    doc["contents"] = json!("needle in the text");
+    let v = s.create(Idx::Entries, "77/u", &doc).unwrap();
+    let update = |if_version, id: &str| BulkOp::Update {
+        index: Idx::Entries,
+        id: id.to_string(),
+        doc: json!({"path": "/new/u", "dir": "/new"}),
+        if_version,
+    };
+    let r = s
+        .bulk(vec![update(Some(v), "77/u"), update(None, "77/absent")])
+        .unwrap();
+    let v2 = *r[0].as_ref().unwrap();
+    assert_ne!(v, v2);
+    assert!(matches!(r[1], Err(StoreError::NotFound(_))), "{:?}", r[1]);
+    let got = s.get(Idx::Entries, "77/u").unwrap().unwrap();
+    assert_eq!(got.version, v2);
+    assert_eq!(got.source["path"], json!("/new/u"));
+    assert_eq!(got.source["dir"], json!("/new"));
+    assert_eq!(got.source["name"], json!("u"));
+    assert_eq!(got.source["contents"], json!("needle in the text"));
+    // Stale version: nothing changes.
+    let r = s.bulk(vec![update(Some(v), "77/u")]).unwrap();
+    assert!(matches!(r[0], Err(StoreError::Conflict(_))), "{:?}", r[0]);
+    s.refresh(Idx::Entries).unwrap();
+    // Indexed fields follow the update; the text is still searchable.
+    let ids = |q: Query| -> Vec<String> {
+        s.search_brief(&SearchRequest {
+            index: Idx::Entries,
+            query: q,
+            sort: vec![Sort::asc("cookie")],
+            search_after: None,
+            size: 10,
+        })
+        .unwrap()
+        .into_iter()
+        .map(|h| h.doc.id)
+        .collect()
+    };
+    assert_eq!(ids(Query::tree("path", "/new")), ["77/u"]);
+    assert!(ids(Query::tree("path", "/old")).is_empty());
+    assert_eq!(
+        ids(Query::Text {
+            field: "contents".into(),
+            text: "needle".into()
+        }),
+        ["77/u"]
+    );
+    s.delete(Idx::Entries, "77/u", None).unwrap();
+}
+
 #[test]
 fn embedded_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     conformance(&EmbeddedStore::open(dir.path()).unwrap());
+}
+
+/// The document cache in front of the embedded store (every mount of it)
+/// must not change any behaviour.
+#[test]
+fn cached_embedded_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    conformance(&esfs::store::cache::CachedStore::new(inner, 1 << 20));
+}
+
+/// One batch's writes are visible to reads inside it and to other threads,
+/// and are committed (seen by another connection) once it ends.
+#[test]
+fn embedded_batches_commit_at_their_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    // Another connection to the same database: sees committed data only.
+    let other = EmbeddedStore::open(dir.path()).unwrap();
+    s.begin_batch();
+    s.create(Idx::Meta, "a", &json!({"n": 1})).unwrap();
+    s.put(Idx::Meta, "b", &json!({"n": 2}), None).unwrap();
+    assert!(s.get(Idx::Meta, "a").unwrap().is_some());
+    std::thread::scope(|sc| {
+        sc.spawn(|| assert!(s.get(Idx::Meta, "b").unwrap().is_some()));
+    });
+    assert!(
+        other.get(Idx::Meta, "a").unwrap().is_none(),
+        "not committed yet"
+    );
+    s.end_batch().unwrap();
+    assert!(other.get(Idx::Meta, "a").unwrap().is_some());
+    assert!(other.get(Idx::Meta, "b").unwrap().is_some());
+    // Outside a batch every write commits at once.
+    s.create(Idx::Meta, "c", &json!({})).unwrap();
+    assert!(other.get(Idx::Meta, "c").unwrap().is_some());
 }
 
 #[test]

@@ -41,6 +41,8 @@ pub(super) struct DirHandle {
 }
 
 const PAGE: usize = 512;
+/// More directory entries than one readdir reply buffer can take.
+const REPLY_MAX: usize = 160;
 
 impl Fs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
@@ -72,15 +74,22 @@ impl Fs {
             } else {
                 None
             };
-        let items = if let Some(pos) = start {
-            h.page[pos..].to_vec()
-        } else {
-            let page = self.fetch_dir(ino, offset, plus)?;
-            h.after = offset;
-            h.page = page.clone();
-            h.plus = plus;
-            page
+        let pos = match start {
+            Some(pos) => pos,
+            None => {
+                h.page = self.fetch_dir(ino, offset, plus)?;
+                h.after = offset;
+                h.plus = plus;
+                0
+            }
         };
+        // A reply holds a few dozen entries (one 4 KiB buffer): copy out no
+        // more than can fit, not the rest of the page each time.
+        let items = h.page[pos..]
+            .iter()
+            .take(REPLY_MAX)
+            .cloned()
+            .collect::<Vec<_>>();
         if offset == 0 {
             h.returned.clear();
         }
@@ -125,7 +134,8 @@ impl Fs {
             };
             items.push(dot(2, parent, b"..", attr));
         }
-        let hits = self.store.search(&SearchRequest {
+        // Brief: a listing needs no file text.
+        let hits = self.store.search_brief(&SearchRequest {
             index: Idx::Entries,
             query: Query::term("parent", ino),
             sort: vec![Sort::asc("cookie")],

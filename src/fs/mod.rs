@@ -171,6 +171,28 @@ impl Fs {
         Ok(fs)
     }
 
+    /// Run one filesystem call with its store writes in one batch (one
+    /// commit on the embedded store), acknowledged before it returns.
+    pub fn batch<T>(&self, f: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+        struct Guard<'a>(&'a dyn MetaStore, bool);
+        impl Drop for Guard<'_> {
+            // A panic still ends the batch (and commits what it wrote).
+            fn drop(&mut self) {
+                if !self.1 {
+                    let _ = self.0.end_batch();
+                }
+            }
+        }
+        self.store.begin_batch();
+        let mut g = Guard(&*self.store, false);
+        let r = f();
+        g.1 = true;
+        match self.store.end_batch() {
+            Ok(()) => r,
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub fn lock_manager(&self) -> &Arc<LockManager> {
         &self.lm
     }
@@ -381,7 +403,12 @@ impl Fs {
         if name.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
         }
-        let (entry, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+        // Brief: a lookup needs the inode number, not the file's indexed text.
+        let doc = self
+            .store
+            .get_brief(Idx::Entries, &entry_id(parent, name))?
+            .ok_or(FsError::NotFound)?;
+        let entry: Entry = serde_json::from_value(doc.source)?;
         self.getattr(entry.ino)
     }
 
@@ -627,7 +654,11 @@ impl Fs {
         dirs: &[u64],
         targets: &[(u64, &str)],
     ) -> FsResult<(TreeLock<'_>, Vec<String>)> {
-        if self.cfg.no_tree_locks {
+        // On an exclusive store (the embedded one: its lock file keeps every
+        // other mount out) the in-process locks already exclude everything
+        // the store-level tree locks would; taking them there only costs
+        // lock-document writes per call.
+        if self.cfg.no_tree_locks || self.cfg.exclusive {
             let paths = dirs
                 .iter()
                 .map(|d| self.dir_path(*d))

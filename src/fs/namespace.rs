@@ -6,7 +6,7 @@
 //! entry before deleting the old one (a crash leaves the file reachable).
 
 use super::*;
-use crate::store::Query;
+use crate::store::{Query, StoreResult};
 
 /// What kind of node to make, with its kind-specific payload.
 pub enum NewNode<'a> {
@@ -528,7 +528,13 @@ impl Fs {
                 if_version: Some(ver),
             })
             .collect();
-        bulk_check(self.store.bulk(ops)?)?;
+        if let Err(e) = bulk_check(self.store.bulk(ops)?) {
+            // A concurrent refresh of either entry (the content indexer):
+            // the intent's idempotent steps finish the exchange.
+            log::debug!("exchange bulk: {e}; completed by steps");
+            self.apply_exchange(&a, &b)?;
+            return self.finish_intent(&iid);
+        }
         let now = now_ns();
         for (moved, from, to) in [(&a, &a, &b), (&b, &b, &a)] {
             self.update_inode(moved.ino, |i| {
@@ -583,37 +589,45 @@ impl Fs {
             should: vec![],
         };
         let rebase = |p: &str| format!("{new}{}", &p[old.len()..]);
+        // Partial updates of `path` and `dir` only: the documents' other
+        // fields (file text above all) are neither read nor rewritten.
+        let moved = |src: &Value| -> StoreResult<Value> {
+            let field = |k: &str| {
+                src[k]
+                    .as_str()
+                    .filter(|p| p.starts_with(old))
+                    .map(rebase)
+                    .ok_or_else(|| {
+                        StoreError::Other(format!("entry without {k} below {old}: {src}"))
+                    })
+            };
+            Ok(json!({"path": field("path")?, "dir": field("dir")?}))
+        };
         let mut retry: Vec<String> = Vec::new();
-        crate::store::scan(
+        crate::store::scan_brief(
             &*self.store,
             Idx::Entries,
             query,
             // Paths are unique, and this order is served by the path index
-            // (a second key would force a sort of the whole subtree per
-            // page). Elasticsearch's point in time adds its own tiebreaker.
+            // (a second key would force a sort of the whole subtree per page).
             vec![crate::store::Sort::asc("path")],
             1000,
             |hits| {
-                let mut ids = Vec::with_capacity(hits.len());
                 let mut ops = Vec::with_capacity(hits.len());
                 for h in hits {
-                    let mut e: Entry = serde_json::from_value(h.doc.source)
-                        .map_err(|e| StoreError::Other(e.to_string()))?;
-                    e.path = rebase(&e.path);
-                    e.dir = rebase(&e.dir);
-                    ids.push(h.doc.id.clone());
-                    ops.push(BulkOp::Index {
+                    ops.push(BulkOp::Update {
                         index: Idx::Entries,
+                        doc: moved(&h.doc.source)?,
                         id: h.doc.id,
-                        source: to_doc(&e),
                         if_version: Some(h.doc.version),
                     });
                 }
-                for (id, r) in ids.into_iter().zip(self.store.bulk(ops)?) {
+                let results = self.store.bulk(ops.clone())?;
+                for (op, r) in ops.into_iter().zip(results) {
                     match r {
-                        Ok(_) => {}
+                        Ok(_) | Err(StoreError::NotFound(_)) => {}
                         // Changed concurrently (an attribute refresh): redo alone.
-                        Err(StoreError::Conflict(_)) => retry.push(id),
+                        Err(StoreError::Conflict(_)) => retry.push(op.id().to_string()),
                         Err(e) => return Err(e),
                     }
                 }
@@ -622,20 +636,21 @@ impl Fs {
         )?;
         for id in retry {
             for attempt in 0.. {
-                let Some(doc) = self.store.get(Idx::Entries, &id)? else {
+                let Some(doc) = self.store.get_brief(Idx::Entries, &id)? else {
                     break;
                 };
-                let mut e: Entry = serde_json::from_value(doc.source)?;
-                if !(e.path.starts_with(old) && e.path.as_bytes().get(old.len()) == Some(&b'/')) {
+                let path = doc.source["path"].as_str().unwrap_or_default();
+                if !(path.starts_with(old) && path.as_bytes().get(old.len()) == Some(&b'/')) {
                     break;
                 }
-                e.path = rebase(&e.path);
-                e.dir = rebase(&e.dir);
-                match self
-                    .store
-                    .put(Idx::Entries, &id, &to_doc(&e), Some(doc.version))
-                {
-                    Ok(_) => break,
+                let r = self.store.bulk(vec![BulkOp::Update {
+                    index: Idx::Entries,
+                    id: id.clone(),
+                    doc: moved(&doc.source)?,
+                    if_version: Some(doc.version),
+                }])?;
+                match r.into_iter().next().expect("one result") {
+                    Ok(_) | Err(StoreError::NotFound(_)) => break,
                     Err(StoreError::Conflict(_)) if attempt < MAX_RETRIES => continue,
                     Err(e) => return Err(e.into()),
                 }

@@ -118,7 +118,7 @@ impl Fs {
         Ok(())
     }
 
-    fn apply_exchange(&self, a: &Entry, b: &Entry) -> FsResult<()> {
+    pub(super) fn apply_exchange(&self, a: &Entry, b: &Entry) -> FsResult<()> {
         // Each position takes the other's inode and what derives from it
         // (attributes, indexed text, xattr keywords).
         let swap = |pos: &Entry, from: &Entry| {
@@ -128,15 +128,26 @@ impl Fs {
         };
         for (pos, other) in [(a, b), (b, a)] {
             let raw = decode_bytes(&pos.name);
-            if let Some((cur, v)) = self.get_entry(pos.parent, &raw)?
-                && cur.ino == pos.ino
-            {
-                self.store.put(
+            for _ in 0..MAX_RETRIES {
+                let Some((cur, v)) = self.get_entry(pos.parent, &raw)? else {
+                    break;
+                };
+                if cur.ino != pos.ino {
+                    break; // done already
+                }
+                // A conflict is a concurrent attribute or text refresh: re-read.
+                match self.store.put(
                     Idx::Entries,
                     &entry_id(pos.parent, &raw),
                     &to_doc(&swap(pos, other)),
                     Some(v),
-                )?;
+                ) {
+                    Err(StoreError::Conflict(_)) => continue,
+                    r => {
+                        r?;
+                        break;
+                    }
+                }
             }
         }
         let now = now_ns();

@@ -6,21 +6,32 @@
 //! plain SQL over indexed columns with bound parameters. Versions come from a
 //! single store-wide sequence; the primary term is always 1.
 //!
-//! Concurrency: one writer connection behind a mutex and a small pool of reader
-//! connections. In WAL mode readers never wait for the writer, so a long bulk
-//! transaction does not stall gets and searches, and every read sees all
-//! committed writes (the store is realtime; `refresh` is a no-op).
+//! Concurrency: one writer connection behind a mutex, which also serves reads
+//! whenever it is free (its page cache stays warm: a second connection would
+//! have to re-read every page the writer changed), and a small pool of reader
+//! connections for reads that find it busy. In WAL mode those readers never
+//! wait for the writer, so a long bulk does not stall gets and searches.
+//! Every read sees all acknowledged writes (the store is realtime; `refresh`
+//! is a no-op).
+//!
+//! Batches ([`MetaStore::begin_batch`]): the writes of one filesystem call
+//! share one SQLite transaction, committed when the call ends (a commit
+//! writes every page it dirtied to the WAL, so several commits per call were
+//! most of the cost of a create). Writes outside a batch commit at once.
+//! Concurrent batches share the open transaction; whichever ends first
+//! commits the others' writes so far too, which is what committing each
+//! write at once did before.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
-use rusqlite::{
-    Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Statement, ToSql, TransactionBehavior,
-};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Statement, ToSql};
 use serde_json::Value;
 
 use super::schema::{Field, FieldType};
@@ -47,7 +58,21 @@ pub struct EmbeddedStore {
     // final checkpoint.
     readers: Readers,
     writer: Mutex<Writer>,
+    /// Tells this store's batches apart in the thread-local registry.
+    id: u64,
+    /// The writer connection holds an open transaction (uncommitted writes).
+    open_tx: AtomicBool,
+    /// Times SQLite threw away the open transaction (a failed commit, or an
+    /// error that rolls back the whole transaction): batches that were
+    /// writing then report their writes lost.
+    aborts: AtomicU64,
 }
+
+thread_local! {
+    /// This thread's open batches: (store id, depth, store's aborts at begin).
+    static BATCHES: RefCell<Vec<(u64, u32, u64)>> = const { RefCell::new(Vec::new()) };
+}
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl EmbeddedStore {
     /// Opens (creating if needed) the store in `dir`, in `dir/meta.sqlite`.
@@ -97,7 +122,90 @@ impl EmbeddedStore {
                 freed: Condvar::new(),
             },
             path,
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            aborts: AtomicU64::new(0),
+            open_tx: AtomicBool::new(false),
         })
+    }
+
+    fn in_batch(&self) -> bool {
+        BATCHES.with(|b| b.borrow().iter().any(|m| m.0 == self.id))
+    }
+
+    /// Runs one write request inside the open transaction (starting one);
+    /// commits at once unless this thread is in a batch.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&mut Connection, &mut SeqState) -> rusqlite::Result<T>,
+    ) -> StoreResult<T> {
+        let mut w = self.writer.lock();
+        if w.conn.is_autocommit() {
+            w.conn.execute_batch("BEGIN IMMEDIATE").map_err(sql_err)?;
+            self.open_tx.store(true, Ordering::Release);
+        }
+        let Writer { conn, seq } = &mut *w;
+        let r = f(conn, seq);
+        if w.conn.is_autocommit() {
+            // SQLite rolled the whole transaction back.
+            self.lost(&mut w);
+        }
+        let r = r.map_err(sql_err)?;
+        if !self.in_batch() {
+            self.commit(&mut w)?;
+        }
+        Ok(r)
+    }
+
+    fn commit(&self, w: &mut Writer) -> StoreResult<()> {
+        if w.conn.is_autocommit() {
+            return Ok(());
+        }
+        if let Err(e) = w.conn.execute_batch("COMMIT") {
+            let _ = w.conn.execute_batch("ROLLBACK");
+            self.lost(w);
+            return Err(sql_err(e));
+        }
+        self.open_tx.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// The open transaction is gone: so are the seq_no reservations in it.
+    fn lost(&self, w: &mut Writer) {
+        w.seq.reserved = w.seq.next;
+        self.open_tx.store(false, Ordering::Release);
+        self.aborts.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Runs `f` on a connection that sees every acknowledged write and this
+    /// thread's own batch: the writer's if free (or if this thread is in a
+    /// batch), else a pooled reader. With `snapshot`, all of `f` reads one
+    /// consistent state.
+    fn read<T>(
+        &self,
+        snapshot: bool,
+        f: impl FnOnce(&Connection) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        // A pooled reader sees only committed data: fine when the writer is
+        // merely busy with a statement, not when it holds uncommitted writes
+        // (a batch in progress), which every read must see.
+        let w = if self.in_batch() || self.open_tx.load(Ordering::Acquire) {
+            Some(self.writer.lock())
+        } else {
+            self.writer.try_lock()
+        };
+        let reader;
+        let conn: &Connection = match &w {
+            Some(w) => &w.conn,
+            None => {
+                reader = self.readers.get()?;
+                &reader
+            }
+        };
+        if snapshot && conn.is_autocommit() {
+            let tx = conn.unchecked_transaction().map_err(sql_err)?;
+            return f(&tx);
+        }
+        f(conn)
     }
 
     fn table(&self, idx: Idx) -> &TableSql {
@@ -106,12 +214,22 @@ impl EmbeddedStore {
         t
     }
 
-    /// Runs one write in its own (autocommit) transaction.
     fn write_one(&self, idx: Idx, id: &str, op: Write<'_>) -> StoreResult<Version> {
+        let t = self.table(idx);
+        self.write(|conn, seq| {
+            seq.reserve(conn, 1)?;
+            apply(conn, seq, t, id, op)
+        })?
+    }
+}
+
+impl Drop for EmbeddedStore {
+    /// A batch left open (a panicking caller) still commits.
+    fn drop(&mut self) {
         let mut w = self.writer.lock();
-        let Writer { conn, seq } = &mut *w;
-        seq.reserve(conn, 1).map_err(sql_err)?;
-        apply(conn, seq, self.table(idx), id, op).map_err(sql_err)?
+        if let Err(e) = self.commit(&mut w) {
+            log::error!("{}: final commit failed: {e}", self.path.display());
+        }
     }
 }
 
@@ -233,20 +351,35 @@ fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
         init_side_tables(&tx, idx)?;
         for f in &fields {
             let c = column(f);
-            let def = match (idx, f.name) {
-                // Directory listing: children of a parent in cookie order,
-                // paged by (cookie, id) straight from the index.
-                (Idx::Entries, "parent") => "f_parent, f_cookie, id".to_string(),
-                // Subtree queries sorted by path.
-                (Idx::Entries, "path") => "f_path, id".to_string(),
-                _ => c.clone(),
+            let sql = match index_def(idx, f.name) {
+                Some(def) => format!("CREATE INDEX IF NOT EXISTS \"{t}_{c}\" ON \"{t}\" ({def})"),
+                // Stores made by earlier versions indexed every field.
+                None => format!("DROP INDEX IF EXISTS \"{t}_{c}\""),
             };
-            tx.execute_batch(&format!(
-                "CREATE INDEX IF NOT EXISTS \"{t}_{c}\" ON \"{t}\" ({def})"
-            ))?;
+            tx.execute_batch(&sql)?;
         }
     }
     tx.commit()
+}
+
+/// The columns of a field's b-tree index, for the fields that have one.
+/// Every index costs a page written per document write (most of a small
+/// write's commit), so only the fields the filesystem itself queries are
+/// indexed; a search on another field filters rows found through an indexed
+/// condition (`path.tree`, `parent`) or scans.
+fn index_def(idx: Idx, field: &str) -> Option<&'static str> {
+    Some(match (idx, field) {
+        // Directory listing: children of a parent in cookie order, paged by
+        // (cookie, id) straight from the index; emptiness checks.
+        (Idx::Entries, "parent") => "f_parent, f_cookie, id",
+        // Subtree queries (renames, searches) sorted by path.
+        (Idx::Entries, "path") => "f_path, id",
+        (Idx::Inodes, "orphan") => "f_orphan",
+        (Idx::Locks, "type") => "f_type",
+        (Idx::Locks, "owner") => "f_owner",
+        (Idx::Chunks, "file") => "f_file, f_n",
+        _ => return None,
+    })
 }
 
 /// The side tables of `Text` and `Keywords` fields, each emptied by a
@@ -558,26 +691,50 @@ fn write_keywords(
     Ok(())
 }
 
-/// Rewrites the side-table rows of the document `id` (just written).
+/// Rewrites the side-table rows of the document in row `rid` (just
+/// written; `fresh`: just inserted, so it has none yet). Unchanged values
+/// (an attribute refresh) are left alone: no FTS re-tokenizing, no pages.
+/// With `only`, fields not in it are left alone too (a partial update).
 fn write_side(
     conn: &Connection,
     t: &TableSql,
-    id: &str,
+    rid: i64,
     side: &[Side<'_>],
+    fresh: bool,
+    only: Option<&serde_json::Map<String, Value>>,
 ) -> rusqlite::Result<()> {
-    let rid: i64 = conn
-        .prepare_cached(&t.rid_of)?
-        .query_row([id], |r| r.get(0))?;
     for (f, v) in side_fields(t.idx).zip(side) {
+        if only.is_some_and(|m| !m.contains_key(f.name)) {
+            continue;
+        }
         let st = side_table(t.idx, f);
         match v {
-            Side::Keywords(vals) => write_keywords(conn, &st, rid, vals)?,
+            Side::Keywords(vals) => {
+                if !fresh {
+                    let mut old: Vec<String> = conn
+                        .prepare_cached(&format!("SELECT v FROM \"{st}\" WHERE rid = ?1"))?
+                        .query_map([rid], |r| r.get(0))?
+                        .collect::<rusqlite::Result<_>>()?;
+                    old.sort();
+                    let mut new = vals.clone();
+                    new.sort();
+                    new.dedup();
+                    if old == new {
+                        continue;
+                    }
+                } else if vals.is_empty() {
+                    continue;
+                }
+                write_keywords(conn, &st, rid, vals)?
+            }
             Side::Text(new) => {
-                // Unchanged text (an attribute refresh) is not re-tokenized.
-                let old: Option<String> = conn
-                    .prepare_cached(&format!("SELECT v FROM \"{st}\" WHERE rowid = ?1"))?
-                    .query_row([rid], |r| r.get(0))
-                    .optional()?;
+                let old: Option<String> = if fresh {
+                    None
+                } else {
+                    conn.prepare_cached(&format!("SELECT v FROM \"{st}\" WHERE rowid = ?1"))?
+                        .query_row([rid], |r| r.get(0))
+                        .optional()?
+                };
                 if old.as_deref() == *new {
                     continue;
                 }
@@ -619,17 +776,18 @@ fn has_text(idx: Idx) -> bool {
 // ---------------------------------------------------------------------------
 // Writes
 
-/// Statements of one table, built once. Parameters: ?1 id, ?2 seq, ?3 src,
-/// then one per field; `update_if` ends with the expected seq.
+/// Statements of one table, built once. `create` binds ?1 id, ?2 seq,
+/// ?3 src, then one parameter per column; `current` reads a row's rid, seq,
+/// src and columns (to update only the columns that changed).
 struct TableSql {
     idx: Idx,
     get: String,
     create: String,
-    upsert: String,
-    update_if: String,
+    current: String,
     delete: String,
     delete_if: String,
-    rid_of: String,
+    /// Column names, in `Encoded::cols` order.
+    cols: Vec<String>,
     /// Has `Text`/`Keywords` fields (side tables to keep in step).
     side: bool,
 }
@@ -637,39 +795,44 @@ struct TableSql {
 impl TableSql {
     fn new(idx: Idx) -> TableSql {
         let t = idx.name();
-        let mut cols = vec!["id".to_string(), "seq".into(), "src".into()];
-        cols.extend(columns(idx).map(column));
-        let n = cols.len();
-        let placeholders: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
-        let insert = format!(
-            "INSERT INTO \"{t}\" ({}) VALUES ({}) ON CONFLICT(id) DO",
-            cols.join(", "),
-            placeholders.join(", ")
-        );
-        let excluded: Vec<String> = cols[1..]
+        let cols: Vec<String> = columns(idx).map(column).collect();
+        let all: Vec<String> = ["id", "seq", "src"]
             .iter()
-            .map(|c| format!("{c} = excluded.{c}"))
+            .map(|c| c.to_string())
+            .chain(cols.iter().cloned())
             .collect();
-        let assigns: Vec<String> = cols[1..]
+        let placeholders: Vec<String> = (1..=all.len()).map(|i| format!("?{i}")).collect();
+        let current: String = ["rid", "seq", "src"]
             .iter()
-            .zip(&placeholders[1..])
-            .map(|(c, p)| format!("{c} = {p}"))
-            .collect();
+            .map(|c| c.to_string())
+            .chain(cols.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(", ");
         TableSql {
             idx,
             get: format!("SELECT seq, src, rid FROM \"{t}\" WHERE id = ?1"),
-            create: format!("{insert} NOTHING"),
-            upsert: format!("{insert} UPDATE SET {}", excluded.join(", ")),
-            update_if: format!(
-                "UPDATE \"{t}\" SET {} WHERE id = ?1 AND seq = ?{}",
-                assigns.join(", "),
-                n + 1
+            create: format!(
+                "INSERT INTO \"{t}\" ({}) VALUES ({}) ON CONFLICT(id) DO NOTHING",
+                all.join(", "),
+                placeholders.join(", ")
             ),
+            current: format!("SELECT {current} FROM \"{t}\" WHERE id = ?1"),
             delete: format!("DELETE FROM \"{t}\" WHERE id = ?1"),
             delete_if: format!("DELETE FROM \"{t}\" WHERE id = ?1 AND seq = ?2"),
-            rid_of: format!("SELECT rid FROM \"{t}\" WHERE id = ?1"),
+            cols,
             side: side_fields(idx).next().is_some(),
         }
+    }
+
+    /// An UPDATE of seq, src and the columns `changed` (indexes into
+    /// `cols`), by rid. Parameters: ?1 seq, ?2 src, the columns, then rid.
+    fn update(&self, changed: &[usize]) -> String {
+        let mut sql = format!("UPDATE \"{}\" SET seq = ?1, src = ?2", self.idx.name());
+        for (k, &i) in changed.iter().enumerate() {
+            sql.push_str(&format!(", {} = ?{}", self.cols[i], k + 3));
+        }
+        sql.push_str(&format!(" WHERE rid = ?{}", changed.len() + 3));
+        sql
     }
 }
 
@@ -701,10 +864,60 @@ impl SeqState {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Write<'a> {
     Create(&'a Value),
     Put(&'a Value, Option<Version>),
+    Update(&'a Value, Option<Version>),
     Delete(Option<Version>),
+}
+
+/// A row as it is: rid, seq, source and column values.
+type Current = (i64, i64, Vec<u8>, Vec<SqlValue>);
+
+fn current(conn: &Connection, t: &TableSql, id: &str) -> rusqlite::Result<Option<Current>> {
+    conn.prepare_cached(&t.current)?
+        .query_row([id], |r| {
+            let cols = (0..t.cols.len())
+                .map(|i| r.get::<_, SqlValue>(i + 3))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, cols))
+        })
+        .optional()
+}
+
+/// Rewrites row `rid` with `doc`. Only changed columns are set: an index
+/// whose column is not in the SET list is not touched (no page written).
+/// `side_only`: rewrite just these side fields (a partial update).
+fn update_row(
+    conn: &Connection,
+    t: &TableSql,
+    rid: i64,
+    seq: i64,
+    doc: &Encoded<'_>,
+    old: &[SqlValue],
+    side_only: Option<&serde_json::Map<String, Value>>,
+) -> rusqlite::Result<usize> {
+    let changed: Vec<usize> = doc
+        .cols
+        .iter()
+        .zip(old)
+        .enumerate()
+        .filter(|(_, (new, old))| !same(new, old))
+        .map(|(i, _)| i)
+        .collect();
+    let mut stmt = conn.prepare_cached(&t.update(&changed))?;
+    stmt.raw_bind_parameter(1, seq)?;
+    stmt.raw_bind_parameter(2, &doc.src[..])?;
+    for (k, &i) in changed.iter().enumerate() {
+        stmt.raw_bind_parameter(k + 3, &doc.cols[i])?;
+    }
+    stmt.raw_bind_parameter(changed.len() + 3, rid)?;
+    let n = stmt.raw_execute()?;
+    if t.side {
+        write_side(conn, t, rid, &doc.side, false, side_only)?;
+    }
+    Ok(n)
 }
 
 /// Applies one write. The outer error fails the whole request (SQLite); the
@@ -723,29 +936,63 @@ fn apply(
     let new_seq = seq.next as i64;
     let conflict = || Ok(Err(StoreError::Conflict(id.to_string())));
     let changed = match op {
+        Write::Update(partial, if_version) => {
+            let Value::Object(fields) = partial else {
+                return Ok(Err(invalid("partial document must be a JSON object")));
+            };
+            let Some((rid, cur_seq, src, old)) = current(conn, t, id)? else {
+                return Ok(Err(StoreError::NotFound(id.to_string())));
+            };
+            if let Some(v) = if_version
+                && expected_seq(v) != Some(cur_seq)
+            {
+                return conflict();
+            }
+            let mut merged = match parse_source(&src) {
+                Ok(Value::Object(m)) => m,
+                Ok(_) => return Ok(Err(invalid("stored source is not an object"))),
+                Err(e) => return Ok(Err(e)),
+            };
+            for (k, v) in fields {
+                merged.insert(k.clone(), v.clone());
+            }
+            let merged = Value::Object(merged);
+            let doc = match encode(t.idx, &merged) {
+                Ok(d) => d,
+                Err(e) => return Ok(Err(e)),
+            };
+            update_row(conn, t, rid, new_seq, &doc, &old, Some(fields))?
+        }
         Write::Create(source) | Write::Put(source, _) => {
             let doc = match encode(t.idx, source) {
                 Ok(d) => d,
                 Err(e) => return Ok(Err(e)),
             };
-            let (sql, expected) = match op {
-                Write::Put(_, Some(v)) => match expected_seq(v) {
-                    Some(s) => (&t.update_if, Some(s)),
-                    None => return conflict(),
-                },
-                Write::Put(_, None) => (&t.upsert, None),
-                _ => (&t.create, None),
+            let current = match op {
+                Write::Create(_) => None,
+                _ => current(conn, t, id)?,
             };
-            let mut stmt = conn.prepare_cached(sql)?;
-            bind_doc(&mut stmt, id, new_seq, &doc)?;
-            if let Some(s) = expected {
-                stmt.raw_bind_parameter(doc.cols.len() + 4, s)?;
+            match (op, current) {
+                // ES answers 409 to a conditional write of a missing document.
+                (Write::Put(_, Some(_)), None) => return conflict(),
+                (_, None) => {
+                    let mut stmt = conn.prepare_cached(&t.create)?;
+                    bind_doc(&mut stmt, id, new_seq, &doc)?;
+                    let n = stmt.raw_execute()?;
+                    if n > 0 && t.side {
+                        write_side(conn, t, conn.last_insert_rowid(), &doc.side, true, None)?;
+                    }
+                    n
+                }
+                (_, Some((rid, cur_seq, _, old))) => {
+                    if let Write::Put(_, Some(v)) = op
+                        && expected_seq(v) != Some(cur_seq)
+                    {
+                        return conflict();
+                    }
+                    update_row(conn, t, rid, new_seq, &doc, &old, None)?
+                }
             }
-            let n = stmt.raw_execute()?;
-            if n > 0 && t.side {
-                write_side(conn, t, id, &doc.side)?;
-            }
-            n
         }
         Write::Delete(None) => {
             let n = conn.prepare_cached(&t.delete)?.execute([id])?;
@@ -769,14 +1016,15 @@ fn apply(
     Ok(Ok(version(new_seq)))
 }
 
-/// Runs a bulk in one transaction: a crash never leaves half of it applied.
+/// Runs a bulk as one savepoint: a crash or an SQLite error never leaves
+/// half of it applied.
 fn bulk_tx(
     conn: &mut Connection,
     seq: &mut SeqState,
     tables: &[TableSql],
     ops: &[BulkOp],
 ) -> rusqlite::Result<Vec<BulkItemResult>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.savepoint()?;
     seq.reserve(&tx, ops.len() as u64)?;
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
@@ -788,6 +1036,12 @@ fn bulk_tx(
                 source,
                 if_version,
             } => (*index, id, Write::Put(source, *if_version)),
+            BulkOp::Update {
+                index,
+                id,
+                doc,
+                if_version,
+            } => (*index, id, Write::Update(doc, *if_version)),
             BulkOp::Delete {
                 index,
                 id,
@@ -800,6 +1054,16 @@ fn bulk_tx(
     }
     tx.commit()?;
     Ok(results)
+}
+
+/// Whether a column value equals what the row holds.
+fn same(new: &Col<'_>, old: &SqlValue) -> bool {
+    match (new, old) {
+        (Col::Null, SqlValue::Null) => true,
+        (Col::Int(a), SqlValue::Integer(b)) => a == b,
+        (Col::Text(a), SqlValue::Text(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn bind_doc(
@@ -1458,24 +1722,24 @@ impl MetaStore for EmbeddedStore {
         if !check_get_id(id)? {
             return Ok(None);
         }
-        let conn = self.readers.get()?;
-        get_doc(&conn, self.table(index), id, false)
+        let t = self.table(index);
+        self.read(has_text(index), |c| get_doc(c, t, id, false))
     }
 
     fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
-        let mut conn = self.readers.get()?;
-        // One snapshot for the whole batch.
-        let tx = conn.transaction().map_err(sql_err)?;
         let t = self.table(index);
-        ids.iter()
-            .map(|id| {
-                if check_get_id(id)? {
-                    get_doc(&tx, t, id, false)
-                } else {
-                    Ok(None)
-                }
-            })
-            .collect()
+        // One snapshot for the whole request.
+        self.read(true, |c| {
+            ids.iter()
+                .map(|id| {
+                    if check_get_id(id)? {
+                        get_doc(c, t, id, false)
+                    } else {
+                        Ok(None)
+                    }
+                })
+                .collect()
+        })
     }
 
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
@@ -1504,12 +1768,11 @@ impl MetaStore for EmbeddedStore {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        let mut w = self.writer.lock();
-        let Writer { conn, seq } = &mut *w;
-        bulk_tx(conn, seq, &self.tables, &ops).map_err(|e| {
-            // The reservation may have been rolled back: re-reserve next time.
-            seq.reserved = seq.next;
-            sql_err(e)
+        self.write(|conn, seq| {
+            bulk_tx(conn, seq, &self.tables, &ops).inspect_err(|_| {
+                // The reservation may have been rolled back: re-reserve next time.
+                seq.reserved = seq.next;
+            })
         })
     }
 
@@ -1521,8 +1784,8 @@ impl MetaStore for EmbeddedStore {
         if !check_get_id(id)? {
             return Ok(None);
         }
-        let conn = self.readers.get()?;
-        get_doc(&conn, self.table(index), id, true)
+        let t = self.table(index);
+        self.read(false, |c| get_doc(c, t, id, true))
     }
 
     fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
@@ -1551,6 +1814,40 @@ impl MetaStore for EmbeddedStore {
     fn describe(&self) -> String {
         format!("sqlite:{}", self.path.display())
     }
+
+    fn begin_batch(&self) {
+        let aborts = self.aborts.load(Ordering::Acquire);
+        BATCHES.with(|b| {
+            let mut b = b.borrow_mut();
+            match b.iter_mut().find(|m| m.0 == self.id) {
+                Some(m) => m.1 += 1,
+                None => b.push((self.id, 1, aborts)),
+            }
+        });
+    }
+
+    fn end_batch(&self) -> StoreResult<()> {
+        let outer = BATCHES.with(|b| {
+            let mut b = b.borrow_mut();
+            let pos = b.iter().position(|m| m.0 == self.id)?;
+            b[pos].1 -= 1;
+            if b[pos].1 > 0 {
+                return None;
+            }
+            Some(b.swap_remove(pos).2)
+        });
+        let Some(aborts_at_begin) = outer else {
+            return Ok(());
+        };
+        self.commit(&mut self.writer.lock())?;
+        if self.aborts.load(Ordering::Acquire) != aborts_at_begin {
+            return Err(StoreError::Unavailable(format!(
+                "{}: a transaction was rolled back; recent changes may be lost",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl EmbeddedStore {
@@ -1567,35 +1864,35 @@ impl EmbeddedStore {
             return Ok(Vec::new());
         }
         let phases = search_sql(req.index.name(), &filter, &keys, after.as_ref());
-        let mut conn = self.readers.get()?;
         // Both phases read the same snapshot.
-        let tx = conn.transaction().map_err(sql_err)?;
-        let mut hits = Vec::with_capacity(req.size.min(1024));
-        for sql in phases {
-            let limit = req.size - hits.len();
-            if limit == 0 {
-                break;
-            }
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let mut stmt = tx.prepare_cached(&sql.text).map_err(sql_err)?;
-            let params = sql
-                .params
-                .iter()
-                .map(|p| p as &dyn ToSql)
-                .chain(std::iter::once(&limit as &dyn ToSql));
-            let mut rows = stmt
-                .query(rusqlite::params_from_iter(params))
-                .map_err(sql_err)?;
-            while let Some(row) = rows.next().map_err(sql_err)? {
-                let mut hit = hit_of(row, &keys)?;
-                if !brief && has_text(req.index) {
-                    let rid: i64 = row.get(3).map_err(sql_err)?;
-                    attach_text(&tx, req.index, rid, &mut hit.doc.source)?;
+        self.read(true, |tx| {
+            let mut hits = Vec::with_capacity(req.size.min(1024));
+            for sql in phases {
+                let limit = req.size - hits.len();
+                if limit == 0 {
+                    break;
                 }
-                hits.push(hit);
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                let mut stmt = tx.prepare_cached(&sql.text).map_err(sql_err)?;
+                let params = sql
+                    .params
+                    .iter()
+                    .map(|p| p as &dyn ToSql)
+                    .chain(std::iter::once(&limit as &dyn ToSql));
+                let mut rows = stmt
+                    .query(rusqlite::params_from_iter(params))
+                    .map_err(sql_err)?;
+                while let Some(row) = rows.next().map_err(sql_err)? {
+                    let mut hit = hit_of(row, &keys)?;
+                    if !brief && has_text(req.index) {
+                        let rid: i64 = row.get(3).map_err(sql_err)?;
+                        attach_text(tx, req.index, rid, &mut hit.doc.source)?;
+                    }
+                    hits.push(hit);
+                }
             }
-        }
-        Ok(hits)
+            Ok(hits)
+        })
     }
 
     fn count_impl(&self, index: Idx, query: &Query) -> StoreResult<u64> {
@@ -1604,16 +1901,19 @@ impl EmbeddedStore {
             .push(index.name())
             .push("\" WHERE ");
         compile(index, query, &mut s)?;
-        let conn = self.readers.get()?;
-        let mut stmt = conn.prepare_cached(&s.text).map_err(sql_err)?;
-        let n: i64 = stmt
-            .query_row(rusqlite::params_from_iter(&s.params), |r| r.get(0))
-            .map_err(sql_err)?;
-        Ok(n as u64)
+        self.read(false, |conn| {
+            let mut stmt = conn.prepare_cached(&s.text).map_err(sql_err)?;
+            let n: i64 = stmt
+                .query_row(rusqlite::params_from_iter(&s.params), |r| r.get(0))
+                .map_err(sql_err)?;
+            Ok(n as u64)
+        })
     }
 
     fn sync_impl(&self) -> StoreResult<()> {
-        let w = self.writer.lock();
+        let mut w = self.writer.lock();
+        // Durability covers batches in progress too.
+        self.commit(&mut w)?;
         let (busy, _log, _done): (i64, i64, i64) = w
             .conn
             .query_row("PRAGMA wal_checkpoint(FULL)", [], |r| {
@@ -1668,43 +1968,44 @@ impl EmbeddedStore {
         )
         .bind(SqlValue::Integer(req.per_bucket as i64))
         .push(" ORDER BY best DESC, k, rn");
-        let conn = self.readers.get()?;
-        let mut stmt = conn.prepare_cached(&s.text).map_err(sql_err)?;
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(&s.params))
-            .map_err(sql_err)?;
-        let mut out: Vec<Bucket> = Vec::new();
-        while let Some(row) = rows.next().map_err(sql_err)? {
-            let key = row
-                .get_ref(3)
-                .and_then(|v| json_of(kf, v))
+        self.read(false, |conn| {
+            let mut stmt = conn.prepare_cached(&s.text).map_err(sql_err)?;
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(&s.params))
                 .map_err(sql_err)?;
-            if out.last().is_none_or(|b| b.key != key) {
-                if out.len() == req.buckets {
-                    break;
+            let mut out: Vec<Bucket> = Vec::new();
+            while let Some(row) = rows.next().map_err(sql_err)? {
+                let key = row
+                    .get_ref(3)
+                    .and_then(|v| json_of(kf, v))
+                    .map_err(sql_err)?;
+                if out.last().is_none_or(|b| b.key != key) {
+                    if out.len() == req.buckets {
+                        break;
+                    }
+                    out.push(Bucket {
+                        key,
+                        doc_count: row.get::<_, i64>(6).map_err(sql_err)? as u64,
+                        top_score: row.get(5).map_err(sql_err)?,
+                        hits: vec![],
+                    });
                 }
-                out.push(Bucket {
-                    key,
-                    doc_count: row.get::<_, i64>(6).map_err(sql_err)? as u64,
-                    top_score: row.get(5).map_err(sql_err)?,
-                    hits: vec![],
-                });
+                let id: String = row.get(0).map_err(sql_err)?;
+                let seq: i64 = row.get(1).map_err(sql_err)?;
+                let src = row
+                    .get_ref(2)
+                    .and_then(|v| Ok(v.as_bytes()?))
+                    .map_err(sql_err)?;
+                let doc = Doc {
+                    id,
+                    version: version(seq),
+                    source: parse_source(src)?,
+                };
+                let score: f64 = row.get(4).map_err(sql_err)?;
+                out.last_mut().expect("bucket").hits.push((doc, score));
             }
-            let id: String = row.get(0).map_err(sql_err)?;
-            let seq: i64 = row.get(1).map_err(sql_err)?;
-            let src = row
-                .get_ref(2)
-                .and_then(|v| Ok(v.as_bytes()?))
-                .map_err(sql_err)?;
-            let doc = Doc {
-                id,
-                version: version(seq),
-                source: parse_source(src)?,
-            };
-            let score: f64 = row.get(4).map_err(sql_err)?;
-            out.last_mut().expect("bucket").hits.push((doc, score));
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 }
 
@@ -2767,7 +3068,7 @@ mod tests {
             // document whose `mode` was not indexable then.
             let c = Connection::open(dir.path().join("meta.sqlite")).unwrap();
             c.execute_batch(
-                "DROP INDEX entries_f_mode; ALTER TABLE entries DROP COLUMN f_mode;
+                "DROP INDEX IF EXISTS entries_f_mode; ALTER TABLE entries DROP COLUMN f_mode;
                  INSERT INTO entries (id, seq, src) VALUES ('b', 99, '{\"mode\":[1]}');",
             )
             .unwrap();
@@ -2925,8 +3226,18 @@ mod tests {
         // Id paging.
         let p = plan(Idx::Inodes, Query::MatchAll, vec![], Some(vec![json!("5")]));
         assert!(!p.iter().any(|l| l.contains("TEMP B-TREE")), "{p:?}");
-        let p = plan(Idx::Entries, Query::term("ino", 5), vec![], None);
-        assert!(p.iter().any(|l| l.contains("entries_f_ino")), "{p:?}");
+        // fsck's full scan in (parent, cookie) order.
+        let p = plan(
+            Idx::Entries,
+            Query::MatchAll,
+            vec![Sort::asc("parent"), Sort::asc("cookie")],
+            Some(vec![json!(1), json!(5), json!("1/x")]),
+        );
+        assert!(
+            p.iter().any(|l| l.contains("entries_f_parent"))
+                && !p.iter().any(|l| l.starts_with("SCAN")),
+            "{p:?}"
+        );
     }
 
     /// Rough write throughput: `cargo test --release -- --ignored --nocapture`.

@@ -709,23 +709,18 @@ fn bulk_lines(op: &BulkOp, index: &str, out: &mut Vec<String>) {
             out.push(json!({"index": meta(id, *if_version)}).to_string());
             out.push(source.to_string());
         }
+        BulkOp::Update {
+            id,
+            doc,
+            if_version,
+            ..
+        } => {
+            out.push(json!({"update": meta(id, *if_version)}).to_string());
+            out.push(json!({ "doc": doc }).to_string());
+        }
         BulkOp::Delete { id, if_version, .. } => {
             out.push(json!({"delete": meta(id, *if_version)}).to_string());
         }
-    }
-}
-
-fn op_index(op: &BulkOp) -> Idx {
-    match op {
-        BulkOp::Create { index, .. }
-        | BulkOp::Index { index, .. }
-        | BulkOp::Delete { index, .. } => *index,
-    }
-}
-
-fn op_id(op: &BulkOp) -> &str {
-    match op {
-        BulkOp::Create { id, .. } | BulkOp::Index { id, .. } | BulkOp::Delete { id, .. } => id,
     }
 }
 
@@ -824,7 +819,7 @@ impl MetaStore for EsStore {
         let start = Instant::now();
         let mut delay = Duration::from_millis(50);
         for idx in Idx::ALL {
-            if ops.iter().any(|o| op_index(o) == idx) {
+            if ops.iter().any(|o| o.index() == idx) {
                 self.mark_dirty(idx);
             }
         }
@@ -839,7 +834,7 @@ impl MetaStore for EsStore {
                 while i < pending.len() && (batch.is_empty() || bytes < BULK_BYTES) {
                     let op = &ops[pending[i]];
                     let before = lines.len();
-                    bulk_lines(op, &self.index_name(op_index(op)), &mut lines);
+                    bulk_lines(op, &self.index_name(op.index()), &mut lines);
                     bytes += lines[before..].iter().map(|l| l.len() + 1).sum::<usize>();
                     batch.push(pending[i]);
                     i += 1;
@@ -867,9 +862,13 @@ impl MetaStore for EsStore {
                         .cloned()
                         .unwrap_or_default();
                     let status = r["status"].as_u64().unwrap_or(500) as u16;
-                    let id = op_id(&ops[k]);
+                    let id = ops[k].id();
                     results[k] = Some(match status {
                         200 | 201 => version_of(&r).ok_or_else(|| StoreError::Other(r.to_string())),
+                        // An update of a missing document (document_missing_exception).
+                        404 if matches!(ops[k], BulkOp::Update { .. }) => {
+                            Err(StoreError::NotFound(id.to_string()))
+                        }
                         404 if r["result"] == "not_found" => match &ops[k] {
                             BulkOp::Delete {
                                 if_version: None, ..

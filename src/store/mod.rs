@@ -13,6 +13,7 @@
 //! - `bulk` never fails as a whole for item errors: each item has its own result.
 //! - ids are UTF-8 strings of at most [`MAX_ID_BYTES`] bytes.
 
+pub mod cache;
 pub mod embedded;
 pub mod es;
 pub mod schema;
@@ -76,12 +77,42 @@ pub enum BulkOp {
         source: Value,
         if_version: Option<Version>,
     },
+    /// Partial update (Elasticsearch's `update` with a `doc`): the top-level
+    /// fields of `doc` replace the document's, the others stay (file text
+    /// is neither read nor rewritten). `Err(NotFound)` when the document is
+    /// absent; with `if_version`, `Conflict` when stale.
+    Update {
+        index: Idx,
+        id: String,
+        doc: Value,
+        if_version: Option<Version>,
+    },
     /// Delete; with `if_version`, only if the current version matches.
     Delete {
         index: Idx,
         id: String,
         if_version: Option<Version>,
     },
+}
+
+impl BulkOp {
+    pub fn index(&self) -> Idx {
+        match self {
+            BulkOp::Create { index, .. }
+            | BulkOp::Index { index, .. }
+            | BulkOp::Update { index, .. }
+            | BulkOp::Delete { index, .. } => *index,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        match self {
+            BulkOp::Create { id, .. }
+            | BulkOp::Index { id, .. }
+            | BulkOp::Update { id, .. }
+            | BulkOp::Delete { id, .. } => id,
+        }
+    }
 }
 
 /// Per-item result of a bulk request: the new version, or the item's error.
@@ -270,6 +301,18 @@ pub trait MetaStore: Send + Sync {
     fn sync(&self) -> StoreResult<()>;
     /// A short human description ("sqlite:/path", "elasticsearch:http://...").
     fn describe(&self) -> String;
+    /// Group the calling thread's writes until the matching `end_batch` into
+    /// as few commits as the backend can: a filesystem call wraps itself in
+    /// one batch. Reads inside the batch see its writes, as always. A write
+    /// in a batch is acknowledged (survives a crash of this process) only
+    /// once `end_batch` returned `Ok`. Batches nest. Backends whose every
+    /// write is its own request (Elasticsearch) keep the default no-ops.
+    fn begin_batch(&self) {}
+    /// End the batch begun last on this thread; the outermost one commits.
+    /// An error means some of the batch's writes may be lost.
+    fn end_batch(&self) -> StoreResult<()> {
+        Ok(())
+    }
     /// Visit every hit of a query, a page at a time, until `f` returns
     /// false. The sort must end with a unique field. Backends with
     /// snapshots (Elasticsearch's point in time) override this so a long
@@ -307,15 +350,47 @@ pub fn search_after_pages<S: MetaStore + ?Sized>(
     page: usize,
     f: &mut dyn FnMut(Vec<Hit>) -> StoreResult<bool>,
 ) -> StoreResult<()> {
+    pages(store, index, query, sort, page, false, f)
+}
+
+/// `search_after` paging of brief sources (no file text): for a caller
+/// that rewrites some fields with partial updates, so never needs the text.
+/// No snapshot: the sort must be on a unique field the caller's changes
+/// keep consistent (a subtree rename under its exclusive lock).
+pub fn scan_brief(
+    store: &dyn MetaStore,
+    index: Idx,
+    query: Query,
+    sort: Vec<Sort>,
+    page: usize,
+    mut f: impl FnMut(Vec<Hit>) -> StoreResult<bool>,
+) -> StoreResult<()> {
+    pages(store, index, &query, &sort, page, true, &mut f)
+}
+
+fn pages<S: MetaStore + ?Sized>(
+    store: &S,
+    index: Idx,
+    query: &Query,
+    sort: &[Sort],
+    page: usize,
+    brief: bool,
+    f: &mut dyn FnMut(Vec<Hit>) -> StoreResult<bool>,
+) -> StoreResult<()> {
     let mut after: Option<Vec<Value>> = None;
     loop {
-        let hits = store.search(&SearchRequest {
+        let req = SearchRequest {
             index,
             query: query.clone(),
             sort: sort.to_vec(),
             search_after: after.clone(),
             size: page,
-        })?;
+        };
+        let hits = if brief {
+            store.search_brief(&req)?
+        } else {
+            store.search(&req)?
+        };
         let n = hits.len();
         if n == 0 {
             return Ok(());
