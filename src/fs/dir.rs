@@ -134,26 +134,39 @@ impl Fs {
             };
             items.push(dot(2, parent, b"..", attr));
         }
-        // Brief: a listing needs no file text.
-        let hits = self.store.search_brief(&SearchRequest {
-            index: Idx::Entries,
-            query: Query::term("parent", ino),
-            sort: vec![Sort::asc("cookie")],
-            search_after: Some(vec![offset.max(2).into()]),
-            size: PAGE,
-        })?;
+        // A listing needs four fields of each entry (the embedded store
+        // reads them from columns, Elasticsearch filters `_source`).
+        let hits = self.store.search_fields(
+            &SearchRequest {
+                index: Idx::Entries,
+                query: Query::term("parent", ino),
+                sort: vec![Sort::asc("cookie")],
+                search_after: Some(vec![offset.max(2).into()]),
+                size: PAGE,
+            },
+            &["name", "ino", "kind", "cookie"],
+        )?;
         let mut entries = Vec::with_capacity(hits.len());
         for h in hits {
-            let e: Entry = serde_json::from_value(h.doc.source)?;
-            entries.push(e);
+            let s = &h.doc.source;
+            let (Some(name), Some(ino), Some(cookie)) =
+                (s["name"].as_str(), s["ino"].as_u64(), s["cookie"].as_u64())
+            else {
+                return Err(FsError::Io(format!(
+                    "entry {} lacks listing fields",
+                    h.doc.id
+                )));
+            };
+            let kind: Kind = serde_json::from_value(s["kind"].clone())?;
+            entries.push((decode_bytes(name), ino, kind, cookie));
         }
         let attrs = if plus {
-            let ids: Vec<String> = entries.iter().map(|e| inode_id(e.ino)).collect();
+            let ids: Vec<String> = entries.iter().map(|e| inode_id(e.1)).collect();
             self.store.mget(Idx::Inodes, &ids)?
         } else {
             vec![]
         };
-        for (i, e) in entries.into_iter().enumerate() {
+        for (i, (name, ino, kind, cookie)) in entries.into_iter().enumerate() {
             let attr = if plus {
                 match attrs.get(i).cloned().flatten() {
                     Some(doc) => {
@@ -167,10 +180,10 @@ impl Fs {
                 None
             };
             items.push(DirItem {
-                offset: e.cookie,
-                ino: e.ino,
-                kind: e.kind,
-                name: decode_bytes(&e.name),
+                offset: cookie,
+                ino,
+                kind,
+                name,
                 attr,
             });
         }

@@ -12,6 +12,11 @@
 //! write-if-version, retrying when something else (an attribute refresh, a
 //! rename) wrote the document meanwhile.
 //!
+//! Indexing waits for a quiet second after the last change (see `QUIET`),
+//! so bulk writes (`tar x`, `cp -r`) run at full speed and files deleted
+//! soon after being written (build outputs, temporary files) are never
+//! indexed; until then search scans those files, as above.
+//!
 //! `flush` waits until every change queued before it is indexed: `esfs
 //! search` calls it through the mount (see `crate::search::FLUSH_XATTR`) so
 //! that its narrowing uses the newest text. At start the thread also queues
@@ -31,6 +36,14 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 20;
 /// Inodes indexed per store bulk.
 const BATCH: usize = 64;
+/// Changes are indexed once the mount has had no new ones for this long
+/// (a `tar x` or `cp -r` is not slowed by indexing each file as it lands,
+/// and files deleted meanwhile are never indexed), or when the oldest has
+/// waited `MAX_DELAY`, or at once when a search asks (`flush`).
+const QUIET: Duration = Duration::from_millis(1000);
+const MAX_DELAY: Duration = Duration::from_secs(10);
+/// Failed batches retried in a row before one is given up.
+const MAX_BATCH_FAILURES: u32 = 5;
 const MAX_RETRIES: usize = 50;
 
 pub struct Indexer {
@@ -59,6 +72,14 @@ struct State {
     stop: bool,
     /// Inodes indexed since start (for logs and tests).
     done: u64,
+    /// When the last change was queued, and since when the queue has held
+    /// changes not yet picked up.
+    last_change: Option<Instant>,
+    pending_since: Option<Instant>,
+    /// Callers waiting in `flush`: index without delay.
+    flushing: usize,
+    /// Batches failed in a row.
+    failures: u32,
 }
 
 /// What the indexer decided for one inode.
@@ -107,6 +128,9 @@ impl Indexer {
         }
         st.next_seq += 1;
         st.changes.insert(seq);
+        let now = Instant::now();
+        st.last_change = Some(now);
+        st.pending_since.get_or_insert(now);
         self.inner.work.notify_one();
     }
 
@@ -116,10 +140,12 @@ impl Indexer {
         let deadline = Instant::now() + timeout;
         let mut st = self.inner.state.lock();
         let target = st.next_seq;
-        loop {
+        st.flushing += 1;
+        self.inner.work.notify_one();
+        let pending = loop {
             let pending = st.changes.range(..target).count();
             if pending == 0 || st.stop {
-                return pending;
+                break pending;
             }
             if self
                 .inner
@@ -127,9 +153,11 @@ impl Indexer {
                 .wait_until(&mut st, deadline)
                 .timed_out()
             {
-                return st.changes.range(..target).count();
+                break st.changes.range(..target).count();
             }
-        }
+        };
+        st.flushing -= 1;
+        pending
     }
 
     /// Inodes queued (changes and backfill).
@@ -159,11 +187,27 @@ impl Inner {
         loop {
             let batch: Vec<(u64, Option<u64>)> = {
                 let mut st = self.state.lock();
-                while st.queue.is_empty() && !st.stop {
-                    self.work.wait(&mut st);
-                }
-                if st.stop {
-                    return;
+                loop {
+                    if st.stop {
+                        return;
+                    }
+                    if st.queue.is_empty() {
+                        st.pending_since = None;
+                        self.work.wait(&mut st);
+                        continue;
+                    }
+                    if st.flushing > 0 {
+                        break;
+                    }
+                    // Wait for a quiet moment (or the oldest change's deadline).
+                    let now = Instant::now();
+                    let quiet_at = st.last_change.map_or(now, |t| t + QUIET);
+                    let due_at = st.pending_since.map_or(now, |t| t + MAX_DELAY);
+                    let at = quiet_at.min(due_at);
+                    if at <= now {
+                        break;
+                    }
+                    self.work.wait_until(&mut st, at);
                 }
                 let n = st.queue.len().min(BATCH);
                 let inos: Vec<u64> = st.queue.drain(..n).collect();
@@ -172,10 +216,33 @@ impl Inner {
                     .collect()
             };
             let inos: Vec<u64> = batch.iter().map(|(i, _)| *i).collect();
-            if let Err(e) = self.index_batch(&inos) {
+            let failed = self.index_batch(&inos).err();
+            let mut st = self.state.lock();
+            if let Some(e) = failed {
+                // A store or data error (overload, a transient outage): try
+                // the batch again later, a few times, before giving up on it
+                // (search then keeps scanning those files).
+                st.failures += 1;
+                if st.failures <= MAX_BATCH_FAILURES {
+                    log::warn!("content index: {e}; retrying");
+                    for (ino, seq) in batch {
+                        if st.queued.contains_key(&ino) {
+                            // Queued again meanwhile: that change covers this one.
+                            if let Some(s) = seq {
+                                st.changes.remove(&s);
+                            }
+                        } else {
+                            st.queued.insert(ino, seq);
+                            st.queue.push_back(ino);
+                        }
+                    }
+                    st.last_change = Some(Instant::now());
+                    drop(st);
+                    continue;
+                }
                 log::warn!("content index: {e}");
             }
-            let mut st = self.state.lock();
+            st.failures = 0;
             st.done += inos.len() as u64;
             for (_, seq) in batch {
                 if let Some(s) = seq {

@@ -297,6 +297,10 @@ impl MetaStore for CachedStore {
         self.inner.search_brief(req)
     }
 
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
+        self.inner.search_fields(req, fields)
+    }
+
     fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
         self.inner.group(req)
     }

@@ -1621,7 +1621,14 @@ fn order_by(s: &mut Sql, first: Option<&SortKey>, keys: &[SortKey]) {
 /// seek, a sort is split on its first key: first the rows where it is present
 /// (`col >= after` can then seek), then those where it is missing. The final
 /// parameter of each statement is the LIMIT, bound by the caller.
-fn search_sql(table: &str, filter: &Sql, keys: &[SortKey], after: Option<&After>) -> Vec<Sql> {
+/// `extra`: more columns to select, after the sort keys.
+fn search_sql(
+    table: &str,
+    filter: &Sql,
+    keys: &[SortKey],
+    after: Option<&After>,
+    extra: &[&Field],
+) -> Vec<Sql> {
     // `seek`, if any, is written before the filter: given two lower bounds on
     // one indexed column (a subtree range and the search_after cursor),
     // SQLite seeks on the first it meets, and seeking from the subtree's
@@ -1631,6 +1638,9 @@ fn search_sql(table: &str, filter: &Sql, keys: &[SortKey], after: Option<&After>
         s.push("SELECT id, seq, src, rid");
         for k in keys {
             s.push(", ").col(k.field);
+        }
+        for f in extra {
+            s.push(", ").col(f);
         }
         s.push(" FROM \"").push(table).push("\" WHERE ");
         if let Some(seek) = seek {
@@ -1688,14 +1698,30 @@ fn search_sql(table: &str, filter: &Sql, keys: &[SortKey], after: Option<&After>
     out
 }
 
-fn hit_of(row: &Row<'_>, keys: &[SortKey]) -> StoreResult<Hit> {
+fn hit_of(row: &Row<'_>, keys: &[SortKey], cols: Option<&[&Field]>) -> StoreResult<Hit> {
     let id: String = row.get(0).map_err(sql_err)?;
     let seq: i64 = row.get(1).map_err(sql_err)?;
-    let source = parse_source(
-        row.get_ref(2)
-            .and_then(|v| Ok(v.as_bytes()?))
-            .map_err(sql_err)?,
-    )?;
+    let source = match cols {
+        // Just these fields, from their columns (after the sort keys).
+        Some(cols) => {
+            let mut m = serde_json::Map::new();
+            for (j, f) in cols.iter().enumerate() {
+                let v = row
+                    .get_ref(4 + keys.len() + j)
+                    .and_then(|v| json_of(f, v))
+                    .map_err(sql_err)?;
+                if !v.is_null() {
+                    m.insert(f.name.to_string(), v);
+                }
+            }
+            Value::Object(m)
+        }
+        None => parse_source(
+            row.get_ref(2)
+                .and_then(|v| Ok(v.as_bytes()?))
+                .map_err(sql_err)?,
+        )?,
+    };
     let mut sort = Vec::with_capacity(keys.len() + 1);
     for (i, k) in keys.iter().enumerate() {
         let v = row
@@ -1777,7 +1803,7 @@ impl MetaStore for EmbeddedStore {
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        self.search_impl(req, false)
+        self.search_impl(req, false, None)
     }
 
     fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
@@ -1789,7 +1815,27 @@ impl MetaStore for EmbeddedStore {
     }
 
     fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        self.search_impl(req, true)
+        self.search_impl(req, true, None)
+    }
+
+    /// Fields that have columns are read from them: no source to parse.
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
+        let cols: Option<Vec<&'static Field>> = fields
+            .iter()
+            .map(|f| req.index.field(f).filter(|f| columnar(f)))
+            .collect();
+        match cols {
+            Some(cols) => self.search_impl(req, true, Some(&cols)),
+            None => {
+                let mut hits = self.search_impl(req, true, None)?;
+                for h in &mut hits {
+                    if let Value::Object(m) = &mut h.doc.source {
+                        m.retain(|k, _| fields.contains(&k.as_str()));
+                    }
+                }
+                Ok(hits)
+            }
+        }
     }
 
     fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
@@ -1851,7 +1897,13 @@ impl MetaStore for EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    fn search_impl(&self, req: &SearchRequest, brief: bool) -> StoreResult<Vec<Hit>> {
+    /// `cols`: the source is made of just these columns (not parsed).
+    fn search_impl(
+        &self,
+        req: &SearchRequest,
+        brief: bool,
+        cols: Option<&[&'static Field]>,
+    ) -> StoreResult<Vec<Hit>> {
         let mut filter = Sql::default();
         compile(req.index, &req.query, &mut filter)?;
         let keys = sort_keys(req.index, &req.sort)?;
@@ -1863,7 +1915,8 @@ impl EmbeddedStore {
         if req.size == 0 {
             return Ok(Vec::new());
         }
-        let phases = search_sql(req.index.name(), &filter, &keys, after.as_ref());
+        let extra = cols.unwrap_or(&[]);
+        let phases = search_sql(req.index.name(), &filter, &keys, after.as_ref(), extra);
         // Both phases read the same snapshot.
         self.read(true, |tx| {
             let mut hits = Vec::with_capacity(req.size.min(1024));
@@ -1883,7 +1936,7 @@ impl EmbeddedStore {
                     .query(rusqlite::params_from_iter(params))
                     .map_err(sql_err)?;
                 while let Some(row) = rows.next().map_err(sql_err)? {
-                    let mut hit = hit_of(row, &keys)?;
+                    let mut hit = hit_of(row, &keys, cols)?;
                     if !brief && has_text(req.index) {
                         let rid: i64 = row.get(3).map_err(sql_err)?;
                         attach_text(tx, req.index, rid, &mut hit.doc.source)?;
@@ -3174,7 +3227,7 @@ mod tests {
                 compile(idx, &q, &mut filter).unwrap();
                 let keys = sort_keys(idx, &sort).unwrap();
                 let after = after.map(|a| parse_after(&keys, &a).unwrap());
-                let sql = &search_sql(idx.name(), &filter, &keys, after.as_ref())[0];
+                let sql = &search_sql(idx.name(), &filter, &keys, after.as_ref(), &[])[0];
                 let conn = s.readers.get().unwrap();
                 let mut stmt = conn
                     .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.text))

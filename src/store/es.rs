@@ -554,12 +554,20 @@ impl EsStore {
             .collect()
     }
 
-    fn search_impl(&self, req: &SearchRequest, brief: bool) -> StoreResult<Vec<Hit>> {
+    /// `fields`: only these source fields; else `brief`: all but the text.
+    fn search_impl(
+        &self,
+        req: &SearchRequest,
+        brief: bool,
+        fields: Option<&[&str]>,
+    ) -> StoreResult<Vec<Hit>> {
         self.refresh_if_dirty(req.index)?;
         let name = &self.index_name(req.index);
         let name = name.as_str();
         let mut body = self.search_body(req);
-        if brief && !text_fields(req.index).is_empty() {
+        if let Some(f) = fields {
+            body["_source"] = json!({ "includes": f });
+        } else if brief && !text_fields(req.index).is_empty() {
             body["_source"] = json!({"excludes": text_fields(req.index)});
         }
         let body = &body;
@@ -734,7 +742,11 @@ impl MetaStore for EsStore {
     }
 
     fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        self.search_impl(req, true)
+        self.search_impl(req, true, None)
+    }
+
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
+        self.search_impl(req, true, Some(fields))
     }
 
     fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
@@ -746,7 +758,7 @@ impl MetaStore for EsStore {
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        self.search_impl(req, false)
+        self.search_impl(req, false, None)
     }
 
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {

@@ -285,6 +285,17 @@ pub trait MetaStore: Send + Sync {
     fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
         self.search(req)
     }
+    /// `search` whose sources hold only `fields` (Elasticsearch's `_source`
+    /// includes): for listings that need a few fields of many documents.
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
+        let mut hits = self.search_brief(req)?;
+        for h in &mut hits {
+            if let Value::Object(m) = &mut h.doc.source {
+                m.retain(|k, _| fields.contains(&k.as_str()));
+            }
+        }
+        Ok(hits)
+    }
     /// Field collapsing: see [`GroupRequest`].
     fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
         let _ = req;
