@@ -226,14 +226,17 @@ impl Inner {
                 if st.failures <= MAX_BATCH_FAILURES {
                     log::warn!("content index: {e}; retrying");
                     for (ino, seq) in batch {
-                        if st.queued.contains_key(&ino) {
+                        match st.queued.entry(ino) {
                             // Queued again meanwhile: that change covers this one.
-                            if let Some(s) = seq {
-                                st.changes.remove(&s);
+                            std::collections::hash_map::Entry::Occupied(_) => {
+                                if let Some(s) = seq {
+                                    st.changes.remove(&s);
+                                }
                             }
-                        } else {
-                            st.queued.insert(ino, seq);
-                            st.queue.push_back(ino);
+                            std::collections::hash_map::Entry::Vacant(v) => {
+                                v.insert(seq);
+                                st.queue.push_back(ino);
+                            }
                         }
                     }
                     st.last_change = Some(Instant::now());
