@@ -1826,15 +1826,10 @@ impl MetaStore for EmbeddedStore {
             .collect();
         match cols {
             Some(cols) => self.search_impl(req, true, Some(&cols)),
-            None => {
-                let mut hits = self.search_impl(req, true, None)?;
-                for h in &mut hits {
-                    if let Value::Object(m) = &mut h.doc.source {
-                        m.retain(|k, _| fields.contains(&k.as_str()));
-                    }
-                }
-                Ok(hits)
-            }
+            None => Ok(super::only_fields(
+                self.search_impl(req, true, None)?,
+                fields,
+            )),
         }
     }
 

@@ -288,13 +288,7 @@ pub trait MetaStore: Send + Sync {
     /// `search` whose sources hold only `fields` (Elasticsearch's `_source`
     /// includes): for listings that need a few fields of many documents.
     fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
-        let mut hits = self.search_brief(req)?;
-        for h in &mut hits {
-            if let Value::Object(m) = &mut h.doc.source {
-                m.retain(|k, _| fields.contains(&k.as_str()));
-            }
-        }
-        Ok(hits)
+        Ok(only_fields(self.search_brief(req)?, fields))
     }
     /// Field collapsing: see [`GroupRequest`].
     fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
@@ -338,6 +332,16 @@ pub trait MetaStore: Send + Sync {
     ) -> StoreResult<()> {
         search_after_pages(self, index, query, sort, page, f)
     }
+}
+
+/// The hits with their sources cut down to `fields`.
+pub(crate) fn only_fields(mut hits: Vec<Hit>, fields: &[&str]) -> Vec<Hit> {
+    for h in &mut hits {
+        if let Value::Object(m) = &mut h.doc.source {
+            m.retain(|k, _| fields.contains(&k.as_str()));
+        }
+    }
+    hits
 }
 
 /// Visit every hit of a query in pages of `page` (see [`MetaStore::scan_pages`]).
