@@ -289,6 +289,10 @@ fn embedded_batches_commit_at_their_end() {
         other.get(Idx::Meta, "a").unwrap().is_none(),
         "not committed yet"
     );
+    // Opening the store (`esfs fsck`, `esfs search` beside a busy mount)
+    // needs no write lock: it does not wait for the open transaction.
+    let third = EmbeddedStore::open(dir.path()).unwrap();
+    assert!(third.get(Idx::Meta, "a").unwrap().is_none());
     s.end_batch().unwrap();
     assert!(other.get(Idx::Meta, "a").unwrap().is_some());
     assert!(other.get(Idx::Meta, "b").unwrap().is_some());

@@ -81,6 +81,8 @@ impl EmbeddedStore {
             .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
         let path = dir.join("meta.sqlite");
         let conn = Connection::open(&path).map_err(sql_err)?;
+        // First, so that even the pragmas below wait for a busy mount.
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err)?;
         // Only takes effect when the database is created. Each small write
         // dirties one page per index and every dirty page goes to the WAL,
         // so smaller pages write markedly faster (~1.5x over 4 KiB here);
@@ -299,10 +301,18 @@ fn sql_type(ty: FieldType) -> &'static str {
 /// columns of fields declared since the database was created.
 fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
     let tx = conn.unchecked_transaction()?;
+    // Opening a store that is set up writes nothing (so `esfs fsck` and
+    // `esfs search` never wait for the write lock of a busy mount): every
+    // statement below is a no-op then.
     tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS _seq (k INTEGER PRIMARY KEY, v INTEGER NOT NULL);
-         INSERT OR IGNORE INTO _seq (k, v) VALUES (0, 0);",
+        "CREATE TABLE IF NOT EXISTS _seq (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)",
     )?;
+    let has_seq: bool = tx.query_row("SELECT count(*) FROM _seq WHERE k = 0", [], |r| {
+        Ok(r.get::<_, i64>(0)? > 0)
+    })?;
+    if !has_seq {
+        tx.execute_batch("INSERT INTO _seq (k, v) VALUES (0, 0)")?;
+    }
     for idx in Idx::ALL {
         let t = idx.name();
         for f in idx.fields() {
