@@ -382,6 +382,7 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     // Content indexing for `esfs search` (a background thread).
     crate::search::attach(&fs, &args.backend, args.data.as_deref());
     let fs = Arc::new(fs);
+    fs.spawn_janitor();
 
     // Signals are handled by one thread (blocked everywhere else) that
     // unmounts cleanly, so `kill` never leaves a dead mount behind.

@@ -179,6 +179,7 @@ fn conformance(s: &dyn MetaStore) {
         .collect();
     assert!(s.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
     partial_updates(s);
+    rebased_paths(s);
     let mut seen = 0u64;
     let mut last = 0u64;
     scan(
@@ -253,6 +254,100 @@ fn partial_updates(s: &dyn MetaStore) {
         ["77/u"]
     );
     s.delete(Idx::Entries, "77/u", None).unwrap();
+}
+
+/// `rebase_paths` (a directory rename done inside the store), where a
+/// backend offers it: exactly the documents strictly below the old path
+/// move, each with a new version; everything else about them stays.
+fn rebased_paths(s: &dyn MetaStore) {
+    let put = |id: &str, path: &str, dir: &str| {
+        let mut d = entry(88, id, path, 8000 + id.len() as u64);
+        d["dir"] = json!(dir);
+        d["contents"] = json!(format!("text of {id}"));
+        s.create(Idx::Entries, id, &d).unwrap()
+    };
+    let top = put("88/a", "/rb/a", "/rb");
+    let x = put("88/x", "/rb/a/x", "/rb/a");
+    put("88/f", "/rb/a/x/\u{e9}t\u{e9}", "/rb/a/x");
+    put("88/sib", "/rb/a-b", "/rb");
+    put("88/sib2", "/rb/ab/c", "/rb/ab");
+    // Cached copies (a cache in front must drop them).
+    for id in ["88/a", "88/x", "88/f", "88/sib"] {
+        s.get(Idx::Entries, id).unwrap().unwrap();
+    }
+    let Some(n) = s
+        .rebase_paths(Idx::Entries, "/rb/a", "/rb/n\u{e9}w")
+        .unwrap()
+    else {
+        eprintln!(
+            "{}: no store-side rebase; renames scan and bulk-update",
+            s.describe()
+        );
+        for id in ["88/a", "88/x", "88/f", "88/sib", "88/sib2"] {
+            s.delete(Idx::Entries, id, None).unwrap();
+        }
+        return;
+    };
+    assert_eq!(n, 2);
+    let get = |id: &str| s.get(Idx::Entries, id).unwrap().unwrap();
+    let (a, xd, f) = (get("88/a"), get("88/x"), get("88/f"));
+    assert_eq!(a.version, top, "the renamed path itself is not below it");
+    assert_eq!(a.source["path"], json!("/rb/a"));
+    assert_ne!(xd.version, x);
+    assert_eq!(xd.source["path"], json!("/rb/n\u{e9}w/x"));
+    assert_eq!(xd.source["dir"], json!("/rb/n\u{e9}w"));
+    assert_eq!(f.source["path"], json!("/rb/n\u{e9}w/x/\u{e9}t\u{e9}"));
+    assert_eq!(f.source["dir"], json!("/rb/n\u{e9}w/x"));
+    assert_eq!(f.source["contents"], json!("text of 88/f"));
+    assert_eq!(f.source["name"], json!("88/f"));
+    assert_ne!(xd.version, f.version, "every document its own version");
+    assert_eq!(get("88/sib").source["path"], json!("/rb/a-b"));
+    assert_eq!(get("88/sib2").source["path"], json!("/rb/ab/c"));
+    // The old version is stale now.
+    let r = s
+        .bulk(vec![BulkOp::Delete {
+            index: Idx::Entries,
+            id: "88/x".into(),
+            if_version: Some(x),
+        }])
+        .unwrap();
+    assert!(matches!(r[0], Err(StoreError::Conflict(_))), "{:?}", r[0]);
+    s.refresh(Idx::Entries).unwrap();
+    let paths = |p: &str| -> Vec<String> {
+        let mut v: Vec<String> = s
+            .search_brief(&SearchRequest {
+                index: Idx::Entries,
+                query: Query::tree("path", p),
+                sort: vec![Sort::asc("path")],
+                search_after: None,
+                size: 10,
+            })
+            .unwrap()
+            .into_iter()
+            .map(|h| h.doc.source["path"].as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(paths("/rb/a"), ["/rb/a"]);
+    assert_eq!(
+        paths("/rb/n\u{e9}w"),
+        ["/rb/n\u{e9}w/x", "/rb/n\u{e9}w/x/\u{e9}t\u{e9}"]
+    );
+    assert_eq!(
+        s.count(
+            Idx::Entries,
+            &Query::Text {
+                field: "contents".into(),
+                text: "text of 88/f".into()
+            }
+        )
+        .unwrap(),
+        1
+    );
+    for id in ["88/a", "88/x", "88/f", "88/sib", "88/sib2"] {
+        s.delete(Idx::Entries, id, None).unwrap();
+    }
 }
 
 #[test]

@@ -580,9 +580,14 @@ impl Fs {
 
     /// The seeds' directory rename: find every document strictly below `old`
     /// (one `path.tree` term) and bulk-update its `path` and `dir` to be below
-    /// `new`, page by page, checking every item.
+    /// `new`, page by page, checking every item. A backend that can rewrite
+    /// the subtree itself (the embedded store: one SQL statement) does so.
     pub(super) fn rewrite_subtree(&self, old: &str, new: &str) -> FsResult<()> {
         self.see_other_mounts()?;
+        // A backend that rewrites the subtree itself does it in one request.
+        if self.store.rebase_paths(Idx::Entries, old, new)?.is_some() {
+            return Ok(());
+        }
         let query = Query::Bool {
             must: vec![Query::tree("path", old)],
             must_not: vec![Query::term("path", old)],

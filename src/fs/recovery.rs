@@ -168,6 +168,30 @@ impl Fs {
         self.recount_dir(b.parent)
     }
 
+    /// Shared stores (Elasticsearch): a mount that died while other mounts
+    /// kept running leaves intents no restart may come back for. Every lease
+    /// period, roll forward those whose owners' leases have run out.
+    pub fn spawn_janitor(self: &Arc<Self>) {
+        if self.cfg.exclusive {
+            return; // the only mount recovers at start
+        }
+        let fs = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("esfs-janitor".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(crate::locks::manager::LEASE);
+                    let Some(fs) = fs.upgrade() else { return };
+                    match fs.batch(|| fs.recover_intents()) {
+                        Ok(0) => {}
+                        Ok(n) => log::info!("rolled forward {n} change(s) of dead mounts"),
+                        Err(e) => log::warn!("recovering dead mounts' changes: {e}"),
+                    }
+                }
+            })
+            .expect("spawn janitor");
+    }
+
     /// Roll forward the intents of dead mounts (all of them on an exclusive
     /// store, whose only other writer was this mount's previous life).
     pub fn recover_intents(&self) -> FsResult<usize> {

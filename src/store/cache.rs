@@ -321,6 +321,28 @@ impl MetaStore for CachedStore {
         self.inner.describe()
     }
 
+    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
+        self.writing(|| {
+            let r = self.inner.rebase_paths(index, old, new);
+            if cached(index) && !matches!(r, Ok(None) | Ok(Some(0))) {
+                // The moved documents keep their ids: drop the cached ones
+                // below `old` (after an error, every document of the index).
+                let below = format!("{old}/");
+                let failed = r.is_err();
+                self.docs.retain(|k, v| {
+                    k.0 != index
+                        || !(failed
+                            || v.as_ref().is_some_and(|d| {
+                                d.source["path"]
+                                    .as_str()
+                                    .is_none_or(|p| p.starts_with(&below))
+                            }))
+                });
+            }
+            r
+        })
+    }
+
     fn begin_batch(&self) {
         self.inner.begin_batch()
     }

@@ -1066,6 +1066,26 @@ fn bulk_tx(
     Ok(results)
 }
 
+/// [`EmbeddedStore::rebase_paths`]'s statement in a savepoint; rows get
+/// seq_nos `seq.next ..` in the order SQLite visits them.
+fn rebase_tx(
+    conn: &mut Connection,
+    seq: &mut SeqState,
+    sql: &str,
+    old: &str,
+    new: &str,
+) -> rusqlite::Result<u64> {
+    let tx = conn.savepoint()?;
+    let base = seq.next as i64 - 1;
+    let n = tx
+        .prepare_cached(sql)?
+        .execute(rusqlite::params![base, old, new])? as u64;
+    seq.next += n;
+    seq.reserve(&tx, 0)?;
+    tx.commit()?;
+    Ok(n)
+}
+
 /// Whether a column value equals what the row holds.
 fn same(new: &Col<'_>, old: &SqlValue) -> bool {
     match (new, old) {
@@ -1864,6 +1884,43 @@ impl MetaStore for EmbeddedStore {
 
     fn describe(&self) -> String {
         format!("sqlite:{}", self.path.display())
+    }
+
+    /// One statement: the subtree is a range of the path index, the new
+    /// `path`/`dir` are spliced into columns and source in SQLite (no row
+    /// leaves it, no JSON parsed in Rust), and each row gets its own seq_no.
+    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
+        let has = |f: &str| index.field(f).is_some_and(columnar);
+        if !(has("path") && has("dir")) {
+            return Err(invalid(format!(
+                "{} has no path and dir columns",
+                index.name()
+            )));
+        }
+        if old == "/" || old.is_empty() || old.ends_with('/') {
+            return Err(invalid(format!("cannot rebase the subtree of {old:?}")));
+        }
+        let t = index.name();
+        // SET expressions see the row's old values; substr/length count
+        // characters, consistently, as paths are valid UTF-8.
+        let sql = format!(
+            "UPDATE \"{t}\" SET seq = ?1 + s.rn,
+                 f_path = ?3 || substr(f_path, length(?2) + 1),
+                 f_dir = ?3 || substr(f_dir, length(?2) + 1),
+                 src = CAST(json_set(CAST(src AS TEXT),
+                     '$.path', ?3 || substr(f_path, length(?2) + 1),
+                     '$.dir', ?3 || substr(f_dir, length(?2) + 1)) AS BLOB)
+             FROM (SELECT rid, row_number() OVER () AS rn FROM \"{t}\"
+                   WHERE f_path >= (?2 || '/') AND f_path < (?2 || '0')) AS s
+             WHERE \"{t}\".rid = s.rid"
+        );
+        self.write(|conn, seq| {
+            rebase_tx(conn, seq, &sql, old, new).inspect_err(|_| {
+                // The reservation may have been rolled back: re-reserve next time.
+                seq.reserved = seq.next;
+            })
+        })
+        .map(Some)
     }
 
     fn begin_batch(&self) {

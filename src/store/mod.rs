@@ -318,6 +318,16 @@ pub trait MetaStore: Send + Sync {
     fn end_batch(&self) -> StoreResult<()> {
         Ok(())
     }
+    /// A directory rename's path rewrite done inside the store (what
+    /// Elasticsearch's `_update_by_query` with a script would do): every
+    /// document strictly below `old` in the `path` tree gets the prefix `old`
+    /// of its `path` and `dir` replaced by `new`, each with a new version,
+    /// all or nothing. `Ok(None)`: not offered by this backend; the caller
+    /// runs the seeds' scan and bulk update instead. Returns the number of
+    /// documents moved.
+    fn rebase_paths(&self, _index: Idx, _old: &str, _new: &str) -> StoreResult<Option<u64>> {
+        Ok(None)
+    }
     /// Visit every hit of a query, a page at a time, until `f` returns
     /// false. The sort must end with a unique field. Backends with
     /// snapshots (Elasticsearch's point in time) override this so a long
