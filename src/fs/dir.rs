@@ -7,9 +7,8 @@
 //! seekdir, and memory is bounded by one page whatever the directory's size.
 //! "." and ".." take offsets 1 and 2; cookies start above them.
 //!
-//! The kernel asks for a page-sized buffer at a time (a few dozen entries
-//! for readdirplus), so each open directory keeps the last fetched page and
-//! serves consecutive calls from it.
+//! Each open directory keeps the last fetched page and serves consecutive
+//! calls from it (a reply may take fewer entries than the page holds).
 
 use super::*;
 use crate::store::{Query, SearchRequest, Sort};
@@ -40,9 +39,13 @@ pub(super) struct DirHandle {
     returned: HashMap<u64, u64>,
 }
 
-const PAGE: usize = 512;
-/// More directory entries than one readdir reply buffer can take.
-const REPLY_MAX: usize = 160;
+/// Entries fetched per store query, and at most copied into one reply:
+/// more than a reply buffer can take (the kernel sizes it from the
+/// caller's getdents buffer, 32 KiB for glibc: ~1000 names, or ~200 names
+/// with attributes), so each reply is full and a 10k listing takes a dozen
+/// round trips, not a hundred.
+const PAGE: usize = 1024;
+const PAGE_PLUS: usize = 256;
 
 impl Fs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
@@ -83,11 +86,10 @@ impl Fs {
                 0
             }
         };
-        // A reply holds a few dozen entries (one 4 KiB buffer): copy out no
-        // more than can fit, not the rest of the page each time.
+        // Copy out no more than a reply can take, not the rest of the page.
         let items = h.page[pos..]
             .iter()
-            .take(REPLY_MAX)
+            .take(if plus { PAGE_PLUS } else { PAGE })
             .cloned()
             .collect::<Vec<_>>();
         if offset == 0 {
@@ -142,7 +144,7 @@ impl Fs {
                 query: Query::term("parent", ino),
                 sort: vec![Sort::asc("cookie")],
                 search_after: Some(vec![offset.max(2).into()]),
-                size: PAGE,
+                size: if plus { PAGE_PLUS } else { PAGE },
             },
             &["name", "ino", "kind", "cookie"],
         )?;
