@@ -8,7 +8,6 @@ mod common;
 use common::*;
 use es_test_server::EsTestServer;
 use esfs::store::es::{EsConfig, EsStore};
-use esfs::store::{BulkOp, Idx, MetaStore};
 use serde_json::json;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -178,28 +177,7 @@ fn a_directory_of_100k_entries_lists_completely() {
     // list through the mount: far past the 10k search window.
     let store = EsStore::connect(&EsConfig::new(&c.url, &index)).unwrap();
     let n = 100_000u64;
-    for part in 0..10 {
-        let mut ops = Vec::new();
-        for i in part * n / 10..(part + 1) * n / 10 {
-            let (ino, name) = (10_000_000 + i, format!("f{i:06}"));
-            ops.push(BulkOp::Create {
-                index: Idx::Inodes,
-                id: ino.to_string(),
-                source: json!({"ino": ino, "kind": "file", "mode": 0o644, "uid": 0, "gid": 0,
-                    "size": 0, "nlink": 1, "atime_ns": 0, "mtime_ns": 0, "ctime_ns": 0, "btime_ns": 0,
-                    "links": [{"p": dir_ino, "n": name}]}),
-            });
-            ops.push(BulkOp::Create {
-                index: Idx::Entries,
-                id: format!("{dir_ino}/{name}"),
-                source: json!({"parent": dir_ino, "name": name, "path": format!("/big/{name}"),
-                    "dir": "/big", "ino": ino, "kind": "file", "cookie": ino, "size": 0,
-                    "mtime": 0, "mode": 0o644, "uid": 0, "gid": 0}),
-            });
-        }
-        assert!(store.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
-    }
-    store.refresh(Idx::Entries).unwrap();
+    bulk_files(&store, dir_ino, "/big", n);
     let out = sh_ok(m.p("big"), "ls -f | wc -l");
     assert_eq!(out.trim(), (n + 2).to_string());
     let out = sh_ok(m.p("big"), "ls -l | tail -n +2 | wc -l");

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use esfs::model::{ROOT_INO, entry_id, join_path};
+use esfs::model::{ROOT_INO, entry_id};
 use esfs::store::embedded::EmbeddedStore;
-use esfs::store::{BulkOp, Idx, MetaStore, Query};
+use esfs::store::{Idx, MetaStore, Query};
 use serde_json::json;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -24,33 +24,6 @@ fn esfs(args: &[&str]) -> (i32, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.code().unwrap_or(-1), text)
-}
-
-/// The documents `n` file creates in directory `dir` (inode `dino`) write,
-/// written in bulk straight into the store (no mount running).
-fn bulk_files(store: &dyn MetaStore, dino: u64, dir: &str, n: u64) {
-    for start in (0..n).step_by(5000) {
-        let mut ops = Vec::new();
-        for i in start..n.min(start + 5000) {
-            let (ino, name) = (50_000_000 + i, format!("f{i:06}"));
-            ops.push(BulkOp::Create {
-                index: Idx::Inodes,
-                id: ino.to_string(),
-                source: json!({"ino": ino, "kind": "file", "mode": 0o644, "uid": 0, "gid": 0,
-                    "size": 0, "nlink": 1, "atime_ns": 0, "mtime_ns": 0, "ctime_ns": 0, "btime_ns": 0,
-                    "content": ino.to_string(), "links": [{"p": dino, "n": name}]}),
-            });
-            ops.push(BulkOp::Create {
-                index: Idx::Entries,
-                id: entry_id(dino, name.as_bytes()),
-                source: json!({"parent": dino, "name": name, "path": join_path(dir, &name),
-                    "dir": dir, "ino": ino, "kind": "file", "cookie": ino, "size": 0,
-                    "mtime": 0, "mode": 0o644, "uid": 0, "gid": 0}),
-            });
-        }
-        assert!(store.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
-    }
-    store.refresh(Idx::Entries).unwrap();
 }
 
 /// Intent documents in the store (a read racing the mount's writer may be

@@ -582,3 +582,34 @@ pub fn make_tree(dir: &Path) {
         assert_success("snapshot crate src", &r);
     }
 }
+
+/// Writes, in bulk straight into a store, the documents `n` creates of empty
+/// files `f000000`.. in directory `dir` (inode `dino`) would write: how the
+/// tests make directories too big to fill through the mount in time.
+pub fn bulk_files(store: &dyn esfs::store::MetaStore, dino: u64, dir: &str, n: u64) {
+    use esfs::model::{entry_id, join_path};
+    use esfs::store::{BulkOp, Idx};
+    use serde_json::json;
+    for start in (0..n).step_by(5000) {
+        let mut ops = Vec::new();
+        for i in start..n.min(start + 5000) {
+            let (ino, name) = (50_000_000 + i, format!("f{i:06}"));
+            ops.push(BulkOp::Create {
+                index: Idx::Inodes,
+                id: ino.to_string(),
+                source: json!({"ino": ino, "kind": "file", "mode": 0o644, "uid": 0, "gid": 0,
+                    "size": 0, "nlink": 1, "atime_ns": 0, "mtime_ns": 0, "ctime_ns": 0, "btime_ns": 0,
+                    "content": ino.to_string(), "links": [{"p": dino, "n": name}]}),
+            });
+            ops.push(BulkOp::Create {
+                index: Idx::Entries,
+                id: entry_id(dino, name.as_bytes()),
+                source: json!({"parent": dino, "name": name, "path": join_path(dir, &name),
+                    "dir": dir, "ino": ino, "kind": "file", "cookie": ino, "size": 0,
+                    "mtime": 0, "mode": 0o644, "uid": 0, "gid": 0}),
+            });
+        }
+        assert!(store.bulk(ops).unwrap().iter().all(|r| r.is_ok()));
+    }
+    store.refresh(Idx::Entries).unwrap();
+}
