@@ -4,8 +4,9 @@
 //! Kernel caching: entry and attribute replies carry `ttl`. With the
 //! embedded store this mount is the only writer, so every change passes
 //! through the kernel, which keeps its caches right itself: long TTLs (60 s
-//! by default), negative lookups cached, file pages kept across opens
-//! (FOPEN_KEEP_CACHE) and directory listings cached (FOPEN_CACHE_DIR). With
+//! by default), negative lookups cached, file pages kept across opens and
+//! writes (no-open mode, no AUTO_INVAL_DATA) and directory listings cached
+//! (FOPEN_CACHE_DIR). With
 //! a shared store (Elasticsearch) other mounts change things behind the
 //! kernel: 1 s TTLs (as JuiceFS) and none of the rest.
 
@@ -123,14 +124,28 @@ impl Filesystem for FuseFs {
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_BIG_WRITES,
-            InitFlags::FUSE_AUTO_INVAL_DATA,
             InitFlags::FUSE_CACHE_SYMLINKS,
-            // Locks go through us, so they hold across mounts.
-            InitFlags::FUSE_POSIX_LOCKS,
-            InitFlags::FUSE_FLOCK_LOCKS,
         ] {
             if let Err(missing) = config.add_capabilities(cap) {
                 log::debug!("kernel lacks {missing:?}");
+            }
+        }
+        if !self.exclusive {
+            for cap in [
+                // Another mount may change a file behind the kernel: drop
+                // its pages when its mtime moves. (With one mount every
+                // change passes through the kernel, whose pages stay right:
+                // a file just written is read back from them.)
+                InitFlags::FUSE_AUTO_INVAL_DATA,
+                // Locks go through us, so they hold across mounts. (With one
+                // mount the kernel's own lock tables are exact, and needed:
+                // in no-open mode no RELEASE would end a flock.)
+                InitFlags::FUSE_POSIX_LOCKS,
+                InitFlags::FUSE_FLOCK_LOCKS,
+            ] {
+                if let Err(missing) = config.add_capabilities(cap) {
+                    log::debug!("kernel lacks {missing:?}");
+                }
             }
         }
         let _ = config.set_max_write(1 << 20);
@@ -323,6 +338,12 @@ impl Filesystem for FuseFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.exclusive {
+            // The kernel's no-open mode (ENOSYS here, once): from now on no
+            // OPEN or RELEASE round trips, handle 0 on reads and writes, and
+            // pages kept across opens. Close still sends FLUSH.
+            return reply.error(Errno::ENOSYS);
+        }
         match self.fs.batch(|| self.fs.open(ino.0, flags.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(errno(e)),

@@ -74,6 +74,22 @@ fn flock_and_fcntl_exclude_other_processes() {
     }
 }
 
+/// On the embedded store (one mount) the kernel keeps the lock tables, as
+/// Linux does for local filesystems: flock and fcntl locks are independent.
+#[test]
+fn flock_and_fcntl_are_independent_on_one_mount() {
+    let m = Mount::new();
+    let f = m.p("both.lock");
+    std::fs::write(&f, b"").unwrap();
+    let mut holder = hold(&f, "flock", 2);
+    assert!(!try_lock(&f, "flock"), "flock held");
+    assert!(
+        try_lock(&f, "fcntl"),
+        "an fcntl lock is not blocked by a flock"
+    );
+    holder.wait().unwrap();
+}
+
 #[test]
 fn locks_hold_across_two_mounts_of_one_index() {
     let server = EsTestServer::start("127.0.0.1:0").unwrap();

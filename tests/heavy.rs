@@ -330,3 +330,44 @@ fn tail_f_follows_a_writer_and_concurrent_readers_agree() {
     assert_eq!(fs::read_to_string(&out).unwrap(), expect, "tail -F output");
     assert_eq!(fs::read_to_string(&path).unwrap(), expect);
 }
+
+/// An appending writer while other descriptors of the file open and close
+/// in a loop (what `tail -F` does every poll) and a reader follows: each
+/// close persists and lets go of the file's in-memory size while writes
+/// are in flight. No write may be lost or land at a wrong offset.
+#[test]
+fn appends_survive_concurrent_opens_and_closes() {
+    let m = Mount::new();
+    let path = m.p("churn.log");
+    fs::write(&path, b"").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churners: Vec<_> = (0..2)
+        .map(|_| {
+            let (path, stop) = (path.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut f = fs::File::open(&path).unwrap();
+                    let mut b = [0u8; 64];
+                    let _ = f.read(&mut b).unwrap();
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let expect: String = (0..4000)
+        .map(|i| format!("{i:05} {}\n", "y".repeat(i % 37)))
+        .collect();
+    {
+        let mut w = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        for l in expect.split_inclusive('\n') {
+            w.write_all(l.as_bytes()).unwrap();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opens: u64 = churners.into_iter().map(|c| c.join().unwrap()).sum();
+    assert!(opens > 10, "the churners ran ({opens} opens)");
+    assert_eq!(fs::read_to_string(&path).unwrap(), expect);
+    assert_eq!(fs::metadata(&path).unwrap().len(), expect.len() as u64);
+}

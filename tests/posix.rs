@@ -598,6 +598,53 @@ fn open_unlinked_file_stays_usable() {
     assert_eq!(fs::read(m.p("f")).unwrap(), b"new");
 }
 
+/// On the embedded store the kernel opens files without asking esfs (its
+/// no-open mode: no OPEN/RELEASE round trips). Files opened that way, by two
+/// descriptors, written through one and read through the other, unlinked
+/// while open: usable until the last close, and their contents reclaimed
+/// once the kernel lets go of the inode.
+#[test]
+fn reopened_file_unlinked_while_open_then_reclaimed() {
+    skip_in_plain_mode!("reopened_file_unlinked_while_open_then_reclaimed");
+    let m = Mount::new();
+    let data_files = || {
+        let mut n = 0;
+        for fan in fs::read_dir(m.data_dir()).unwrap() {
+            n += fs::read_dir(fan.unwrap().path()).unwrap().count();
+        }
+        n
+    };
+    fs::write(m.p("keep"), b"other").unwrap();
+    fs::write(m.p("f"), b"hello").unwrap();
+    assert_eq!(data_files(), 2);
+    let mut a = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.p("f"))
+        .unwrap();
+    let mut b = File::open(m.p("f")).unwrap();
+    fs::remove_file(m.p("f")).unwrap();
+    assert!(!m.p("f").exists());
+    a.seek(SeekFrom::End(0)).unwrap();
+    a.write_all(b" world").unwrap();
+    let mut s = String::new();
+    b.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "hello world");
+    drop(a); // close: size and times persisted
+    assert_eq!(b.metadata().unwrap().len(), 11);
+    assert_eq!(b.metadata().unwrap().nlink(), 0);
+    assert_eq!(b.read_at(&mut [0u8; 16], 6).unwrap(), 5);
+    assert_eq!(data_files(), 2, "contents kept while a descriptor is open");
+    drop(b);
+    // The kernel forgets the inode soon after its last close.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while data_files() != 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(data_files(), 1, "contents of the unlinked file reclaimed");
+    assert_eq!(fs::read(m.p("keep")).unwrap(), b"other");
+}
+
 // ---------------------------------------------------------------- timestamps
 
 #[test]
@@ -1213,6 +1260,53 @@ fn xattr_via_setfattr_getfattr_tools() {
     sh_ok(m.path(), "setfattr -x user.tool f");
     let r = sh(m.path(), "getfattr -n user.tool f");
     assert_failure_with("getfattr removed attr", &r, "No such attribute");
+}
+
+/// ACLs and SELinux labels are refused (not stored unenforced); other
+/// `security.*` and `user.*` names are kept, and `ls -l` works.
+#[test]
+fn xattr_acl_and_selinux_names_are_unsupported() {
+    skip_in_plain_mode!("xattr_acl_and_selinux_names_are_unsupported");
+    let m = Mount::new();
+    fs::write(m.p("f"), b"x").unwrap();
+    let c = cstr(m.p("f"));
+    for name in ["security.selinux", "system.posix_acl_access"] {
+        let n = cstr(name);
+        let mut buf = [0u8; 64];
+        // SAFETY: valid NUL-terminated strings and a buffer of the given size.
+        let r = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+        assert_eq!(r, -1, "{name}");
+        assert_eq!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::EOPNOTSUPP),
+            "{name}"
+        );
+    }
+    // (Setting an ACL needs a well-formed one: the kernel checks that first.)
+    let n = cstr("security.selinux");
+    let label = b"system_u:object_r:tmp_t:s0";
+    // SAFETY: valid NUL-terminated strings and a value of the given length.
+    let r = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            label.as_ptr().cast(),
+            label.len(),
+            0,
+        )
+    };
+    assert_eq!(r, -1);
+    assert_eq!(
+        io::Error::last_os_error().raw_os_error(),
+        Some(libc::EOPNOTSUPP)
+    );
+    sh_ok(m.path(), "setfattr -n security.esfs-test -v kept f");
+    assert_eq!(
+        sh_ok(m.path(), "getfattr --only-values -n security.esfs-test f"),
+        "kept"
+    );
+    let ls = sh_ok(m.path(), "ls -l f");
+    assert!(ls.starts_with("-rw") && ls.contains(" f"), "{ls}");
 }
 
 // ---------------------------------------------------------------- statfs, symlinks, readdir

@@ -12,6 +12,7 @@
 
 use super::*;
 use crate::store::{Query, SearchRequest, Sort};
+use serde::Deserialize;
 use std::sync::atomic::Ordering;
 
 #[derive(Clone, Debug)]
@@ -138,7 +139,7 @@ impl Fs {
         }
         // A listing needs four fields of each entry (the embedded store
         // reads them from columns, Elasticsearch filters `_source`).
-        let hits = self.store.search_fields(
+        let rows = self.store.search_fields(
             &SearchRequest {
                 index: Idx::Entries,
                 query: Query::term("parent", ino),
@@ -148,18 +149,16 @@ impl Fs {
             },
             &["name", "ino", "kind", "cookie"],
         )?;
-        let mut entries = Vec::with_capacity(hits.len());
-        for h in hits {
-            let s = &h.doc.source;
+        let mut entries = Vec::with_capacity(rows.len());
+        for r in rows {
             let (Some(name), Some(ino), Some(cookie)) =
-                (s["name"].as_str(), s["ino"].as_u64(), s["cookie"].as_u64())
+                (r[0].as_str(), r[1].as_u64(), r[3].as_u64())
             else {
                 return Err(FsError::Io(format!(
-                    "entry {} lacks listing fields",
-                    h.doc.id
+                    "an entry of directory {ino} lacks listing fields: {r:?}"
                 )));
             };
-            let kind: Kind = serde_json::from_value(s["kind"].clone())?;
+            let kind = Kind::deserialize(&r[2])?;
             entries.push((decode_bytes(name), ino, kind, cookie));
         }
         let attrs = if plus {

@@ -5,11 +5,19 @@
 //! kernel handed over), but the inode document is only rewritten on flush,
 //! fsync, close and setattr: one store write per close instead of one per
 //! write(2). Until then `getattr` overlays the in-memory size and times.
+//!
+//! Handle 0 ([`NO_HANDLE`]) is the kernel's no-open mode (the FUSE glue
+//! turns it on for a mount that is its store's only user): no OPEN or
+//! RELEASE reaches us, reads and writes come with handle 0 and state is
+//! made on first use. It ends at the inode's FORGET, which the kernel sends
+//! only once no descriptor holds the inode; FLUSH (every close) still
+//! persists size and times and releases the closer's locks.
 
 use super::*;
 use std::sync::atomic::Ordering;
 
-/// Per-inode state while at least one handle is open.
+/// Per-inode state while at least one handle is open (in no-open mode:
+/// from first read or write until the kernel forgets the inode).
 pub(super) struct OpenState {
     count: u32,
     key: Option<String>,
@@ -17,8 +25,12 @@ pub(super) struct OpenState {
     atime_ns: i64,
     mtime_ns: i64,
     ctime_ns: i64,
-    /// Size/times differ from the stored inode.
+    /// atime differs from the stored inode (a read moved it).
     dirty: bool,
+    /// size, mtime and ctime too (a write moved them). Only what moved is
+    /// written back: the state may be older than a link, rename or chmod
+    /// that changed the stored ctime since.
+    wrote: bool,
     /// Bumped by every change, so a persist only clears `dirty` if nothing
     /// happened while it was writing.
     epoch: u64,
@@ -26,6 +38,41 @@ pub(super) struct OpenState {
 
 pub(super) struct Handle {
     ino: u64,
+}
+
+/// The handle of every file in the kernel's no-open mode.
+pub const NO_HANDLE: u64 = 0;
+
+impl OpenState {
+    pub(super) fn open_handles(&self) -> u32 {
+        self.count
+    }
+
+    fn of(inode: &Inode) -> OpenState {
+        OpenState {
+            count: 0,
+            key: inode.content.clone(),
+            size: inode.size,
+            atime_ns: inode.atime_ns,
+            mtime_ns: inode.mtime_ns,
+            ctime_ns: inode.ctime_ns,
+            dirty: false,
+            wrote: false,
+            epoch: 0,
+        }
+    }
+
+    /// Lay the not-yet-persisted fields over the stored inode.
+    fn apply(&self, i: &mut Inode) {
+        if self.dirty {
+            i.atime_ns = i.atime_ns.max(self.atime_ns);
+        }
+        if self.wrote {
+            i.size = self.size;
+            i.mtime_ns = self.mtime_ns;
+            i.ctime_ns = i.ctime_ns.max(self.ctime_ns);
+        }
+    }
 }
 
 /// relatime: atime moves on read only if it is older than mtime/ctime or a day.
@@ -56,16 +103,9 @@ impl Fs {
 
     fn register_open(&self, inode: &Inode) -> u64 {
         let mut open = self.open.lock();
-        let st = open.entry(inode.ino).or_insert_with(|| OpenState {
-            count: 0,
-            key: inode.content.clone(),
-            size: inode.size,
-            atime_ns: inode.atime_ns,
-            mtime_ns: inode.mtime_ns,
-            ctime_ns: inode.ctime_ns,
-            dirty: false,
-            epoch: 0,
-        });
+        let st = open
+            .entry(inode.ino)
+            .or_insert_with(|| OpenState::of(inode));
         st.count += 1;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, Handle { ino: inode.ino });
@@ -77,6 +117,9 @@ impl Fs {
     }
 
     fn check_handle(&self, ino: u64, fh: u64) -> FsResult<()> {
+        if fh == NO_HANDLE {
+            return Ok(());
+        }
         match self.handles.lock().get(&fh) {
             Some(h) if h.ino == ino => Ok(()),
             _ => Err(FsError::BadHandle),
@@ -86,10 +129,34 @@ impl Fs {
     /// Content key and current size of an open file.
     fn open_file(&self, ino: u64, fh: u64) -> FsResult<(String, u64)> {
         self.check_handle(ino, fh)?;
-        let open = self.open.lock();
-        let st = open.get(&ino).ok_or(FsError::BadHandle)?;
-        let key = st.key.clone().ok_or(FsError::Invalid)?;
-        Ok((key, st.size))
+        let (key, size) = self.with_state(ino, |st| (st.key.clone(), st.size))?;
+        Ok((key.ok_or(FsError::Invalid)?, size))
+    }
+
+    /// Apply `f` to the open state of `ino`, made from its inode when absent
+    /// (no-open mode; a handle keeps its state until its release). A state
+    /// is only dropped once persisted and clean, so the stored inode then
+    /// holds everything it knew: unless another state was made, changed
+    /// and dropped while the inode was being read, hence the drop count.
+    fn with_state<T>(&self, ino: u64, f: impl FnOnce(&mut OpenState) -> T) -> FsResult<T> {
+        loop {
+            let drops = {
+                let mut open = self.open.lock();
+                if let Some(st) = open.get_mut(&ino) {
+                    return Ok(f(st));
+                }
+                self.state_drops.load(Ordering::Acquire)
+            };
+            let (inode, _) = self.get_inode(ino)?;
+            if inode.kind == Kind::Dir {
+                return Err(FsError::IsDir);
+            }
+            let mut open = self.open.lock();
+            if open.contains_key(&ino) || self.state_drops.load(Ordering::Acquire) != drops {
+                continue;
+            }
+            return Ok(f(open.entry(ino).or_insert(OpenState::of(&inode))));
+        }
     }
 
     pub fn read(&self, ino: u64, fh: u64, off: u64, size: u32) -> FsResult<Vec<u8>> {
@@ -102,15 +169,16 @@ impl Fs {
         // Bytes past what the store holds are a hole: they stay zero.
         self.data.read(&key, off, &mut buf)?;
         let now = now_ns();
-        if let Some(st) = self.open.lock().get_mut(&ino)
-            && (st.atime_ns <= st.mtime_ns
+        self.with_state(ino, |st| {
+            if st.atime_ns <= st.mtime_ns
                 || st.atime_ns <= st.ctime_ns
-                || now - st.atime_ns > RELATIME_NS)
-        {
-            st.atime_ns = now;
-            st.dirty = true;
-            st.epoch += 1;
-        }
+                || now - st.atime_ns > RELATIME_NS
+            {
+                st.atime_ns = now;
+                st.dirty = true;
+                st.epoch += 1;
+            }
+        })?;
         Ok(buf)
     }
 
@@ -122,13 +190,14 @@ impl Fs {
         }
         self.data.write(&key, off, data)?;
         let now = now_ns();
-        if let Some(st) = self.open.lock().get_mut(&ino) {
+        self.with_state(ino, |st| {
             st.size = st.size.max(end);
             st.mtime_ns = now;
             st.ctime_ns = now;
             st.dirty = true;
+            st.wrote = true;
             st.epoch += 1;
-        }
+        })?;
         Ok(data.len() as u32)
     }
 
@@ -162,12 +231,21 @@ impl Fs {
     /// close(2) of one descriptor: make size and times visible in the store.
     pub fn flush(&self, ino: u64, fh: u64) -> FsResult<()> {
         self.check_handle(ino, fh)?;
-        self.persist(ino)
+        self.persist(ino)?;
+        if fh == NO_HANDLE {
+            // Made again on the next read or write (from the inode just
+            // persisted): no state outlives its use.
+            self.drop_state(ino)?;
+        }
+        Ok(())
     }
 
     pub fn fsync(&self, ino: u64, fh: u64) -> FsResult<()> {
         self.check_handle(ino, fh)?;
-        let key = self.open.lock().get(&ino).and_then(|s| s.key.clone());
+        let key = match self.open.lock().get(&ino) {
+            Some(st) => st.key.clone(),
+            None => self.get_inode(ino)?.0.content,
+        };
         if let Some(key) = key {
             self.data.sync(&key)?;
         }
@@ -192,11 +270,22 @@ impl Fs {
             return Ok(());
         }
         self.persist(ino)?;
+        self.drop_state(ino)
+    }
+
+    /// The last handle of `ino` is gone (release), or the kernel forgot it
+    /// (no-open mode): drop its state, and delete an unlinked inode.
+    pub(super) fn drop_state(&self, ino: u64) -> FsResult<()> {
         let gone = {
             let mut open = self.open.lock();
             match open.get(&ino) {
-                Some(st) if st.count == 0 => open.remove(&ino),
-                _ => None, // reopened meanwhile
+                // Not if reopened meanwhile, or written since the persist
+                // (a no-open writer's next close persists that).
+                Some(st) if st.count == 0 && !st.dirty => {
+                    self.state_drops.fetch_add(1, Ordering::AcqRel);
+                    open.remove(&ino)
+                }
+                _ => None,
             }
         };
         if let Some(st) = gone {
@@ -217,12 +306,13 @@ impl Fs {
     /// Write the in-memory size/times of an open file to its inode document,
     /// after the data they describe is flushed.
     pub(super) fn persist(&self, ino: u64) -> FsResult<()> {
-        let (size, atime, mtime, ctime, epoch, key) = match self.open.lock().get(&ino) {
+        let (state, epoch, key) = match self.open.lock().get(&ino) {
             Some(st) if st.dirty => (
-                st.size,
-                st.atime_ns,
-                st.mtime_ns,
-                st.ctime_ns,
+                OpenState {
+                    count: 0,
+                    key: None,
+                    ..*st
+                },
                 st.epoch,
                 st.key.clone(),
             ),
@@ -233,17 +323,15 @@ impl Fs {
         }
         let mut changed = false;
         let inode = self.update_inode(ino, |i| {
-            changed = i.size != size || i.mtime_ns != mtime;
-            i.size = size;
-            i.atime_ns = atime;
-            i.mtime_ns = mtime;
-            i.ctime_ns = ctime;
+            changed = state.wrote && (i.size != state.size || i.mtime_ns != state.mtime_ns);
+            state.apply(i);
             Ok(())
         })?;
         if let Some(st) = self.open.lock().get_mut(&ino)
             && st.epoch == epoch
         {
             st.dirty = false;
+            st.wrote = false;
         }
         self.sync_entries(&inode)?;
         if changed {
@@ -258,20 +346,15 @@ impl Fs {
         self.open
             .lock()
             .iter()
-            .filter(|(_, st)| st.dirty)
+            .filter(|(_, st)| st.wrote)
             .map(|(ino, _)| *ino)
             .collect()
     }
 
     /// Show not-yet-persisted size/times of an open file.
     pub(super) fn overlay(&self, inode: &mut Inode) {
-        if let Some(st) = self.open.lock().get(&inode.ino)
-            && st.dirty
-        {
-            inode.size = st.size;
-            inode.atime_ns = st.atime_ns;
-            inode.mtime_ns = st.mtime_ns;
-            inode.ctime_ns = st.ctime_ns;
+        if let Some(st) = self.open.lock().get(&inode.ino) {
+            st.apply(inode);
         }
     }
 
@@ -284,6 +367,7 @@ impl Fs {
             st.ctime_ns = inode.ctime_ns;
             st.epoch += 1;
             st.dirty = false;
+            st.wrote = false;
         }
     }
 }

@@ -8,6 +8,7 @@
 
 mod dir;
 mod io;
+pub use io::NO_HANDLE;
 pub mod namespace;
 pub mod plock;
 pub mod recovery;
@@ -109,6 +110,8 @@ pub struct Fs {
     /// from this. Only a rename of that directory changes its row.
     dirs: RwLock<HashMap<u64, (u64, String)>>,
     open: Mutex<HashMap<u64, io::OpenState>>,
+    /// States dropped so far (changed under the `open` lock).
+    state_drops: AtomicU64,
     /// Inodes on which this mount holds advisory locks.
     plocked: Mutex<std::collections::HashSet<u64>>,
     /// Kernel lookup counts: an inode whose last name is gone stays until
@@ -149,6 +152,7 @@ impl Fs {
             ids: Mutex::new((0, 0)),
             dirs: RwLock::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
+            state_drops: AtomicU64::new(0),
             plocked: Mutex::new(Default::default()),
             lookups: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
@@ -303,8 +307,17 @@ impl Fs {
                 None => return,
             }
         }
-        if self.is_open(ino) {
-            return;
+        let handles = self.open.lock().get(&ino).map(|st| st.open_handles());
+        match handles {
+            Some(n) if n > 0 => return, // the last release decides
+            Some(_) => {
+                // No-open mode: no descriptor holds the inode any more.
+                if let Err(e) = self.persist(ino).and_then(|()| self.drop_state(ino)) {
+                    log::error!("forget {ino}: {e}");
+                }
+                return;
+            }
+            None => {}
         }
         match self.get_inode(ino) {
             Ok((inode, _)) if inode.nlink == 0 => {

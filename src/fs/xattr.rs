@@ -1,7 +1,10 @@
 //! Extended attributes, stored in the inode document (name encoded like file
 //! names, value base64). `system.*` (POSIX ACLs) is refused with EOPNOTSUPP:
 //! storing ACLs the kernel would not enforce would pretend a protection that
-//! does not exist.
+//! does not exist. So is `security.selinux`: SELinux labels a FUSE mount
+//! from its policy (genfscon), not from stored labels, and an unsupported
+//! answer lets `ls -l` stop asking for every file (it remembers EOPNOTSUPP
+//! per device; ENODATA costs a round trip per name).
 
 use super::*;
 use base64::Engine;
@@ -18,7 +21,7 @@ fn xattr_key(name: &[u8]) -> FsResult<String> {
     if name == crate::search::FLUSH_XATTR.as_bytes() {
         return Err(FsError::NotPermitted); // reserved: see getxattr
     }
-    if name.starts_with(b"system.") {
+    if name.starts_with(b"system.") || name == b"security.selinux" {
         return Err(FsError::NotSupported);
     }
     Ok(encode_bytes(name))

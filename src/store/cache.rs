@@ -297,7 +297,7 @@ impl MetaStore for CachedStore {
         self.inner.search_brief(req)
     }
 
-    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Vec<Value>>> {
         self.inner.search_fields(req, fields)
     }
 

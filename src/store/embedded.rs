@@ -1658,6 +1658,7 @@ fn search_sql(
     keys: &[SortKey],
     after: Option<&After>,
     extra: &[&Field],
+    src: bool,
 ) -> Vec<Sql> {
     // `seek`, if any, is written before the filter: given two lower bounds on
     // one indexed column (a subtree range and the search_after cursor),
@@ -1665,7 +1666,11 @@ fn search_sql(
     // start made every page rescan all rows before the cursor.
     let with_seek = |seek: Option<&dyn Fn(&mut Sql)>| {
         let mut s = Sql::default();
-        s.push("SELECT id, seq, src, rid");
+        s.push(if src {
+            "SELECT id, seq, src, rid"
+        } else {
+            "SELECT id, seq, NULL, rid"
+        });
         for k in keys {
             s.push(", ").col(k.field);
         }
@@ -1728,30 +1733,14 @@ fn search_sql(
     out
 }
 
-fn hit_of(row: &Row<'_>, keys: &[SortKey], cols: Option<&[&Field]>) -> StoreResult<Hit> {
+fn hit_of(row: &Row<'_>, keys: &[SortKey]) -> StoreResult<Hit> {
     let id: String = row.get(0).map_err(sql_err)?;
     let seq: i64 = row.get(1).map_err(sql_err)?;
-    let source = match cols {
-        // Just these fields, from their columns (after the sort keys).
-        Some(cols) => {
-            let mut m = serde_json::Map::new();
-            for (j, f) in cols.iter().enumerate() {
-                let v = row
-                    .get_ref(4 + keys.len() + j)
-                    .and_then(|v| json_of(f, v))
-                    .map_err(sql_err)?;
-                if !v.is_null() {
-                    m.insert(f.name.to_string(), v);
-                }
-            }
-            Value::Object(m)
-        }
-        None => parse_source(
-            row.get_ref(2)
-                .and_then(|v| Ok(v.as_bytes()?))
-                .map_err(sql_err)?,
-        )?,
-    };
+    let source = parse_source(
+        row.get_ref(2)
+            .and_then(|v| Ok(v.as_bytes()?))
+            .map_err(sql_err)?,
+    )?;
     let mut sort = Vec::with_capacity(keys.len() + 1);
     for (i, k) in keys.iter().enumerate() {
         let v = row
@@ -1833,7 +1822,7 @@ impl MetaStore for EmbeddedStore {
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        self.search_impl(req, false, None)
+        self.search_impl(req, false)
     }
 
     fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
@@ -1845,21 +1834,26 @@ impl MetaStore for EmbeddedStore {
     }
 
     fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        self.search_impl(req, true, None)
+        self.search_impl(req, true)
     }
 
     /// Fields that have columns are read from them: no source to parse.
-    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Vec<Value>>> {
         let cols: Option<Vec<&'static Field>> = fields
             .iter()
             .map(|f| req.index.field(f).filter(|f| columnar(f)))
             .collect();
         match cols {
-            Some(cols) => self.search_impl(req, true, Some(&cols)),
-            None => Ok(super::only_fields(
-                self.search_impl(req, true, None)?,
-                fields,
-            )),
+            // Straight from the columns: no source read, no object built.
+            Some(cols) => self.search_rows(req, &cols, |row| {
+                let at = row.as_ref().column_count() - cols.len();
+                cols.iter()
+                    .enumerate()
+                    .map(|(j, f)| row.get_ref(at + j).and_then(|v| json_of(f, v)))
+                    .collect::<rusqlite::Result<Vec<Value>>>()
+                    .map_err(sql_err)
+            }),
+            None => Ok(super::field_values(self.search_impl(req, true)?, fields)),
         }
     }
 
@@ -1965,12 +1959,38 @@ impl MetaStore for EmbeddedStore {
 
 impl EmbeddedStore {
     /// `cols`: the source is made of just these columns (not parsed).
-    fn search_impl(
+    fn search_impl(&self, req: &SearchRequest, brief: bool) -> StoreResult<Vec<Hit>> {
+        let keys = sort_keys(req.index, &req.sort)?;
+        self.search_phases(req, &[], true, |tx, row| {
+            let mut hit = hit_of(row, &keys)?;
+            if !brief && has_text(req.index) {
+                let rid: i64 = row.get(3).map_err(sql_err)?;
+                attach_text(tx, req.index, rid, &mut hit.doc.source)?;
+            }
+            Ok(hit)
+        })
+    }
+
+    /// A search whose hits are `f` of rows ending in the columns `cols`
+    /// (the source is not read).
+    fn search_rows<T>(
         &self,
         req: &SearchRequest,
-        brief: bool,
-        cols: Option<&[&'static Field]>,
-    ) -> StoreResult<Vec<Hit>> {
+        cols: &[&'static Field],
+        f: impl Fn(&Row<'_>) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        self.search_phases(req, cols, false, |_, row| f(row))
+    }
+
+    /// Runs a search's SQL phases on one snapshot; rows are `id, seq, src
+    /// (NULL without `src`), rid`, the sort keys, then `extra`.
+    fn search_phases<T>(
+        &self,
+        req: &SearchRequest,
+        extra: &[&'static Field],
+        src: bool,
+        mut f: impl FnMut(&Connection, &Row<'_>) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
         let mut filter = Sql::default();
         compile(req.index, &req.query, &mut filter)?;
         let keys = sort_keys(req.index, &req.sort)?;
@@ -1982,8 +2002,7 @@ impl EmbeddedStore {
         if req.size == 0 {
             return Ok(Vec::new());
         }
-        let extra = cols.unwrap_or(&[]);
-        let phases = search_sql(req.index.name(), &filter, &keys, after.as_ref(), extra);
+        let phases = search_sql(req.index.name(), &filter, &keys, after.as_ref(), extra, src);
         // Both phases read the same snapshot.
         self.read(true, |tx| {
             let mut hits = Vec::with_capacity(req.size.min(1024));
@@ -2003,12 +2022,7 @@ impl EmbeddedStore {
                     .query(rusqlite::params_from_iter(params))
                     .map_err(sql_err)?;
                 while let Some(row) = rows.next().map_err(sql_err)? {
-                    let mut hit = hit_of(row, &keys, cols)?;
-                    if !brief && has_text(req.index) {
-                        let rid: i64 = row.get(3).map_err(sql_err)?;
-                        attach_text(tx, req.index, rid, &mut hit.doc.source)?;
-                    }
-                    hits.push(hit);
+                    hits.push(f(tx, row)?);
                 }
             }
             Ok(hits)
@@ -3294,7 +3308,7 @@ mod tests {
                 compile(idx, &q, &mut filter).unwrap();
                 let keys = sort_keys(idx, &sort).unwrap();
                 let after = after.map(|a| parse_after(&keys, &a).unwrap());
-                let sql = &search_sql(idx.name(), &filter, &keys, after.as_ref(), &[])[0];
+                let sql = &search_sql(idx.name(), &filter, &keys, after.as_ref(), &[], true)[0];
                 let conn = s.readers.get().unwrap();
                 let mut stmt = conn
                     .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.text))

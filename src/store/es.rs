@@ -745,8 +745,11 @@ impl MetaStore for EsStore {
         self.search_impl(req, true, None)
     }
 
-    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
-        self.search_impl(req, true, Some(fields))
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Vec<Value>>> {
+        Ok(super::field_values(
+            self.search_impl(req, true, Some(fields))?,
+            fields,
+        ))
     }
 
     fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {

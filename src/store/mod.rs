@@ -285,10 +285,11 @@ pub trait MetaStore: Send + Sync {
     fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
         self.search(req)
     }
-    /// `search` whose sources hold only `fields` (Elasticsearch's `_source`
-    /// includes): for listings that need a few fields of many documents.
-    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Hit>> {
-        Ok(only_fields(self.search_brief(req)?, fields))
+    /// `search` returning just the values of `fields` of each hit, in
+    /// order, `null` where absent (Elasticsearch's `_source` includes): for
+    /// listings that need a few fields of many documents.
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Vec<Value>>> {
+        Ok(field_values(self.search_brief(req)?, fields))
     }
     /// Field collapsing: see [`GroupRequest`].
     fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
@@ -344,14 +345,22 @@ pub trait MetaStore: Send + Sync {
     }
 }
 
-/// The hits with their sources cut down to `fields`.
-pub(crate) fn only_fields(mut hits: Vec<Hit>, fields: &[&str]) -> Vec<Hit> {
-    for h in &mut hits {
-        if let Value::Object(m) = &mut h.doc.source {
-            m.retain(|k, _| fields.contains(&k.as_str()));
-        }
-    }
-    hits
+/// The values of `fields` of each hit, in order (`null` where absent).
+pub(crate) fn field_values(hits: Vec<Hit>, fields: &[&str]) -> Vec<Vec<Value>> {
+    hits.into_iter()
+        .map(|mut h| {
+            fields
+                .iter()
+                .map(|f| {
+                    h.doc
+                        .source
+                        .get_mut(*f)
+                        .map(Value::take)
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Visit every hit of a query in pages of `page` (see [`MetaStore::scan_pages`]).
