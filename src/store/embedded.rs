@@ -241,6 +241,10 @@ impl Drop for EmbeddedStore {
 fn configure(conn: &Connection, reader: bool) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // Plans must not depend on bound values: otherwise a cached statement
+    // whose `LIMIT ?` changes (listing pages of 1024, then 256 with
+    // attributes) is prepared again on its next step.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     if reader {
         conn.execute_batch(
             "PRAGMA query_only = ON; PRAGMA cache_size = -8192; PRAGMA temp_store = MEMORY;",
