@@ -55,6 +55,50 @@ pub struct LocalDataStore {
 /// files re-open on their next access, which is cheap).
 const MAX_OPEN: usize = 4096;
 
+/// Writes this large are a stream (a big file being copied in): the kernel
+/// keeps its pages in the mount's page cache already, so this store's file
+/// need not be cached a second time.
+const STREAM_WRITE: usize = 128 << 10;
+/// Window of the drop-behind: written back while the next one is written,
+/// dropped from the page cache one window later.
+const WINDOW: u64 = 16 << 20;
+
+/// At each window boundary a write crosses: start writing back the window
+/// just finished, then wait for the one before (started a window ago, so
+/// normally done) and drop its pages. Memory stays bounded for any file
+/// size and a stream's data is not cached twice (which, on a machine where
+/// fresh pages are expensive, halves write speed). Best effort: errors
+/// only leave pages cached; fsync still reports any write error.
+fn drop_behind(f: &File, start: u64, end: u64) {
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    let mut b = (start / WINDOW + 1) * WINDOW;
+    while b <= end {
+        // SAFETY: plain syscalls on a descriptor we own, no pointers.
+        unsafe {
+            libc::sync_file_range(
+                fd,
+                (b - WINDOW) as i64,
+                WINDOW as i64,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+            if b >= 2 * WINDOW {
+                let old = (b - 2 * WINDOW) as i64;
+                libc::sync_file_range(
+                    fd,
+                    old,
+                    WINDOW as i64,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                        | libc::SYNC_FILE_RANGE_WRITE
+                        | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                );
+                libc::posix_fadvise(fd, old, WINDOW as i64, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+        b += WINDOW;
+    }
+}
+
 impl LocalDataStore {
     pub fn open(root: &Path) -> io::Result<LocalDataStore> {
         std::fs::create_dir_all(root)?;
@@ -127,7 +171,11 @@ impl DataStore for LocalDataStore {
 
     fn write(&self, key: &str, off: u64, data: &[u8]) -> io::Result<()> {
         let f = self.file(key, true)?.expect("created");
-        f.write_all_at(data, off)
+        f.write_all_at(data, off)?;
+        if data.len() >= STREAM_WRITE {
+            drop_behind(&f, off, off + data.len() as u64);
+        }
+        Ok(())
     }
 
     fn truncate(&self, key: &str, size: u64) -> io::Result<()> {

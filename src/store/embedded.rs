@@ -244,7 +244,10 @@ fn configure(conn: &Connection, reader: bool) -> rusqlite::Result<()> {
     // Plans must not depend on bound values: otherwise a cached statement
     // whose `LIMIT ?` changes (listing pages of 1024, then 256 with
     // attributes) is prepared again on its next step.
-    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     if reader {
         conn.execute_batch(
             "PRAGMA query_only = ON; PRAGMA cache_size = -8192; PRAGMA temp_store = MEMORY;",
