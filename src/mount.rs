@@ -383,6 +383,7 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     crate::search::attach(&fs, &args.backend, args.data.as_deref());
     let fs = Arc::new(fs);
     fs.spawn_janitor();
+    fs.spawn_atime_writer();
 
     // Signals are handled by one thread (blocked everywhere else) that
     // unmounts cleanly, so `kill` never leaves a dead mount behind.
@@ -408,6 +409,8 @@ fn serve(args: &MountArgs) -> Result<(), String> {
         fs.store().describe()
     );
     let r = session.run();
+    fs.write_back_atimes()
+        .map_err(|e| format!("writing back access times: {e}"))?;
     fs.store().sync().map_err(|e| format!("final sync: {e}"))?;
     r.map_err(|e| format!("session ended with error: {e}"))
 }

@@ -764,6 +764,46 @@ fn utimensat_explicit_now_and_omit() {
     assert_eq!(mtime_ns(&st), mtime_ns(&after));
 }
 
+/// relatime: a read after a write moves atime; it shows at once, reaches
+/// the store lazily (at the latest at unmount), and never overrides an
+/// atime set explicitly afterwards.
+#[test]
+fn read_moves_atime_lazily_but_durably() {
+    skip_in_plain_mode!("read_moves_atime_lazily_but_durably");
+    let mut m = Mount::new();
+    let p = m.p("f");
+    let atime = |p: &Path| {
+        let st = stat(p);
+        (st.st_atime, st.st_atime_nsec)
+    };
+    fs::write(&p, b"abc").unwrap(); // a partial page: the read reaches esfs
+    let written = mtime_ns(&stat(&p));
+    tick();
+    assert_eq!(fs::read(&p).unwrap(), b"abc");
+    let read_at = atime(&p);
+    assert!(
+        read_at > written,
+        "atime {read_at:?} after the read, mtime {written:?}"
+    );
+    // An explicit atime after the read wins over the pending one.
+    utimensat(&p, [ts(1_000_000_000, 7), ts(0, libc::UTIME_OMIT)], 0).unwrap();
+    assert_eq!(atime(&p), (1_000_000_000, 7));
+    m.remount();
+    let p = m.p("f");
+    assert_eq!(atime(&p), (1_000_000_000, 7), "explicit atime kept");
+    // Older than mtime now: the next read moves it, and a clean unmount
+    // writes that back.
+    let _ = fs::read(&p).unwrap();
+    let moved = atime(&p);
+    assert!(moved > written, "{moved:?}");
+    m.remount();
+    assert_eq!(
+        atime(&m.p("f")),
+        moved,
+        "read's atime written back at unmount"
+    );
+}
+
 #[test]
 fn utimensat_nofollow_sets_symlink_times() {
     let m = Mount::new();

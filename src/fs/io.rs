@@ -77,6 +77,8 @@ impl OpenState {
 
 /// relatime: atime moves on read only if it is older than mtime/ctime or a day.
 const RELATIME_NS: i64 = 24 * 3600 * 1_000_000_000;
+/// How long an atime-only change may wait in memory.
+const ATIME_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Fs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
@@ -318,13 +320,32 @@ impl Fs {
             ),
             _ => return Ok(()),
         };
+        if !state.wrote {
+            // Only atime moved (a read): written back lazily, as Linux's
+            // lazytime does, not with a transaction on every close.
+            self.atimes
+                .lock()
+                .entry(ino)
+                .and_modify(|a| *a = (*a).max(state.atime_ns))
+                .or_insert(state.atime_ns);
+            if let Some(st) = self.open.lock().get_mut(&ino)
+                && st.epoch == epoch
+            {
+                st.dirty = false;
+            }
+            return Ok(());
+        }
         if let Some(key) = key {
             self.data.flush(&key)?;
         }
+        let pending = self.atimes.lock().remove(&ino);
         let mut changed = false;
         let inode = self.update_inode(ino, |i| {
-            changed = state.wrote && (i.size != state.size || i.mtime_ns != state.mtime_ns);
+            changed = i.size != state.size || i.mtime_ns != state.mtime_ns;
             state.apply(i);
+            if let Some(a) = pending {
+                i.atime_ns = i.atime_ns.max(a);
+            }
             Ok(())
         })?;
         if let Some(st) = self.open.lock().get_mut(&ino)
@@ -356,6 +377,48 @@ impl Fs {
         if let Some(st) = self.open.lock().get(&inode.ino) {
             st.apply(inode);
         }
+        if let Some(a) = self.atimes.lock().get(&inode.ino) {
+            inode.atime_ns = inode.atime_ns.max(*a);
+        }
+    }
+
+    /// Write the pending atime updates to their inodes (every few seconds
+    /// and at unmount; a `kill -9` loses at most those few seconds of
+    /// atimes, never anything else).
+    pub fn write_back_atimes(&self) -> FsResult<usize> {
+        let pending: Vec<(u64, i64)> = self.atimes.lock().drain().collect();
+        let n = pending.len();
+        for chunk in pending.chunks(256) {
+            self.batch(|| {
+                for &(ino, a) in chunk {
+                    match self.update_inode(ino, |i| {
+                        i.atime_ns = i.atime_ns.max(a);
+                        Ok(())
+                    }) {
+                        Ok(_) | Err(FsError::NotFound) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(n)
+    }
+
+    pub fn spawn_atime_writer(self: &std::sync::Arc<Self>) {
+        let fs = std::sync::Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("esfs-atime".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(ATIME_WRITE_BACK);
+                    let Some(fs) = fs.upgrade() else { return };
+                    if let Err(e) = fs.write_back_atimes() {
+                        log::warn!("writing back access times: {e}");
+                    }
+                }
+            })
+            .expect("spawn atime writer");
     }
 
     /// After setattr: the open state follows the stored inode.

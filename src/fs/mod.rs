@@ -112,6 +112,8 @@ pub struct Fs {
     open: Mutex<HashMap<u64, io::OpenState>>,
     /// States dropped so far (changed under the `open` lock).
     state_drops: AtomicU64,
+    /// atime updates from reads not yet in the store (see `write_back_atimes`).
+    atimes: Mutex<HashMap<u64, i64>>,
     /// Inodes on which this mount holds advisory locks.
     plocked: Mutex<std::collections::HashSet<u64>>,
     /// Kernel lookup counts: an inode whose last name is gone stays until
@@ -153,6 +155,7 @@ impl Fs {
             dirs: RwLock::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
             state_drops: AtomicU64::new(0),
+            atimes: Mutex::new(HashMap::new()),
             plocked: Mutex::new(Default::default()),
             lookups: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
@@ -470,6 +473,7 @@ impl Fs {
         }
         self.store.delete(Idx::Inodes, &inode_id(inode.ino), None)?;
         self.dirs.write().remove(&inode.ino);
+        self.atimes.lock().remove(&inode.ino);
         Ok(())
     }
 
@@ -540,6 +544,8 @@ impl Fs {
                 self.data.truncate(key, size)?;
             }
         }
+        // A pending atime goes in with this write, unless this sets atime.
+        let pending = self.atimes.lock().remove(&ino);
         let inode = self.update_inode(ino, |i| {
             if let Some(m) = set.mode {
                 i.mode = m & 0o7777;
@@ -554,10 +560,11 @@ impl Fs {
                 i.size = s;
                 i.mtime_ns = now;
             }
-            match set.atime {
-                Some(TimeSpec::Now) => i.atime_ns = now,
-                Some(TimeSpec::At(t)) => i.atime_ns = t,
-                None => {}
+            match (set.atime, pending) {
+                (Some(TimeSpec::Now), _) => i.atime_ns = now,
+                (Some(TimeSpec::At(t)), _) => i.atime_ns = t,
+                (None, Some(a)) => i.atime_ns = i.atime_ns.max(a),
+                (None, None) => {}
             }
             match set.mtime {
                 Some(TimeSpec::Now) => i.mtime_ns = now,
