@@ -118,20 +118,16 @@ impl FuseFs {
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Ask for what helps; a kernel without some of it still mounts.
-        for cap in [
+        let mut caps = vec![
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_CACHE_SYMLINKS,
-        ] {
-            if let Err(missing) = config.add_capabilities(cap) {
-                log::debug!("kernel lacks {missing:?}");
-            }
-        }
+        ];
         if !self.exclusive {
-            for cap in [
+            caps.extend([
                 // Another mount may change a file behind the kernel: drop
                 // its pages when its mtime moves. (With one mount every
                 // change passes through the kernel, whose pages stay right:
@@ -142,10 +138,11 @@ impl Filesystem for FuseFs {
                 // in no-open mode no RELEASE would end a flock.)
                 InitFlags::FUSE_POSIX_LOCKS,
                 InitFlags::FUSE_FLOCK_LOCKS,
-            ] {
-                if let Err(missing) = config.add_capabilities(cap) {
-                    log::debug!("kernel lacks {missing:?}");
-                }
+            ]);
+        }
+        for cap in caps {
+            if let Err(missing) = config.add_capabilities(cap) {
+                log::debug!("kernel lacks {missing:?}");
             }
         }
         let _ = config.set_max_write(1 << 20);

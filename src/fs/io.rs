@@ -9,9 +9,9 @@
 //! Handle 0 ([`NO_HANDLE`]) is the kernel's no-open mode (the FUSE glue
 //! turns it on for a mount that is its store's only user): no OPEN or
 //! RELEASE reaches us, reads and writes come with handle 0 and state is
-//! made on first use. It ends at the inode's FORGET, which the kernel sends
-//! only once no descriptor holds the inode; FLUSH (every close) still
-//! persists size and times and releases the closer's locks.
+//! made on first use. FLUSH (every close) persists it and drops it; an
+//! unlinked file goes at the inode's FORGET, which the kernel sends only
+//! once no descriptor holds the inode.
 
 use super::*;
 use std::sync::atomic::Ordering;
@@ -25,7 +25,8 @@ pub(super) struct OpenState {
     atime_ns: i64,
     mtime_ns: i64,
     ctime_ns: i64,
-    /// atime differs from the stored inode (a read moved it).
+    /// Something differs from the stored inode: atime (a read moved it) or,
+    /// with `wrote`, size and times.
     dirty: bool,
     /// size, mtime and ctime too (a write moved them). Only what moved is
     /// written back: the state may be older than a link, rename or chmod
@@ -41,7 +42,7 @@ pub(super) struct Handle {
 }
 
 /// The handle of every file in the kernel's no-open mode.
-pub const NO_HANDLE: u64 = 0;
+const NO_HANDLE: u64 = 0;
 
 impl OpenState {
     pub(super) fn open_handles(&self) -> u32 {

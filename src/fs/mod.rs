@@ -8,7 +8,6 @@
 
 mod dir;
 mod io;
-pub use io::NO_HANDLE;
 pub mod namespace;
 pub mod plock;
 pub mod recovery;

@@ -1965,7 +1965,7 @@ impl MetaStore for EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// `cols`: the source is made of just these columns (not parsed).
+    /// Hits with their parsed sources (and file text unless `brief`).
     fn search_impl(&self, req: &SearchRequest, brief: bool) -> StoreResult<Vec<Hit>> {
         let keys = sort_keys(req.index, &req.sort)?;
         self.search_phases(req, &[], true, |tx, row| {
