@@ -309,26 +309,18 @@ impl Fs {
     /// Write the in-memory size/times of an open file to its inode document,
     /// after the data they describe is flushed.
     pub(super) fn persist(&self, ino: u64) -> FsResult<()> {
-        let (state, epoch, key) = match self.open.lock().get(&ino) {
-            Some(st) if st.dirty => (
-                OpenState {
-                    count: 0,
-                    key: None,
-                    ..*st
-                },
-                st.epoch,
-                st.key.clone(),
-            ),
+        let (wrote, atime, epoch, key) = match self.open.lock().get(&ino) {
+            Some(st) if st.dirty => (st.wrote, st.atime_ns, st.epoch, st.key.clone()),
             _ => return Ok(()),
         };
-        if !state.wrote {
+        if !wrote {
             // Only atime moved (a read): written back lazily, as Linux's
             // lazytime does, not with a transaction on every close.
             self.atimes
                 .lock()
                 .entry(ino)
-                .and_modify(|a| *a = (*a).max(state.atime_ns))
-                .or_insert(state.atime_ns);
+                .and_modify(|a| *a = (*a).max(atime))
+                .or_insert(atime);
             if let Some(st) = self.open.lock().get_mut(&ino)
                 && st.epoch == epoch
             {
@@ -340,17 +332,26 @@ impl Fs {
             self.data.flush(&key)?;
         }
         let pending = self.atimes.lock().remove(&ino);
-        let mut changed = false;
+        let (mut changed, mut written) = (false, None);
         let inode = self.update_inode(ino, |i| {
-            changed = i.size != state.size || i.mtime_ns != state.mtime_ns;
-            state.apply(i);
+            // The state as of this attempt, not of the call: a persist
+            // overtaken by a later one (closes racing a writer) fails its
+            // version check, retries and writes the newer state, so the
+            // stored size never goes back.
+            let open = self.open.lock();
+            let Some(st) = open.get(&ino) else {
+                return Ok(());
+            };
+            changed = st.wrote && (i.size != st.size || i.mtime_ns != st.mtime_ns);
+            st.apply(i);
+            written = Some(st.epoch);
             if let Some(a) = pending {
                 i.atime_ns = i.atime_ns.max(a);
             }
             Ok(())
         })?;
         if let Some(st) = self.open.lock().get_mut(&ino)
-            && st.epoch == epoch
+            && Some(st.epoch) == written
         {
             st.dirty = false;
             st.wrote = false;
