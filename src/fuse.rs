@@ -390,6 +390,12 @@ impl Filesystem for FuseFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.fs.lazy_close() {
+            // The kernel stops sending FLUSH (close(2) without a round
+            // trip); written sizes and times are written back in batches
+            // and journaled against a crash (see fs::journal).
+            return reply.error(Errno::ENOSYS);
+        }
         let r = self.fs.batch(|| {
             self.fs
                 .unlock_owner(ino.0, lock_owner.0)
@@ -642,6 +648,11 @@ impl Filesystem for FuseFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.exclusive {
+            // The kernel falls back to MKNOD and then opens in no-open
+            // mode: no handle, so no RELEASE round trip at close.
+            return reply.error(Errno::ENOSYS);
+        }
         match self.fs.batch(|| {
             self.fs
                 .create(ctx(req), parent.0, name.as_bytes(), mode, umask)

@@ -360,6 +360,10 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result
 }
 
 fn serve(args: &MountArgs) -> Result<(), String> {
+    // Signals are handled by one thread (blocked everywhere else, so first,
+    // before any thread is spawned) that unmounts cleanly: `kill` never
+    // leaves a dead mount behind.
+    let signals = block_signals();
     let cfg = fuse_config(args)?;
     let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
     // The embedded store has exactly one mount; Elasticsearch may have many.
@@ -376,6 +380,12 @@ fn serve(args: &MountArgs) -> Result<(), String> {
             label: args.mountpoint.display().to_string(),
             maintenance: false,
             no_tree_locks: std::env::var_os("ESFS_BENCH_NO_TREE_LOCKS").is_some_and(|v| v == "1"),
+            // Lazy close needs contents written through on every write(2)
+            // (the local data store, which embedded mounts always have).
+            journal: match (&args.backend, &args.data) {
+                (Backend::Embedded(dir), Some(_)) => Some(dir.join("unflushed")),
+                _ => None,
+            },
         },
     )
     .map_err(|e| format!("cannot start filesystem: {e}"))?;
@@ -383,11 +393,8 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     crate::search::attach(&fs, &args.backend, args.data.as_deref());
     let fs = Arc::new(fs);
     fs.spawn_janitor();
-    fs.spawn_atime_writer();
+    fs.spawn_write_back();
 
-    // Signals are handled by one thread (blocked everywhere else) that
-    // unmounts cleanly, so `kill` never leaves a dead mount behind.
-    let signals = block_signals();
     let mut session = fuser::Session::new(
         FuseFs::new(fs.clone(), args.attr_ttl, exclusive),
         &args.mountpoint,
@@ -409,6 +416,8 @@ fn serve(args: &MountArgs) -> Result<(), String> {
         fs.store().describe()
     );
     let r = session.run();
+    fs.write_back()
+        .map_err(|e| format!("writing back file sizes and times: {e}"))?;
     fs.write_back_atimes()
         .map_err(|e| format!("writing back access times: {e}"))?;
     fs.store().sync().map_err(|e| format!("final sync: {e}"))?;

@@ -439,6 +439,58 @@ fn kill9_keeps_closed_and_fsynced_data() {
 }
 
 #[test]
+fn kill9_right_after_close_keeps_sizes_and_times() {
+    let mut m = Mount::new();
+    // Closed files whose sizes and times were not written back yet (close
+    // sends nothing to esfs; the write-back runs every second).
+    fs::write(m.p("new"), pattern(70_000, 1)).unwrap();
+    fs::write(m.p("grown"), b"v1").unwrap();
+    fs::write(m.p("overwritten"), pattern(9000, 2)).unwrap();
+    m.remount(); // "grown" and "overwritten" now persisted as they were
+    tick();
+    let mut f = OpenOptions::new().append(true).open(m.p("grown")).unwrap();
+    f.write_all(&pattern(100_000, 3)).unwrap();
+    drop(f);
+    // Same size, new bytes: only the mtime tells.
+    let f = OpenOptions::new()
+        .write(true)
+        .open(m.p("overwritten"))
+        .unwrap();
+    f.write_all_at(b"XYZ", 100).unwrap();
+    drop(f);
+    // Written, then an explicit mtime (tar x, cp -a, rsync): the explicit
+    // one wins, not the time of the write.
+    fs::write(m.p("stamped"), pattern(5000, 4)).unwrap();
+    set_mtime(&m.p("stamped"), 1_000_000_000, 123_456_789, false);
+    // Written, then cut short.
+    fs::write(m.p("cut"), pattern(50_000, 5)).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(m.p("cut"))
+        .unwrap()
+        .set_len(1234)
+        .unwrap();
+    let before = snapshot(m.path());
+    m.kill9();
+    m.start_again();
+    assert_same(&before, &snapshot(m.path()));
+    let mut grown = b"v1".to_vec();
+    grown.extend(pattern(100_000, 3));
+    assert_eq!(fs::read(m.p("grown")).unwrap(), grown);
+    assert_eq!(stat(m.p("stamped")).st_mtime, 1_000_000_000);
+    assert_eq!(fs::read(m.p("cut")).unwrap(), pattern(50_000, 5)[..1234]);
+    if !m.is_plain() {
+        // The point of the test: the sizes came back from the journal.
+        assert!(
+            m.log().contains("recovered from their data"),
+            "no size was left to recover; log:\n{}",
+            m.log()
+        );
+    }
+    exercise(m.path());
+}
+
+#[test]
 fn kill9_during_writes_keeps_completed_files() {
     let mut m = Mount::new();
     let dir = m.p("w");

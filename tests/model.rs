@@ -29,6 +29,7 @@ fn setup() -> T {
         label: "test".into(),
         maintenance: false,
         no_tree_locks: false,
+        journal: None,
     };
     let fs = Fs::new(store.clone(), data, cfg).unwrap();
     T {

@@ -65,6 +65,31 @@ fn unmount_and_remount_cycle() {
 }
 
 #[test]
+fn signals_unmount_cleanly_and_keep_what_was_written() {
+    skip_in_plain_mode!("signals_unmount_cleanly_and_keep_what_was_written");
+    let mut m = Mount::new();
+    for (round, sig) in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP]
+        .into_iter()
+        .enumerate()
+    {
+        // Closed a moment before the signal: its size and mtime are still
+        // waiting for the write-back, which the unmount must run.
+        let name = format!("f{round}");
+        fs::write(m.p(&name), pattern(5000 + round, round as u64)).unwrap();
+        let before = stat(m.p(&name));
+        m.stop_with(sig);
+        m.start_again();
+        assert_eq!(
+            fs::read(m.p(&name)).unwrap(),
+            pattern(5000 + round, round as u64),
+            "signal {sig}"
+        );
+        let after = stat(m.p(&name));
+        assert_eq!(mtime_ns(&after), mtime_ns(&before), "signal {sig}");
+    }
+}
+
+#[test]
 fn background_mode_returns_once_mounted() {
     skip_in_plain_mode!("background_mode_returns_once_mounted");
     let tmp = tempfile::tempdir().unwrap();

@@ -32,6 +32,17 @@ pub trait DataStore: Send + Sync {
     fn flush(&self, _key: &str) -> io::Result<()> {
         Ok(())
     }
+    /// Length and modification time (ns) of what the store holds for
+    /// `key`, where it keeps them (crash recovery of sizes; see
+    /// `fs::journal`). None: absent, or not known to this store.
+    fn stat(&self, _key: &str) -> io::Result<Option<(u64, i64)>> {
+        Ok(None)
+    }
+    /// Make what `stat` reports as the modification time exactly `ns` (so
+    /// it can stand in for a file's mtime that was not persisted yet).
+    fn set_mtime(&self, _key: &str, _ns: i64) -> io::Result<()> {
+        Ok(())
+    }
     /// Set the length (extending leaves a hole).
     fn truncate(&self, key: &str, size: u64) -> io::Result<()>;
     /// Make the contents durable, also against power loss (fsync).
@@ -183,6 +194,22 @@ impl DataStore for LocalDataStore {
             return Ok(());
         }
         self.file(key, true)?.expect("created").set_len(size)
+    }
+
+    fn stat(&self, key: &str) -> io::Result<Option<(u64, i64)>> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(self.path(key)) {
+            Ok(m) => Ok(Some((m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn set_mtime(&self, key: &str, ns: i64) -> io::Result<()> {
+        match self.file(key, false)? {
+            Some(f) => f.set_modified(crate::model::system_time(ns)),
+            None => Ok(()),
+        }
     }
 
     fn sync(&self, key: &str) -> io::Result<()> {

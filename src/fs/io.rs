@@ -80,6 +80,10 @@ impl OpenState {
 const RELATIME_NS: i64 = 24 * 3600 * 1_000_000_000;
 /// How long an atime-only change may wait in memory.
 const ATIME_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a closed file's size and times may wait in memory (lazy close).
+const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
+/// States persisted per transaction by the write-back.
+const WRITE_BACK_BATCH: usize = 256;
 
 impl Fs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
@@ -193,6 +197,10 @@ impl Fs {
         }
         self.data.write(&key, off, data)?;
         let now = now_ns();
+        if self.journal.is_some() {
+            // The data's own mtime is what a crash recovery will read.
+            self.data.set_mtime(&key, now)?;
+        }
         self.with_state(ino, |st| {
             st.size = st.size.max(end);
             st.mtime_ns = now;
@@ -201,6 +209,12 @@ impl Fs {
             st.wrote = true;
             st.epoch += 1;
         })?;
+        // After the state turned dirty, before the reply: a write-back
+        // that settles the journal in between sees the state dirty and
+        // keeps the mark, or already persisted this write.
+        if let Some(j) = &self.journal {
+            j.mark(ino)?;
+        }
         Ok(data.len() as u32)
     }
 
@@ -407,20 +421,111 @@ impl Fs {
         Ok(n)
     }
 
-    pub fn spawn_atime_writer(self: &std::sync::Arc<Self>) {
+    /// Whether close(2) may skip esfs (no FLUSH): written sizes and times
+    /// are then written back by [`Fs::write_back`], and the journal covers
+    /// a crash before that.
+    pub fn lazy_close(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// Lazy close: write the states of written files to their inodes (many
+    /// per transaction), drop the states no handle holds, and settle the
+    /// journal. Returns how many states were persisted.
+    pub fn write_back(&self) -> FsResult<usize> {
+        let dirty: Vec<u64> = {
+            let open = self.open.lock();
+            open.iter()
+                .filter(|(_, st)| st.dirty || st.count == 0)
+                .map(|(ino, _)| *ino)
+                .collect()
+        };
+        for chunk in dirty.chunks(WRITE_BACK_BATCH) {
+            self.batch(|| {
+                for &ino in chunk {
+                    match self.persist(ino) {
+                        Ok(()) | Err(FsError::NotFound) => {}
+                        Err(e) => return Err(e),
+                    }
+                    // Drops only a clean state without handles (made again
+                    // from the inode on the next read or write).
+                    self.drop_state(ino)?;
+                }
+                Ok(())
+            })?;
+        }
+        if let Some(j) = &self.journal {
+            j.settle(|ino| self.open.lock().get(&ino).is_none_or(|st| !st.wrote))?;
+        }
+        Ok(dirty.len())
+    }
+
+    /// Mount after a crash with lazy close: files the journal names may
+    /// have writes whose size and mtime did not reach the store. The data
+    /// store holds every byte written; take the size and time from it
+    /// (only writes happened since the last persist, so sizes only grew).
+    pub(super) fn replay_journal(&self, inos: &[u64]) -> FsResult<()> {
+        let mut recovered = 0;
+        for &ino in inos {
+            let (inode, _) = match self.get_inode(ino) {
+                Ok(i) => i,
+                Err(FsError::NotFound) => continue,
+                Err(e) => return Err(e),
+            };
+            let Some(key) = &inode.content else { continue };
+            let Some((len, mtime)) = self.data.stat(key)? else {
+                continue;
+            };
+            // The data's mtime follows every write and every mtime set
+            // (write, setattr): exactly the file's mtime.
+            if len <= inode.size && mtime == inode.mtime_ns {
+                continue;
+            }
+            log::info!("inode {ino}: size and mtime recovered from its data");
+            recovered += 1;
+            self.batch(|| {
+                self.update_inode(ino, |i| {
+                    i.size = i.size.max(len);
+                    i.mtime_ns = mtime;
+                    i.ctime_ns = i.ctime_ns.max(mtime);
+                    Ok(())
+                })
+                .and_then(|i| self.sync_entries(&i))
+            })?;
+        }
+        if recovered > 0 {
+            log::warn!(
+                "crash recovery: sizes and mtimes of {recovered} file(s) closed just before \
+                 the crash recovered from their data"
+            );
+        }
+        Ok(())
+    }
+
+    /// Background write-back: states (lazy close) every second, atimes
+    /// every few seconds.
+    pub fn spawn_write_back(self: &std::sync::Arc<Self>) {
         let fs = std::sync::Arc::downgrade(self);
         std::thread::Builder::new()
-            .name("esfs-atime".into())
+            .name("esfs-writeback".into())
             .spawn(move || {
+                let mut last_atimes = std::time::Instant::now();
                 loop {
-                    std::thread::sleep(ATIME_WRITE_BACK);
+                    std::thread::sleep(STATE_WRITE_BACK);
                     let Some(fs) = fs.upgrade() else { return };
-                    if let Err(e) = fs.write_back_atimes() {
-                        log::warn!("writing back access times: {e}");
+                    if fs.lazy_close()
+                        && let Err(e) = fs.write_back()
+                    {
+                        log::warn!("writing back file sizes and times: {e}");
+                    }
+                    if last_atimes.elapsed() >= ATIME_WRITE_BACK {
+                        last_atimes = std::time::Instant::now();
+                        if let Err(e) = fs.write_back_atimes() {
+                            log::warn!("writing back access times: {e}");
+                        }
                     }
                 }
             })
-            .expect("spawn atime writer");
+            .expect("spawn write-back");
     }
 
     /// After setattr: the open state follows the stored inode.

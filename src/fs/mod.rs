@@ -8,6 +8,7 @@
 
 mod dir;
 mod io;
+pub mod journal;
 pub mod namespace;
 pub mod plock;
 pub mod recovery;
@@ -59,6 +60,10 @@ pub struct FsConfig {
     /// Benchmarks only (`ESFS_BENCH_NO_TREE_LOCKS=1`): skip store-level
     /// tree locks to measure what they cost. Unsafe with several mounts.
     pub no_tree_locks: bool,
+    /// The unflushed-files journal (exclusive mounts with a write-through
+    /// data store): close sends nothing and sizes/times are written back
+    /// in batches (see [`journal`]). None: every close persists.
+    pub journal: Option<std::path::PathBuf>,
 }
 
 /// Changes requested by setattr; `None` leaves the attribute alone.
@@ -123,6 +128,8 @@ pub struct Fs {
     next_fh: AtomicU64,
     /// Content indexing for `esfs search` (set by the mount).
     search: std::sync::OnceLock<crate::search::SearchHook>,
+    /// Files written but not yet persisted (lazy close; see [`journal`]).
+    journal: Option<journal::Journal>,
 }
 
 fn encode_name(name: &[u8]) -> FsResult<String> {
@@ -144,7 +151,7 @@ impl Fs {
         let owner = session_id();
         let lm = LockManager::new(store.clone(), &owner, &cfg.label)?;
         lm.spawn_heartbeat();
-        let fs = Fs {
+        let mut fs = Fs {
             store,
             data,
             cfg,
@@ -161,6 +168,7 @@ impl Fs {
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             search: std::sync::OnceLock::new(),
+            journal: None,
         };
         if fs.cfg.maintenance {
             if fs.store.get(Idx::Meta, "fs")?.is_none() {
@@ -172,6 +180,13 @@ impl Fs {
         if fs.cfg.exclusive {
             fs.lm.become_sole_owner()?;
             fs.reclaim_orphans()?;
+            if let Some(path) = fs.cfg.journal.clone() {
+                let (j, left) = journal::Journal::open(&path)
+                    .map_err(|e| FsError::Io(format!("journal {}: {e}", path.display())))?;
+                fs.replay_journal(&left)?;
+                j.settle(|_| true)?;
+                fs.journal = Some(j);
+            }
         }
         fs.recover_intents()?;
         Ok(fs)
@@ -574,6 +589,14 @@ impl Fs {
             Ok(())
         })?;
         self.refresh_open(&inode);
+        if let (Some(_), Some(key), true) = (
+            &self.journal,
+            &inode.content,
+            set.size.is_some() || set.mtime.is_some(),
+        ) {
+            // Keep the data's mtime the file's (see `replay_journal`).
+            self.data.set_mtime(key, inode.mtime_ns)?;
+        }
         self.sync_entries(&inode)?;
         if (set.size.is_some() || set.mtime.is_some()) && inode.kind == Kind::File {
             self.content_changed(ino);

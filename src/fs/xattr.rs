@@ -58,6 +58,11 @@ impl Fs {
             && name == crate::search::FLUSH_XATTR.as_bytes()
             && let Some(h) = self.search.get()
         {
+            // Sizes and times of closed files first, so the index agrees
+            // with stat (lazy close leaves them in memory for a moment).
+            if self.lazy_close() {
+                self.write_back()?;
+            }
             return Ok(h.flush(self.dirty_open_files()));
         }
         if name == crate::search::FLUSH_XATTR.as_bytes() {

@@ -268,6 +268,38 @@ impl Mount {
         lazy_unmount(&self.mnt);
     }
 
+    /// Stop the daemon with `sig` (SIGTERM, SIGINT, SIGHUP): it must unmount
+    /// cleanly and exit 0. A no-op in plain mode.
+    pub fn stop_with(&mut self, sig: libc::c_int) {
+        if self.plain {
+            return;
+        }
+        let mut child = self.child.take().expect("not mounted");
+        self.watchdog = None;
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        match wait_timeout(&mut child, EXIT_TIMEOUT) {
+            Some(st) if st.success() => {}
+            Some(st) => {
+                lazy_unmount(&self.mnt);
+                panic!(
+                    "esfs exited with {st} on signal {sig}; log:\n{}",
+                    self.log()
+                )
+            }
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                lazy_unmount(&self.mnt);
+                panic!("esfs did not exit on signal {sig}; log:\n{}", self.log());
+            }
+        }
+        assert!(
+            !is_esfs_mounted(&self.mnt),
+            "still mounted after signal {sig}"
+        );
+    }
+
     /// Mount again on the same store/data after `kill9()` or `unmount()`.
     pub fn start_again(&mut self) {
         if self.plain {

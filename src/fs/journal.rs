@@ -1,0 +1,143 @@
+//! The unflushed-files journal: which files were written since their size
+//! and times last reached the store.
+//!
+//! On a mount that is its store's only user, close(2) sends nothing to esfs
+//! (no FLUSH), and the size/times writes left in memory reach the store in
+//! batches a moment later (`Fs::write_back`). Contents never wait: every
+//! write(2) is in the data store before it returns. So after a `kill -9`
+//! only sizes and mtimes can lag their data, and only for the files named
+//! here; the next mount takes them from the data store (`Fs::replay_journal`).
+//!
+//! The journal is a small file of inode numbers next to the store: a file
+//! is appended once (8 bytes) when it first turns dirty, and the file is
+//! rewritten without the files whose state reached the store. Like the
+//! store's WAL it survives the death of the process, not of the machine;
+//! fsync is what survives a power cut, and it persists directly.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+
+pub struct Journal {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    file: File,
+    marked: HashSet<u64>,
+}
+
+impl Journal {
+    /// Open (creating) the journal; also returns the inodes a previous life
+    /// of the mount left marked, to be replayed before serving.
+    pub fn open(path: &Path) -> io::Result<(Journal, Vec<u64>)> {
+        let mut left = Vec::new();
+        match File::open(path) {
+            Ok(mut f) => {
+                let mut buf = Vec::new();
+                f.read_to_end(&mut buf)?;
+                // A torn last record (a crash inside the append) is dropped:
+                // its write(2) had not returned.
+                left.extend(
+                    buf.chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+                );
+                left.sort_unstable();
+                left.dedup();
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let file = Self::append_to(path)?;
+        let marked = left.iter().copied().collect();
+        let j = Journal {
+            path: path.to_path_buf(),
+            inner: Mutex::new(Inner { file, marked }),
+        };
+        Ok((j, left))
+    }
+
+    fn append_to(path: &Path) -> io::Result<File> {
+        OpenOptions::new().create(true).append(true).open(path)
+    }
+
+    /// `ino` has writes not in the store yet. One append per dirty period;
+    /// afterwards a set lookup.
+    pub fn mark(&self, ino: u64) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        if g.marked.contains(&ino) {
+            return Ok(());
+        }
+        g.file.write_all(&ino.to_le_bytes())?;
+        g.marked.insert(ino);
+        Ok(())
+    }
+
+    /// Forget the marked files for which `clean` holds (their state is in
+    /// the store), rewriting the file atomically (a new file renamed over
+    /// the old, so a crash leaves one or the other, never fewer marks).
+    pub fn settle(&self, clean: impl Fn(u64) -> bool) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        let before = g.marked.len();
+        g.marked.retain(|&ino| !clean(ino));
+        if g.marked.len() == before {
+            return Ok(());
+        }
+        let tmp = self.path.with_extension("new");
+        let mut buf = Vec::with_capacity(g.marked.len() * 8);
+        for ino in &g.marked {
+            buf.extend_from_slice(&ino.to_le_bytes());
+        }
+        std::fs::write(&tmp, &buf)?;
+        std::fs::rename(&tmp, &self.path)?;
+        g.file = Self::append_to(&self.path)?;
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.lock().marked.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_survive_reopen_until_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("unflushed");
+        let (j, left) = Journal::open(&p).unwrap();
+        assert!(left.is_empty());
+        for ino in [5, 7, 5, 9] {
+            j.mark(ino).unwrap();
+        }
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 24, "one record each");
+        drop(j);
+        let (j, left) = Journal::open(&p).unwrap();
+        assert_eq!(left, vec![5, 7, 9]);
+        j.settle(|ino| ino != 7).unwrap();
+        j.mark(11).unwrap();
+        drop(j);
+        let (j, left) = Journal::open(&p).unwrap();
+        assert_eq!(left, vec![7, 11]);
+        j.settle(|_| true).unwrap();
+        assert!(j.is_empty());
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn torn_record_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("unflushed");
+        let mut bytes = 3u64.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&[1, 2, 3]);
+        std::fs::write(&p, bytes).unwrap();
+        let (_, left) = Journal::open(&p).unwrap();
+        assert_eq!(left, vec![3]);
+    }
+}
