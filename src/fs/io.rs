@@ -428,10 +428,12 @@ impl Fs {
         self.journal.is_some()
     }
 
-    /// Lazy close: write the states of written files to their inodes (many
-    /// per transaction), drop the states no handle holds, and settle the
-    /// journal. Returns how many states were persisted.
+    /// Lazy close: delete the unlinked inodes the kernel forgot, write the
+    /// states of written files to their inodes (many per transaction), drop
+    /// the states no handle holds, and settle the journal. Returns how many
+    /// states were looked at.
     pub fn write_back(&self) -> FsResult<usize> {
+        self.finish_forgotten()?;
         let dirty: Vec<u64> = {
             let open = self.open.lock();
             open.iter()
@@ -457,6 +459,21 @@ impl Fs {
             j.settle(|ino| self.open.lock().get(&ino).is_none_or(|st| !st.wrote))?;
         }
         Ok(dirty.len())
+    }
+
+    /// Finish the forgets left to the write-back: unlinked inodes the
+    /// kernel let go of are deleted, many per transaction.
+    pub(super) fn finish_forgotten(&self) -> FsResult<()> {
+        let forgotten = std::mem::take(&mut *self.forgotten.lock());
+        for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
+            self.batch(|| {
+                for &ino in chunk {
+                    self.finish_forget(ino);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// Mount after a crash with lazy close: files the journal names may

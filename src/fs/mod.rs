@@ -130,6 +130,8 @@ pub struct Fs {
     search: std::sync::OnceLock<crate::search::SearchHook>,
     /// Files written but not yet persisted (lazy close; see [`journal`]).
     journal: Option<journal::Journal>,
+    /// Inodes the kernel forgot, for the write-back to finish (lazy close).
+    forgotten: Mutex<Vec<u64>>,
 }
 
 fn encode_name(name: &[u8]) -> FsResult<String> {
@@ -169,6 +171,7 @@ impl Fs {
             next_fh: AtomicU64::new(1),
             search: std::sync::OnceLock::new(),
             journal: None,
+            forgotten: Mutex::new(Vec::new()),
         };
         if fs.cfg.maintenance {
             if fs.store.get(Idx::Meta, "fs")?.is_none() {
@@ -323,6 +326,22 @@ impl Fs {
                 }
                 None => return,
             }
+        }
+        if self.lazy_close() {
+            // Deleting an unlinked inode (marked orphan by its unlink, so a
+            // crash before this loses nothing: the next mount reclaims it)
+            // waits for the write-back, which deletes many per transaction.
+            self.forgotten.lock().push(ino);
+            return;
+        }
+        self.finish_forget(ino);
+    }
+
+    /// The kernel holds no reference to `ino` any more (unless it looked it
+    /// up again since): persist and drop its state, delete it if unlinked.
+    fn finish_forget(&self, ino: u64) {
+        if self.lookups.lock().contains_key(&ino) {
+            return; // looked up again; a later forget comes back here
         }
         let handles = self.open.lock().get(&ino).map(|st| st.open_handles());
         match handles {
@@ -613,6 +632,8 @@ impl Fs {
     }
 
     pub fn statfs(&self) -> FsResult<StatFs> {
+        // Removed files free their inode and space now, as df expects.
+        self.finish_forgotten()?;
         let cap = self.data.capacity()?;
         let used = self
             .store
