@@ -495,7 +495,7 @@ impl Fs {
         if newparent != src.parent {
             self.touch_dir(newparent, dir_delta(newparent))?;
         }
-        self.finish_intent(iid.as_deref())
+        self.finish_intent(&iid)
     }
 
     /// RENAME_EXCHANGE: the two names swap the inodes they point to.
@@ -533,7 +533,7 @@ impl Fs {
             // the intent's idempotent steps finish the exchange.
             log::debug!("exchange bulk: {e}; completed by steps");
             self.apply_exchange(&a, &b)?;
-            return self.finish_intent(iid.as_deref());
+            return self.finish_intent(&iid);
         }
         let now = now_ns();
         for (moved, from, to) in [(&a, &a, &b), (&b, &b, &a)] {
@@ -570,7 +570,7 @@ impl Fs {
             (false, true) => self.rewrite_subtree(&b.path, &a.path)?,
             (false, false) => {}
         }
-        self.finish_intent(iid.as_deref())
+        self.finish_intent(&iid)
     }
 
     /// Whether directory `dir` is `ino` or one of its ancestors is.

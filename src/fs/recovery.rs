@@ -41,27 +41,18 @@ pub enum Intent {
 }
 
 impl Fs {
-    /// Record a multi-step change before making it, so that whoever finds
-    /// it unfinished (this mount's next life, or another mount) rolls it
-    /// forward. None: the change is inside one transaction (an embedded
-    /// store's batch), which a crash keeps whole or not at all.
-    pub(super) fn write_intent(&self, intent: &Intent) -> FsResult<Option<String>> {
-        if self.store.batch_is_atomic() {
-            return Ok(None);
-        }
+    pub(super) fn write_intent(&self, intent: &Intent) -> FsResult<String> {
         let id = format!("intent/{}-{}", self.lm.owner(), self.alloc()?);
         let doc = json!({
             "type": "intent", "owner": self.lm.owner(), "since": crate::locks::manager::now_ms(),
             "op": intent,
         });
         self.store.create(Idx::Locks, &id, &doc)?;
-        Ok(Some(id))
+        Ok(id)
     }
 
-    pub(super) fn finish_intent(&self, id: Option<&str>) -> FsResult<()> {
-        if let Some(id) = id {
-            self.store.delete(Idx::Locks, id, None)?;
-        }
+    pub(super) fn finish_intent(&self, id: &str) -> FsResult<()> {
+        self.store.delete(Idx::Locks, id, None)?;
         Ok(())
     }
 
@@ -236,7 +227,7 @@ impl Fs {
             let intent: Intent = serde_json::from_value(doc.source["op"].clone())?;
             log::warn!("rolling forward {} left by {owner}: {intent:?}", doc.id);
             self.redo(&intent)?;
-            self.finish_intent(Some(&doc.id))?;
+            self.finish_intent(&doc.id)?;
             done += 1;
         }
         Ok(done)

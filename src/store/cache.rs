@@ -347,10 +347,6 @@ impl MetaStore for CachedStore {
         self.inner.begin_batch()
     }
 
-    fn batch_is_atomic(&self) -> bool {
-        self.inner.batch_is_atomic()
-    }
-
     fn end_batch(&self) -> StoreResult<()> {
         let r = self.inner.end_batch();
         if r.is_err() {

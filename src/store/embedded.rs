@@ -1940,13 +1940,6 @@ impl MetaStore for EmbeddedStore {
         });
     }
 
-    fn batch_is_atomic(&self) -> bool {
-        // One SQLite transaction from the batch's first write to its end (a
-        // transaction rolled back mid-batch fails the write that saw it,
-        // and the batch's end).
-        self.in_batch()
-    }
-
     fn end_batch(&self) -> StoreResult<()> {
         let outer = BATCHES.with(|b| {
             let mut b = b.borrow_mut();

@@ -314,12 +314,6 @@ pub trait MetaStore: Send + Sync {
     /// once `end_batch` returned `Ok`. Batches nest. Backends whose every
     /// write is its own request (Elasticsearch) keep the default no-ops.
     fn begin_batch(&self) {}
-    /// Whether the calling thread is in a batch that commits as one
-    /// transaction: a crash then keeps all of it or none, so a multi-step
-    /// change needs no intent record to be finished by a later mount.
-    fn batch_is_atomic(&self) -> bool {
-        false
-    }
     /// End the batch begun last on this thread; the outermost one commits.
     /// An error means some of the batch's writes may be lost.
     fn end_batch(&self) -> StoreResult<()> {
