@@ -9,9 +9,12 @@
 //! Handle 0 ([`NO_HANDLE`]) is the kernel's no-open mode (the FUSE glue
 //! turns it on for a mount that is its store's only user): no OPEN or
 //! RELEASE reaches us, reads and writes come with handle 0 and state is
-//! made on first use. FLUSH (every close) persists it and drops it; an
-//! unlinked file goes at the inode's FORGET, which the kernel sends only
-//! once no descriptor holds the inode.
+//! made on first use. With lazy close (the embedded store) no FLUSH comes
+//! either: `write_back` persists and drops states every second, and the
+//! unflushed journal (`super::journal`) covers a crash before it; otherwise
+//! FLUSH (every close) persists and drops them. An unlinked file goes after
+//! the inode's FORGET, which the kernel sends only once no descriptor holds
+//! the inode.
 
 use super::*;
 use std::sync::atomic::Ordering;
@@ -430,9 +433,8 @@ impl Fs {
 
     /// Lazy close: delete the unlinked inodes the kernel forgot, write the
     /// states of written files to their inodes (many per transaction), drop
-    /// the states no handle holds, and settle the journal. Returns how many
-    /// states were looked at.
-    pub fn write_back(&self) -> FsResult<usize> {
+    /// the states no handle holds, and settle the journal.
+    pub fn write_back(&self) -> FsResult<()> {
         self.finish_forgotten()?;
         let dirty: Vec<u64> = {
             let open = self.open.lock();
@@ -458,7 +460,7 @@ impl Fs {
         if let Some(j) = &self.journal {
             j.settle(|ino| self.open.lock().get(&ino).is_none_or(|st| !st.wrote))?;
         }
-        Ok(dirty.len())
+        Ok(())
     }
 
     /// Finish the forgets left to the write-back: unlinked inodes the
