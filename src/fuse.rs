@@ -515,20 +515,16 @@ impl Filesystem for FuseFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match self.fs.readdir(ino.0, fh.0, offset, false) {
-            Ok(items) => {
-                for it in items {
-                    if reply.add(
-                        INodeNo(it.ino),
-                        it.offset,
-                        file_type(it.kind),
-                        OsStr::from_bytes(&it.name),
-                    ) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
+        let r = self.fs.readdir(ino.0, fh.0, offset, false, |it| {
+            reply.add(
+                INodeNo(it.ino),
+                it.offset,
+                file_type(it.kind),
+                OsStr::from_bytes(it.name),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -541,28 +537,24 @@ impl Filesystem for FuseFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        match self.fs.readdir(ino.0, fh.0, offset, true) {
-            Ok(items) => {
-                for it in items {
-                    let Some(a) = &it.attr else { continue };
-                    let full = reply.add(
-                        INodeNo(it.ino),
-                        it.offset,
-                        OsStr::from_bytes(&it.name),
-                        &self.ttl,
-                        &attr(a),
-                        Generation(0),
-                    );
-                    if full {
-                        break;
-                    }
-                    // Every entry but "." and ".." counts as a lookup.
-                    if it.name != b"." && it.name != b".." {
-                        self.fs.remember(it.ino);
-                    }
-                }
-                reply.ok()
+        let r = self.fs.readdir(ino.0, fh.0, offset, true, |it| {
+            let Some(a) = it.attr else { return false };
+            let full = reply.add(
+                INodeNo(it.ino),
+                it.offset,
+                OsStr::from_bytes(it.name),
+                &self.ttl,
+                &attr(a),
+                Generation(0),
+            );
+            // Every entry but "." and ".." counts as a lookup.
+            if !full && it.name != b"." && it.name != b".." {
+                self.fs.remember(it.ino);
             }
+            full
+        });
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -33,6 +33,24 @@ pub fn encode_bytes(bytes: &[u8]) -> String {
     out
 }
 
+/// [`decode_bytes`], borrowing when there is nothing to decode.
+pub fn decode_cow(s: &str) -> std::borrow::Cow<'_, [u8]> {
+    if s.contains('\0') {
+        decode_bytes(s).into()
+    } else {
+        s.as_bytes().into()
+    }
+}
+
+/// [`decode_bytes`] of an owned string: no copy for the usual name.
+pub fn decode_string(s: String) -> Vec<u8> {
+    if s.contains('\0') {
+        decode_bytes(&s)
+    } else {
+        s.into_bytes()
+    }
+}
+
 /// Inverse of [`encode_bytes`].
 pub fn decode_bytes(s: &str) -> Vec<u8> {
     if !s.contains('\0') {
@@ -96,6 +114,20 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// From its serialized name ([`crate::store::listing`] keeps only
+    /// these); anything else reads as a regular file.
+    pub fn from_name(s: &str) -> Kind {
+        match s {
+            "dir" => Kind::Dir,
+            "symlink" => Kind::Symlink,
+            "fifo" => Kind::Fifo,
+            "socket" => Kind::Socket,
+            "char" => Kind::Char,
+            "block" => Kind::Block,
+            _ => Kind::File,
+        }
+    }
+
     pub fn from_mode(mode: u32) -> Option<Kind> {
         Some(match mode & libc::S_IFMT {
             libc::S_IFREG => Kind::File,

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 /// Memory bound of the document cache of an embedded-store mount.
 const DOC_CACHE_BYTES: u64 = 64 << 20;
+/// Memory bound of its directory listings (about 400k names).
+const LISTING_BYTES: usize = 64 << 20;
 
 pub const FSTYPE: &str = "fuse.esfs";
 
@@ -334,7 +336,11 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result
             // With the lock held this process is the store's only writer,
             // which is what makes caching documents safe.
             let s: Arc<dyn MetaStore> = match guard {
-                Some(_) => Arc::new(CachedStore::new(Arc::new(s), DOC_CACHE_BYTES)),
+                Some(_) => Arc::new(CachedStore::new(
+                    Arc::new(s),
+                    DOC_CACHE_BYTES,
+                    LISTING_BYTES,
+                )),
                 None => Arc::new(s),
             };
             (s, guard)

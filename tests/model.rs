@@ -244,9 +244,26 @@ fn non_utf8_names_are_stored_losslessly_and_found_by_subtree() {
         ]
     );
     // The JSON documents are valid UTF-8 and decode back to the bytes.
-    let items = t.fs.readdir(d, 0, 0, false).unwrap();
+    let items = list(&t, d, 0);
     let names: Vec<&[u8]> = items.iter().map(|i| i.name.as_slice()).collect();
     assert_eq!(names, [&b"."[..], b"..", b"\xff\xfe"]);
+}
+
+/// One readdir call's items (no open handle: straight from the store).
+fn list(t: &T, d: u64, offset: u64) -> Vec<esfs::fs::DirItem> {
+    let mut items = Vec::new();
+    t.fs.readdir(d, 0, offset, false, |it| {
+        items.push(esfs::fs::DirItem {
+            offset: it.offset,
+            ino: it.ino,
+            kind: it.kind,
+            name: it.name.to_vec(),
+            attr: it.attr.cloned(),
+        });
+        false
+    })
+    .unwrap();
+    items
 }
 
 #[test]
@@ -277,7 +294,7 @@ fn directory_of_100k_entries_lists_completely_in_bounded_pages() {
     let mut offset = 2; // after "." and ".."
     let mut largest_page = 0;
     loop {
-        let page = t.fs.readdir(d, 0, offset, false).unwrap();
+        let page = list(&t, d, offset);
         if page.is_empty() {
             break;
         }
@@ -319,4 +336,139 @@ fn entry_ids_are_realtime_gets_and_searchable_fields_match_inodes() {
         })
         .unwrap();
     assert_eq!(hits.len(), 1);
+}
+
+/// The listings the write-through cache keeps in memory follow every kind
+/// of namespace change exactly: after thousands of random creates, mkdirs,
+/// links, renames (plain, over a name, NOREPLACE, EXCHANGE, across
+/// directories), unlinks and rmdirs, each directory's cached listing and
+/// readdir through `Fs` equal the store's own search. A tiny budget runs
+/// the same with directories evicted all the time.
+#[test]
+fn cached_listings_match_the_store_after_random_namespace_changes() {
+    use esfs::fs::namespace::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+    use esfs::store::cache::CachedStore;
+    for budget in [64 << 20, 4 << 10] {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(EmbeddedStore::open(&dir.path().join("store")).unwrap());
+        let cached = Arc::new(CachedStore::new(inner.clone(), 8 << 20, budget));
+        let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
+        let cfg = FsConfig {
+            exclusive: true,
+            root_uid: 0,
+            root_gid: 0,
+            label: "test".into(),
+            maintenance: false,
+            no_tree_locks: false,
+            journal: None,
+        };
+        let fs = Fs::new(cached.clone(), data, cfg).unwrap();
+        // xorshift: deterministic, no dependency.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let names: Vec<Vec<u8>> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .chain([b"\xff\xfe".to_vec()])
+            .collect();
+        let mut dirs = vec![ROOT_INO];
+        let mut ok = 0;
+        for step in 0..3000 {
+            let d = dirs[rnd(dirs.len())];
+            let n = &names[rnd(names.len())];
+            let r = match rnd(8) {
+                0 | 1 => fs.create(Ctx::ROOT, d, n, 0o644, 0).map(|(i, fh)| {
+                    fs.release(i.ino, fh).unwrap();
+                }),
+                2 => fs
+                    .make_node(Ctx::ROOT, d, n, NewNode::Dir, 0o755, 0)
+                    .map(|i| dirs.push(i.ino)),
+                3 => fs
+                    .lookup(d, n)
+                    .and_then(|i| fs.link(i.ino, dirs[rnd(dirs.len())], &names[rnd(names.len())]))
+                    .map(drop),
+                4 | 5 => {
+                    let flags = [0, 0, RENAME_NOREPLACE, RENAME_EXCHANGE][rnd(4)];
+                    let (d2, n2) = (dirs[rnd(dirs.len())], &names[rnd(names.len())]);
+                    fs.rename(d, n, d2, n2, flags)
+                }
+                6 => fs.unlink(d, n),
+                _ => fs.rmdir(d, n),
+            };
+            ok += r.is_ok() as u32;
+            if step % 500 != 499 {
+                continue;
+            }
+            for &d in &dirs {
+                let truth: Vec<(String, u64, String, u64)> = t_search(&*inner, d);
+                let mut mem = Vec::new();
+                let known = cached.cached_children(d, 0, &mut |c| {
+                    mem.push((c.name.to_string(), c.ino, c.kind.to_string(), c.cookie));
+                    false
+                });
+                if known.is_some() {
+                    assert_eq!(mem, truth, "cached listing of {d} at step {step}");
+                } else {
+                    let removed = fs.getattr(d).map_or(true, |i| i.nlink == 0);
+                    assert!(budget < 1 << 20 || removed, "directory {d} not cached");
+                }
+                // readdir through Fs, from an open handle, in small steps.
+                let Ok(fh) = fs.opendir(d) else {
+                    assert!(truth.is_empty(), "removed directory {d} has entries");
+                    continue;
+                };
+                let mut listed = Vec::new();
+                let mut offset = 0;
+                loop {
+                    let mut page = Vec::new();
+                    fs.readdir(d, fh, offset, false, |it| {
+                        page.push((it.name.to_vec(), it.offset));
+                        page.len() == 3
+                    })
+                    .unwrap();
+                    let Some(last) = page.last() else { break };
+                    offset = last.1;
+                    listed.extend(page.into_iter().map(|p| p.0));
+                }
+                fs.releasedir(fh);
+                let want: Vec<Vec<u8>> = [b".".to_vec(), b"..".to_vec()]
+                    .into_iter()
+                    .chain(truth.iter().map(|t| esfs::model::decode_bytes(&t.0)))
+                    .collect();
+                assert_eq!(listed, want, "readdir of {d} at step {step}");
+            }
+        }
+        assert!(ok > 1000, "only {ok} operations succeeded");
+    }
+}
+
+/// A directory's children by the store's search: (name, ino, kind, cookie).
+fn t_search(store: &dyn MetaStore, d: u64) -> Vec<(String, u64, String, u64)> {
+    store
+        .search_fields(
+            &SearchRequest {
+                index: Idx::Entries,
+                query: Query::term("parent", d),
+                sort: vec![Sort::asc("cookie")],
+                search_after: None,
+                size: 10_000,
+            },
+            &["name", "ino", "kind", "cookie"],
+        )
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_string(),
+                r[1].as_u64().unwrap(),
+                r[2].as_str().unwrap().to_string(),
+                r[3].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }

@@ -362,7 +362,11 @@ fn embedded_store_conforms() {
 fn cached_embedded_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let inner = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-    conformance(&esfs::store::cache::CachedStore::new(inner, 1 << 20));
+    conformance(&esfs::store::cache::CachedStore::new(
+        inner,
+        1 << 20,
+        1 << 20,
+    ));
 }
 
 /// One batch's writes are visible to reads inside it and to other threads,

@@ -13,6 +13,7 @@
 use super::*;
 use crate::store::{Query, SearchRequest, Sort};
 use serde::Deserialize;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::Ordering;
 
 #[derive(Clone, Debug)]
@@ -26,6 +27,40 @@ pub struct DirItem {
     pub attr: Option<Inode>,
 }
 
+/// What a readdir reply takes: an item, borrowed.
+#[derive(Clone, Copy, Debug)]
+pub struct DirEnt<'a> {
+    pub offset: u64,
+    pub ino: u64,
+    pub kind: Kind,
+    pub name: &'a [u8],
+    pub attr: Option<&'a Inode>,
+}
+
+impl DirItem {
+    fn ent(&self) -> DirEnt<'_> {
+        DirEnt {
+            offset: self.offset,
+            ino: self.ino,
+            kind: self.kind,
+            name: &self.name,
+            attr: self.attr.as_ref(),
+        }
+    }
+}
+
+/// Whether `name` (at `cookie`) was not yet returned since the rewind.
+fn first_time(returned: &mut Returned, name: &[u8], cookie: u64) -> bool {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(name, &mut hasher);
+    *returned
+        .entry(std::hash::Hasher::finish(&hasher))
+        .or_insert(cookie)
+        == cookie
+}
+
+type Returned = HashMap<u64, u64, BuildHasherDefault<Prehashed>>;
+
 #[derive(Default)]
 pub(super) struct DirHandle {
     /// The offset the page was fetched after, and the page.
@@ -37,11 +72,29 @@ pub(super) struct DirHandle {
     /// gets a new, higher cookie; it is not returned a second time (file
     /// managers listing a directory under lock-file churn must not show a
     /// name twice). 16 bytes per entry listed.
-    returned: HashMap<u64, u64>,
+    returned: Returned,
 }
 
-/// Entries fetched per store query, and at most copied into one reply:
-/// more than a reply buffer can take (the kernel sizes it from the
+/// The `returned` keys are already SipHash values: hashing them again
+/// was a tenth of a listing's cost.
+#[derive(Default)]
+pub(super) struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Entries fetched per store query: more than a reply buffer can take (the kernel sizes it from the
 /// caller's getdents buffer, 32 KiB for glibc: ~1000 names, or ~200 names
 /// with attributes), so each reply is full and a 10k listing takes a dozen
 /// round trips, not a hundred.
@@ -63,13 +116,49 @@ impl Fs {
         self.dir_handles.lock().remove(&fh);
     }
 
-    /// Items after `offset`, at most one page; an empty result is the end.
-    pub fn readdir(&self, ino: u64, fh: u64, offset: u64, plus: bool) -> FsResult<Vec<DirItem>> {
+    /// Passes the items after `offset` to `add` until it returns true (the
+    /// reply is full) or the page ends; nothing passed is the end. Items go
+    /// out by reference: a listing copies no names but into the reply.
+    pub fn readdir(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        mut add: impl FnMut(DirEnt<'_>) -> bool,
+    ) -> FsResult<()> {
         let handle = self.dir_handles.lock().get(&fh).cloned();
         let Some(handle) = handle else {
-            return self.fetch_dir(ino, offset, plus);
+            for it in &self.fetch_dir(ino, offset, plus)? {
+                if add(it.ent()) {
+                    break;
+                }
+            }
+            return Ok(());
         };
         let mut h = handle.lock();
+        if offset == 0 {
+            h.returned.clear();
+        }
+        // Names only, past the dots, of a directory listed in memory:
+        // straight from the listing into the reply.
+        if !plus && offset >= 2 {
+            let returned = &mut h.returned;
+            let served = self.store.cached_children(ino, offset, &mut |c| {
+                let name = decode_cow(c.name);
+                first_time(returned, &name, c.cookie)
+                    && add(DirEnt {
+                        offset: c.cookie,
+                        ino: c.ino,
+                        kind: Kind::from_name(c.kind),
+                        name: &name,
+                        attr: None,
+                    })
+            });
+            if served.is_some() {
+                return Ok(());
+            }
+        }
         // Serve from the cached page when the offset falls inside it.
         let start =
             if h.plus == plus && (offset == h.after || h.page.iter().any(|i| i.offset == offset)) {
@@ -87,27 +176,47 @@ impl Fs {
                 0
             }
         };
-        // Copy out no more than a reply can take, not the rest of the page.
-        let items = h.page[pos..]
-            .iter()
-            .take(if plus { PAGE_PLUS } else { PAGE })
-            .cloned()
-            .collect::<Vec<_>>();
-        if offset == 0 {
-            h.returned.clear();
+        let DirHandle { page, returned, .. } = &mut *h;
+        for it in &page[pos..] {
+            if first_time(returned, &it.name, it.offset) && add(it.ent()) {
+                break;
+            }
         }
-        Ok(items
-            .into_iter()
-            .filter(|i| {
-                let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                std::hash::Hash::hash(&i.name, &mut hasher);
-                let cookie = *h
-                    .returned
-                    .entry(std::hash::Hasher::finish(&hasher))
-                    .or_insert(i.offset);
-                cookie == i.offset
-            })
-            .collect())
+        Ok(())
+    }
+
+    /// A page of `ino`'s children from the store's search.
+    fn search_dir(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: usize,
+        entries: &mut Vec<(Vec<u8>, u64, Kind, u64)>,
+    ) -> FsResult<()> {
+        // A listing needs four fields of each entry (the embedded store
+        // reads them from columns, Elasticsearch filters `_source`).
+        let rows = self.store.search_fields(
+            &SearchRequest {
+                index: Idx::Entries,
+                query: Query::term("parent", ino),
+                sort: vec![Sort::asc("cookie")],
+                search_after: Some(vec![offset.max(2).into()]),
+                size,
+            },
+            &["name", "ino", "kind", "cookie"],
+        )?;
+        for mut r in rows {
+            let (Value::String(name), Some(ino), Some(cookie)) =
+                (r[0].take(), r[1].as_u64(), r[3].as_u64())
+            else {
+                return Err(FsError::Io(format!(
+                    "an entry of directory {ino} lacks listing fields: {r:?}"
+                )));
+            };
+            let kind = Kind::deserialize(&r[2])?;
+            entries.push((decode_string(name), ino, kind, cookie));
+        }
+        Ok(())
     }
 
     fn fetch_dir(&self, ino: u64, offset: u64, plus: bool) -> FsResult<Vec<DirItem>> {
@@ -137,29 +246,33 @@ impl Fs {
             };
             items.push(dot(2, parent, b"..", attr));
         }
-        // A listing needs four fields of each entry (the embedded store
-        // reads them from columns, Elasticsearch filters `_source`).
-        let rows = self.store.search_fields(
-            &SearchRequest {
-                index: Idx::Entries,
-                query: Query::term("parent", ino),
-                sort: vec![Sort::asc("cookie")],
-                search_after: Some(vec![offset.max(2).into()]),
-                size: if plus { PAGE_PLUS } else { PAGE },
-            },
-            &["name", "ino", "kind", "cookie"],
-        )?;
-        let mut entries = Vec::with_capacity(rows.len());
-        for r in rows {
-            let (Some(name), Some(ino), Some(cookie)) =
-                (r[0].as_str(), r[1].as_u64(), r[3].as_u64())
-            else {
-                return Err(FsError::Io(format!(
-                    "an entry of directory {ino} lacks listing fields: {r:?}"
-                )));
-            };
-            let kind = Kind::deserialize(&r[2])?;
-            entries.push((decode_bytes(name), ino, kind, cookie));
+        let size = if plus { PAGE_PLUS } else { PAGE };
+        let mut entries = Vec::with_capacity(size.min(64));
+        let cached = self.store.cached_children(ino, offset.max(2), &mut |c| {
+            entries.push((
+                decode_cow(c.name).into_owned(),
+                c.ino,
+                Kind::from_name(c.kind),
+                c.cookie,
+            ));
+            entries.len() >= size
+        });
+        if cached.is_none() {
+            self.search_dir(ino, offset, size, &mut entries)?;
+        }
+        if plus {
+            // Attributes of inodes the kernel already holds (it made or
+            // looked them up) would be sent for nothing, and fetching them
+            // is most of a plus page's cost: end the page before the first
+            // such entry. With FUSE_READDIRPLUS_AUTO the kernel goes on with
+            // plain READDIR and looks up only what it lacks. A page that
+            // would be left empty keeps them all (empty means the end).
+            let held = self.lookups.lock();
+            if let Some(k) = entries.iter().position(|e| held.contains_key(&e.1))
+                && (k > 0 || !items.is_empty())
+            {
+                entries.truncate(k);
+            }
         }
         let attrs = if plus {
             let ids: Vec<String> = entries.iter().map(|e| inode_id(e.1)).collect();

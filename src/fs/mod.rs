@@ -14,7 +14,7 @@ pub mod plock;
 pub mod recovery;
 mod xattr;
 
-pub use dir::DirItem;
+pub use dir::{DirEnt, DirItem};
 pub use namespace::NewNode;
 
 use crate::data::DataStore;

@@ -15,6 +15,9 @@
 //! Searches are not cached. The cache is bounded by an approximate byte
 //! weight; documents bigger than `MAX_DOC_BYTES` (indexed file text) are
 //! never kept.
+//!
+//! It also keeps the listings of directories it has seen from creation
+//! ([`super::listing`]), updated from the same write results.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,10 +27,16 @@ use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 use serde_json::Value;
 
+use super::listing::{Child, Listings, listed_fields};
 use super::{
     Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MetaStore, Query, SearchRequest,
-    Sort, StoreResult, Version,
+    Sort, StoreError, StoreResult, Version,
 };
+
+/// Bulks of at most this many ops leave their documents cached (the
+/// write-back of closed files' sizes and times writes 256 at a time: they
+/// are the files being listed and stat'ed next).
+const KEEP_BULK: usize = 1024;
 
 /// Documents whose approximate size exceeds this are not cached.
 const MAX_DOC_BYTES: u64 = 64 << 10;
@@ -76,6 +85,51 @@ pub struct CachedStore {
     write: Mutex<()>,
     /// Odd while a write is in progress; bumped twice per write.
     epoch: AtomicU64,
+    listings: Mutex<Listings>,
+}
+
+/// A bulk item's cache work, planned before the ops are handed over.
+struct Planned {
+    idx: Idx,
+    id: String,
+    /// `None`: deleted; `Some(Null)`: evict; else the source to keep.
+    keep: Option<Value>,
+    listed: Listed,
+}
+
+/// [`Wrote`], owned, before the result is known.
+enum Listed {
+    Created(Value),
+    Put(Value),
+    Merged(Value),
+    Deleted,
+}
+
+/// What a write did to one document, for the listings.
+enum Wrote<'a> {
+    /// Created (put-if-absent) with this source.
+    Created(&'a Value),
+    /// Created or overwritten with this source.
+    Put(&'a Value),
+    /// Partially updated with this doc.
+    Merged(&'a Value),
+    Deleted,
+    /// Refused (a conflict, a missing document, an invalid request):
+    /// nothing was written.
+    Refused,
+    /// Unknown (any other error).
+    Failed,
+}
+
+impl Wrote<'_> {
+    fn failed(e: &StoreError) -> Self {
+        match e {
+            StoreError::Conflict(_) | StoreError::NotFound(_) | StoreError::Invalid(_) => {
+                Wrote::Refused
+            }
+            _ => Wrote::Failed,
+        }
+    }
 }
 
 fn cached(idx: Idx) -> bool {
@@ -83,13 +137,42 @@ fn cached(idx: Idx) -> bool {
 }
 
 impl CachedStore {
-    /// `bytes`: the cache's approximate memory bound.
-    pub fn new(inner: Arc<dyn MetaStore>, bytes: u64) -> CachedStore {
+    /// `bytes`: the document cache's approximate memory bound;
+    /// `listing_bytes`: the directory listings'.
+    pub fn new(inner: Arc<dyn MetaStore>, bytes: u64, listing_bytes: usize) -> CachedStore {
         CachedStore {
             inner,
             docs: Cache::with_weighter((bytes / 1024) as usize, bytes, DocWeight),
             write: Mutex::new(()),
             epoch: AtomicU64::new(0),
+            listings: Mutex::new(Listings::new(listing_bytes)),
+        }
+    }
+
+    /// Applies one write's outcome to the listings (called while writing,
+    /// so in the store's order).
+    fn list(&self, idx: Idx, id: &str, wrote: Wrote<'_>) {
+        let dir = || id.parse::<u64>().ok();
+        match (idx, wrote) {
+            (Idx::Entries, Wrote::Created(src) | Wrote::Put(src)) => {
+                self.listings.lock().put(id, src)
+            }
+            (Idx::Entries, Wrote::Merged(doc)) => self.listings.lock().update(id, doc),
+            (Idx::Entries, Wrote::Deleted) => self.listings.lock().delete(id),
+            (Idx::Entries, Wrote::Failed) => self.listings.lock().invalidate(id),
+            // Inode numbers are never reused: a directory inode being
+            // created has no children yet.
+            (Idx::Inodes, Wrote::Created(src)) if src["kind"] == "dir" => {
+                if let Some(d) = dir() {
+                    self.listings.lock().adopt_empty(d)
+                }
+            }
+            (Idx::Inodes, Wrote::Deleted) => {
+                if let Some(d) = dir() {
+                    self.listings.lock().drop_dir(d)
+                }
+            }
+            _ => {}
         }
     }
 
@@ -197,8 +280,14 @@ impl MetaStore for CachedStore {
         self.writing(|| {
             let r = self.inner.create(index, id, source);
             match &r {
-                Ok(v) => self.keep(index, id, Some(doc(id, *v, source.clone()))),
-                Err(_) => self.evict(index, id),
+                Ok(v) => {
+                    self.keep(index, id, Some(doc(id, *v, source.clone())));
+                    self.list(index, id, Wrote::Created(source));
+                }
+                Err(e) => {
+                    self.evict(index, id);
+                    self.list(index, id, Wrote::failed(e));
+                }
             }
             r
         })
@@ -214,8 +303,14 @@ impl MetaStore for CachedStore {
         self.writing(|| {
             let r = self.inner.put(index, id, source, if_version);
             match &r {
-                Ok(v) => self.keep(index, id, Some(doc(id, *v, source.clone()))),
-                Err(_) => self.evict(index, id),
+                Ok(v) => {
+                    self.keep(index, id, Some(doc(id, *v, source.clone())));
+                    self.list(index, id, Wrote::Put(source));
+                }
+                Err(e) => {
+                    self.evict(index, id);
+                    self.list(index, id, Wrote::failed(e));
+                }
             }
             r
         })
@@ -225,8 +320,14 @@ impl MetaStore for CachedStore {
         self.writing(|| {
             let r = self.inner.delete(index, id, if_version);
             match &r {
-                Ok(_) => self.keep(index, id, None),
-                Err(_) => self.evict(index, id),
+                Ok(_) => {
+                    self.keep(index, id, None);
+                    self.list(index, id, Wrote::Deleted);
+                }
+                Err(e) => {
+                    self.evict(index, id);
+                    self.list(index, id, Wrote::failed(e));
+                }
             }
             r
         })
@@ -234,10 +335,10 @@ impl MetaStore for CachedStore {
 
     fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
         // Per op, what to do with its cached id afterwards: keep the written
-        // source (small bulks: one filesystem call's documents) or evict
-        // (large ones, such as a subtree rename, would only flush the hot set).
-        let small = ops.len() <= 64;
-        let plan: Vec<Option<(Idx, String, Option<Value>)>> = ops
+        // source (bulks up to a write-back batch of hot inodes) or evict
+        // (larger ones, such as a subtree rename, would only flush the hot set).
+        let small = ops.len() <= KEEP_BULK;
+        let plan: Vec<Option<Planned>> = ops
             .iter()
             .map(|op| {
                 let (idx, id, src, delete) = match op {
@@ -249,32 +350,58 @@ impl MetaStore for CachedStore {
                     BulkOp::Update { index, id, .. } => (*index, id, None, false),
                     BulkOp::Delete { index, id, .. } => (*index, id, None, true),
                 };
-                let keep = src.filter(|_| small).cloned();
-                // A delete keeps "absent"; an evicted write keeps nothing.
-                cached(idx).then(|| {
-                    (
-                        idx,
-                        id.clone(),
-                        if delete {
-                            None
-                        } else {
-                            keep.or(Some(Value::Null))
-                        },
-                    )
+                if !cached(idx) {
+                    return None;
+                }
+                // For the listings, only the fields they read.
+                let listed = match op {
+                    BulkOp::Create { source, .. } => Listed::Created(listed_fields(source)),
+                    BulkOp::Index { source, .. } => Listed::Put(listed_fields(source)),
+                    BulkOp::Update { doc, .. } => Listed::Merged(listed_fields(doc)),
+                    BulkOp::Delete { .. } => Listed::Deleted,
+                };
+                Some(Planned {
+                    idx,
+                    id: id.clone(),
+                    // A delete keeps "absent"; an evicted write keeps nothing.
+                    keep: if delete {
+                        None
+                    } else {
+                        src.filter(|_| small).cloned().or(Some(Value::Null))
+                    },
+                    listed,
                 })
             })
             .collect();
         self.writing(|| {
             let r = self.inner.bulk(ops);
             for (i, p) in plan.into_iter().enumerate() {
-                let Some((idx, id, src)) = p else { continue };
-                match (r.as_ref().ok().and_then(|rs| rs.get(i)), src) {
+                let Some(Planned {
+                    idx,
+                    id,
+                    keep,
+                    listed,
+                }) = p
+                else {
+                    continue;
+                };
+                let item = r.as_ref().ok().and_then(|rs| rs.get(i));
+                match (item, keep) {
                     (Some(Ok(_)), None) => self.keep(idx, &id, None),
                     (Some(Ok(v)), Some(src)) if !src.is_null() => {
                         self.keep(idx, &id, Some(doc(&id, *v, src)))
                     }
                     _ => self.evict(idx, &id),
                 }
+                let wrote = match (item, &listed) {
+                    (Some(Ok(_)), Listed::Created(v)) => Wrote::Created(v),
+                    (Some(Ok(_)), Listed::Put(v)) => Wrote::Put(v),
+                    (Some(Ok(_)), Listed::Merged(v)) => Wrote::Merged(v),
+                    (Some(Ok(_)), Listed::Deleted) => Wrote::Deleted,
+                    (Some(Err(e)), _) => Wrote::failed(e),
+                    _ => Wrote::Failed,
+                };
+                self.list(idx, &id, wrote);
             }
             r
         })
@@ -343,6 +470,15 @@ impl MetaStore for CachedStore {
         })
     }
 
+    fn cached_children(
+        &self,
+        parent: u64,
+        after: u64,
+        f: &mut dyn FnMut(Child<'_>) -> bool,
+    ) -> Option<()> {
+        self.listings.lock().visit(parent, after, f)
+    }
+
     fn begin_batch(&self) {
         self.inner.begin_batch()
     }
@@ -352,6 +488,7 @@ impl MetaStore for CachedStore {
         if r.is_err() {
             // Writes the cache already shows may have been rolled back.
             self.docs.clear();
+            self.listings.lock().clear();
         }
         r
     }

@@ -16,6 +16,7 @@
 pub mod cache;
 pub mod embedded;
 pub mod es;
+pub mod listing;
 pub mod schema;
 
 use serde_json::Value;
@@ -318,6 +319,18 @@ pub trait MetaStore: Send + Sync {
     /// An error means some of the batch's writes may be lost.
     fn end_batch(&self) -> StoreResult<()> {
         Ok(())
+    }
+    /// The children of directory `parent` with a cookie above `after`, in
+    /// cookie order, from a listing kept in memory (see [`listing`]),
+    /// passed to `f` until it returns true. `None`: no such listing here;
+    /// the caller searches (`parent` term, sorted by `cookie`).
+    fn cached_children(
+        &self,
+        _parent: u64,
+        _after: u64,
+        _f: &mut dyn FnMut(listing::Child<'_>) -> bool,
+    ) -> Option<()> {
+        None
     }
     /// A directory rename's path rewrite done inside the store (what
     /// Elasticsearch's `_update_by_query` with a script would do): every

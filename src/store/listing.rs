@@ -1,0 +1,342 @@
+//! Directory listings kept in memory by the write-through cache
+//! ([`super::cache`]): for each directory this process knows completely,
+//! its children in cookie order, so a listing is a walk over a B-tree
+//! instead of an SQL query plus a JSON value per field per row.
+//!
+//! A listing starts empty when a directory inode document is created
+//! (inode numbers are never reused, so a directory being created has no
+//! entries yet) and then follows every entry write the cache passes on,
+//! applied from the write's result in the store's order, so it stays exact.
+//! Anything uncertain (a failed entry write, an update that touches the
+//! listed fields) drops that directory's listing; a rolled-back batch drops
+//! them all. Directories not known completely (those from before this
+//! mount, or evicted) are listed by the store's search, as before.
+//!
+//! Bounded by an approximate byte count: whole directories are evicted,
+//! least recently used first.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// One child as listed: borrowed from the cache.
+#[derive(Debug, Clone, Copy)]
+pub struct Child<'a> {
+    /// The `name` field (names that are not UTF-8 are escaped there).
+    pub name: &'a str,
+    pub ino: u64,
+    /// The `kind` field.
+    pub kind: &'static str,
+    pub cookie: u64,
+}
+
+/// The entry fields a listing holds; an update of any of them (or of
+/// `parent`) drops the listing.
+const LISTED: [&str; 5] = ["parent", "name", "ino", "kind", "cookie"];
+
+/// The fields of `src` a listing (or the decision to adopt a new
+/// directory: `kind`) reads; the rest of a source need not be copied.
+pub fn listed_fields(src: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for f in LISTED {
+        if let Some(v) = src.get(f) {
+            out.insert(f.to_string(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// Bytes charged per child on top of its strings (two map slots, a row).
+const ROW_OVERHEAD: usize = 128;
+
+struct Row {
+    /// The entry id's part after `<parent>/`.
+    key: Arc<str>,
+    name: Box<str>,
+    ino: u64,
+    kind: &'static str,
+}
+
+#[derive(Default)]
+struct Listing {
+    rows: BTreeMap<u64, Row>,
+    /// Id key -> cookie, to apply deletes (which carry only the id).
+    by_key: HashMap<Arc<str>, u64>,
+    bytes: usize,
+    used: u64,
+}
+
+pub struct Listings {
+    dirs: HashMap<u64, Listing>,
+    bytes: usize,
+    budget: usize,
+    tick: u64,
+}
+
+/// An entry id's parent and the rest: `<parent>/<name>` or
+/// `<parent>//<base64url(name)>`.
+fn split_id(id: &str) -> Option<(u64, &str)> {
+    let (p, key) = id.split_once('/')?;
+    Some((p.parse().ok()?, key))
+}
+
+/// The `kind` values the filesystem writes, interned.
+fn kind_of(v: &Value) -> Option<&'static str> {
+    Some(match v.as_str()? {
+        "file" => "file",
+        "dir" => "dir",
+        "symlink" => "symlink",
+        "fifo" => "fifo",
+        "socket" => "socket",
+        "char" => "char",
+        "block" => "block",
+        _ => return None,
+    })
+}
+
+impl Listings {
+    pub fn new(budget: usize) -> Listings {
+        Listings {
+            dirs: HashMap::new(),
+            bytes: 0,
+            budget,
+            tick: 0,
+        }
+    }
+
+    /// A directory inode was just created: it has no children.
+    pub fn adopt_empty(&mut self, dir: u64) {
+        self.drop_dir(dir);
+        self.tick += 1;
+        let used = self.tick;
+        self.dirs.insert(
+            dir,
+            Listing {
+                used,
+                ..Default::default()
+            },
+        );
+    }
+
+    pub fn drop_dir(&mut self, dir: u64) {
+        if let Some(l) = self.dirs.remove(&dir) {
+            self.bytes -= l.bytes;
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.dirs.clear();
+        self.bytes = 0;
+    }
+
+    /// The entry document `id` was written with `src` (created or replaced).
+    pub fn put(&mut self, id: &str, src: &Value) {
+        let Some((dir, key)) = split_id(id) else {
+            return;
+        };
+        let Some(l) = self.dirs.get_mut(&dir) else {
+            return;
+        };
+        let fields = (
+            src["parent"].as_u64(),
+            src["name"].as_str(),
+            src["ino"].as_u64(),
+            kind_of(&src["kind"]),
+            src["cookie"].as_u64(),
+        );
+        let (Some(parent), Some(name), Some(ino), Some(kind), Some(cookie)) = fields else {
+            return self.drop_dir(dir);
+        };
+        if parent != dir || l.rows.get(&cookie).is_some_and(|r| &*r.key != key) {
+            return self.drop_dir(dir);
+        }
+        self.tick += 1;
+        l.used = self.tick;
+        let before = l.bytes;
+        if let Some(old) = l.by_key.remove(key)
+            && let Some(r) = l.rows.remove(&old)
+        {
+            l.bytes -= ROW_OVERHEAD + r.key.len() + r.name.len();
+        }
+        let key: Arc<str> = Arc::from(key);
+        l.bytes += ROW_OVERHEAD + key.len() + name.len();
+        l.by_key.insert(key.clone(), cookie);
+        l.rows.insert(
+            cookie,
+            Row {
+                key,
+                name: name.into(),
+                ino,
+                kind,
+            },
+        );
+        self.bytes = self.bytes + l.bytes - before;
+        if self.bytes > self.budget {
+            self.evict();
+        }
+    }
+
+    /// The entry document `id` is gone.
+    pub fn delete(&mut self, id: &str) {
+        let Some((dir, key)) = split_id(id) else {
+            return;
+        };
+        let Some(l) = self.dirs.get_mut(&dir) else {
+            return;
+        };
+        if let Some(c) = l.by_key.remove(key)
+            && let Some(r) = l.rows.remove(&c)
+        {
+            let n = ROW_OVERHEAD + r.key.len() + r.name.len();
+            l.bytes -= n;
+            self.bytes -= n;
+        }
+    }
+
+    /// The entry document `id` may have changed in ways not known here.
+    pub fn invalidate(&mut self, id: &str) {
+        if let Some((dir, _)) = split_id(id) {
+            self.drop_dir(dir);
+        }
+    }
+
+    /// A partial update of `id` with `doc`: harmless unless it sets a
+    /// listed field.
+    pub fn update(&mut self, id: &str, doc: &Value) {
+        if LISTED.iter().any(|f| doc.get(f).is_some()) {
+            self.invalidate(id);
+        }
+    }
+
+    /// Passes the children of `dir` with a cookie above `after` to `f`, in
+    /// cookie order, until it returns true. `None`: `dir` is not known.
+    pub fn visit(
+        &mut self,
+        dir: u64,
+        after: u64,
+        f: &mut dyn FnMut(Child<'_>) -> bool,
+    ) -> Option<()> {
+        self.tick += 1;
+        let l = self.dirs.get_mut(&dir)?;
+        l.used = self.tick;
+        for (&cookie, r) in l.rows.range(after.saturating_add(1)..) {
+            let stop = f(Child {
+                name: &r.name,
+                ino: r.ino,
+                kind: r.kind,
+                cookie,
+            });
+            if stop {
+                break;
+            }
+        }
+        Some(())
+    }
+
+    /// Evicts least recently used directories down to 3/4 of the budget
+    /// (so evictions, each a sort, stay rare).
+    fn evict(&mut self) {
+        let mut by_age: Vec<(u64, u64)> = self.dirs.iter().map(|(d, l)| (l.used, *d)).collect();
+        by_age.sort_unstable();
+        for (_, d) in by_age {
+            if self.bytes <= self.budget / 4 * 3 {
+                break;
+            }
+            self.drop_dir(d);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(parent: u64, name: &str, ino: u64, cookie: u64) -> Value {
+        json!({"parent": parent, "name": name, "ino": ino, "kind": "file", "cookie": cookie, "path": "/x"})
+    }
+
+    fn names(l: &mut Listings, dir: u64, after: u64) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        l.visit(dir, after, &mut |c| {
+            out.push(format!("{}:{}", c.name, c.cookie));
+            false
+        })?;
+        Some(out)
+    }
+
+    #[test]
+    fn follows_creates_renames_and_deletes_in_cookie_order() {
+        let mut l = Listings::new(1 << 20);
+        assert_eq!(names(&mut l, 5, 0), None, "unknown directory");
+        l.put("5/a", &entry(5, "a", 10, 30));
+        assert_eq!(names(&mut l, 5, 0), None, "a put does not make it known");
+        l.adopt_empty(5);
+        assert_eq!(names(&mut l, 5, 0), Some(vec![]));
+        l.put("5/b", &entry(5, "b", 11, 20));
+        l.put("5/a", &entry(5, "a", 10, 30));
+        assert_eq!(names(&mut l, 5, 2).unwrap(), ["b:20", "a:30"]);
+        assert_eq!(names(&mut l, 5, 20).unwrap(), ["a:30"]);
+        // Replacing a name (a rename over it) takes the new cookie.
+        l.put("5/b", &entry(5, "b", 12, 40));
+        assert_eq!(names(&mut l, 5, 0).unwrap(), ["a:30", "b:40"]);
+        l.delete("5/a");
+        l.delete("5/zz");
+        assert_eq!(names(&mut l, 5, 0).unwrap(), ["b:40"]);
+        // Other directories' writes do not touch it.
+        l.put("6/c", &entry(6, "c", 13, 50));
+        assert_eq!(names(&mut l, 5, 0).unwrap(), ["b:40"]);
+    }
+
+    #[test]
+    fn anything_uncertain_forgets_the_directory() {
+        let mut l = Listings::new(1 << 20);
+        l.adopt_empty(5);
+        l.update("5/a", &json!({"path": "/y", "dir": "/"}));
+        assert!(names(&mut l, 5, 0).is_some(), "path updates are harmless");
+        l.update("5/a", &json!({"cookie": 7}));
+        assert!(names(&mut l, 5, 0).is_none());
+        l.adopt_empty(5);
+        l.put("5/a", &json!({"parent": 5, "name": "a"}));
+        assert!(names(&mut l, 5, 0).is_none(), "a source without fields");
+        l.adopt_empty(5);
+        l.put("5/a", &entry(6, "a", 1, 9));
+        assert!(names(&mut l, 5, 0).is_none(), "parent and id disagree");
+        l.adopt_empty(5);
+        l.invalidate("5/q");
+        assert!(names(&mut l, 5, 0).is_none());
+    }
+
+    #[test]
+    fn bounded_by_bytes_evicting_the_least_recently_used() {
+        let mut l = Listings::new(100 * (ROW_OVERHEAD + 8));
+        for d in 1..=3 {
+            l.adopt_empty(d);
+        }
+        for i in 0..40 {
+            l.put(
+                &format!("1/n{i:02}"),
+                &entry(1, &format!("n{i:02}"), 100 + i, 100 + i),
+            );
+        }
+        names(&mut l, 1, 0).unwrap(); // 1 is now the most recent
+        for i in 0..40 {
+            l.put(
+                &format!("2/n{i:02}"),
+                &entry(2, &format!("n{i:02}"), 200 + i, 200 + i),
+            );
+            l.put(
+                &format!("3/n{i:02}"),
+                &entry(3, &format!("n{i:02}"), 300 + i, 300 + i),
+            );
+        }
+        assert!(l.bytes <= l.budget);
+        assert_eq!(l.bytes, l.dirs.values().map(|d| d.bytes).sum::<usize>());
+        assert!(l.dirs.len() < 3, "something was evicted");
+        // What is kept is still exact.
+        for (d, list) in &l.dirs {
+            assert_eq!(list.rows.len(), list.by_key.len(), "dir {d}");
+        }
+    }
+}
