@@ -431,11 +431,13 @@ impl Fs {
         self.journal.is_some()
     }
 
-    /// Lazy close: delete the unlinked inodes the kernel forgot, write the
-    /// states of written files to their inodes (many per transaction), drop
-    /// the states no handle holds, and settle the journal.
+    /// Lazy close: delete the unlinked inodes the kernel forgot, refresh
+    /// the entries of changed directories, write the states of written
+    /// files to their inodes (many per transaction), drop the states no
+    /// handle holds, and settle the journal.
     pub fn write_back(&self) -> FsResult<()> {
         self.finish_forgotten()?;
+        self.sync_stale_dirs()?;
         let dirty: Vec<u64> = {
             let open = self.open.lock();
             open.iter()

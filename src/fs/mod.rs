@@ -132,6 +132,9 @@ pub struct Fs {
     journal: Option<journal::Journal>,
     /// Inodes the kernel forgot, for the write-back to finish (lazy close).
     forgotten: Mutex<Vec<u64>>,
+    /// Directories whose entry documents' copies of their attributes (for
+    /// searches) the write-back is to refresh (lazy close).
+    stale_dirs: Mutex<std::collections::HashSet<u64>>,
 }
 
 fn encode_name(name: &[u8]) -> FsResult<String> {
@@ -172,6 +175,7 @@ impl Fs {
             search: std::sync::OnceLock::new(),
             journal: None,
             forgotten: Mutex::new(Vec::new()),
+            stale_dirs: Mutex::new(Default::default()),
         };
         if fs.cfg.maintenance {
             if fs.store.get(Idx::Meta, "fs")?.is_none() {
@@ -495,7 +499,33 @@ impl Fs {
             i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
             Ok(())
         })?;
+        if self.lazy_close() {
+            // The entry's copy of the directory's times only serves
+            // searches: the write-back refreshes it, once a second at most
+            // instead of once per name created in the directory (a write of
+            // its own per call). A crash leaves it stale until the next change.
+            self.stale_dirs.lock().insert(ino);
+            return Ok(());
+        }
         self.sync_entries(&inode)
+    }
+
+    /// Refreshes the entry documents of the directories `touch_dir` left stale.
+    fn sync_stale_dirs(&self) -> FsResult<()> {
+        let dirs: Vec<u64> = self.stale_dirs.lock().drain().collect();
+        for chunk in dirs.chunks(256) {
+            self.batch(|| {
+                for &ino in chunk {
+                    match self.get_inode(ino) {
+                        Ok((inode, _)) => self.sync_entries(&inode)?,
+                        Err(FsError::NotFound) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// Delete an inode's document and contents (its last name is gone and

@@ -392,8 +392,10 @@ fn index_def(idx: Idx, field: &str) -> Option<&'static str> {
         // Subtree queries (renames, searches) sorted by path.
         (Idx::Entries, "path") => "f_path, id",
         (Idx::Inodes, "orphan") => "f_orphan",
-        (Idx::Locks, "type") => "f_type",
-        (Idx::Locks, "owner") => "f_owner",
+        // Not the lock documents' fields: only live locks and rename
+        // intents are kept, a few rows to scan, while two indexes were two
+        // of the pages every rename writes (its intent is created and
+        // deleted).
         (Idx::Chunks, "file") => "f_file, f_n",
         _ => return None,
     })
