@@ -49,6 +49,9 @@ pub fn listed_fields(src: &Value) -> Value {
 
 /// Bytes charged per child on top of its strings (two map slots, a row).
 const ROW_OVERHEAD: usize = 128;
+/// Bytes charged per directory (its maps and slot), so that many empty
+/// directories count too.
+const DIR_OVERHEAD: usize = 256;
 
 struct Row {
     /// The entry id's part after `<parent>/`.
@@ -114,9 +117,14 @@ impl Listings {
             dir,
             Listing {
                 used,
+                bytes: DIR_OVERHEAD,
                 ..Default::default()
             },
         );
+        self.bytes += DIR_OVERHEAD;
+        if self.bytes > self.budget {
+            self.evict();
+        }
     }
 
     pub fn drop_dir(&mut self, dir: u64) {
@@ -334,6 +342,15 @@ mod tests {
         assert!(l.bytes <= l.budget);
         assert_eq!(l.bytes, l.dirs.values().map(|d| d.bytes).sum::<usize>());
         assert!(l.dirs.len() < 3, "something was evicted");
+        // Empty directories count too.
+        for d in 10..10_000 {
+            l.adopt_empty(d);
+        }
+        assert!(
+            l.bytes <= l.budget && l.dirs.len() < 100,
+            "{}",
+            l.dirs.len()
+        );
         // What is kept is still exact.
         for (d, list) in &l.dirs {
             assert_eq!(list.rows.len(), list.by_key.len(), "dir {d}");
