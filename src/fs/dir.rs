@@ -9,6 +9,9 @@
 //!
 //! Each open directory keeps the last fetched page and serves consecutive
 //! calls from it (a reply may take fewer entries than the page holds).
+//! Directories whose listing the store keeps in memory (`cached_children`:
+//! the embedded store's cache) skip the search, and plain READDIR copies
+//! their names straight into the reply.
 
 use super::*;
 use crate::store::{Query, SearchRequest, Sort};
@@ -94,10 +97,10 @@ impl std::hash::Hasher for Prehashed {
     }
 }
 
-/// Entries fetched per store query: more than a reply buffer can take (the kernel sizes it from the
-/// caller's getdents buffer, 32 KiB for glibc: ~1000 names, or ~200 names
-/// with attributes), so each reply is full and a 10k listing takes a dozen
-/// round trips, not a hundred.
+/// Entries fetched per store query: more than a reply buffer can take (the
+/// kernel sizes it from the caller's getdents buffer, 32 KiB for glibc:
+/// ~1000 names, or ~200 names with attributes), so each reply is full and
+/// a 10k listing takes a dozen round trips, not a hundred.
 const PAGE: usize = 1024;
 const PAGE_PLUS: usize = 256;
 
