@@ -331,17 +331,20 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result
         Backend::Embedded(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| format!("store {}: {e}", dir.display()))?;
             let guard = if lock { Some(lock_store(dir)?) } else { None };
-            let s = EmbeddedStore::open(dir)
-                .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?;
+            let s = Arc::new(
+                EmbeddedStore::open(dir)
+                    .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?,
+            );
             // With the lock held this process is the store's only writer,
-            // which is what makes caching documents safe.
+            // which is what makes caching documents and deferring commits
+            // safe.
             let s: Arc<dyn MetaStore> = match guard {
-                Some(_) => Arc::new(CachedStore::new(
-                    Arc::new(s),
-                    DOC_CACHE_BYTES,
-                    LISTING_BYTES,
-                )),
-                None => Arc::new(s),
+                Some(_) => {
+                    s.defer_commits()
+                        .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?;
+                    Arc::new(CachedStore::new(s, DOC_CACHE_BYTES, LISTING_BYTES))
+                }
+                None => s,
             };
             (s, guard)
         }

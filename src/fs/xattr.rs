@@ -63,7 +63,13 @@ impl Fs {
             if self.lazy_close() {
                 self.write_back()?;
             }
-            return Ok(h.flush(self.dirty_open_files()));
+            let reply = h.flush(self.dirty_open_files());
+            // The search reads the store from its own process, which sees
+            // only committed state (the embedded store defers commits).
+            if self.cfg.exclusive {
+                self.store.refresh(Idx::Inodes)?;
+            }
+            return Ok(reply);
         }
         if name == crate::search::FLUSH_XATTR.as_bytes() {
             return Err(FsError::NoXattr);

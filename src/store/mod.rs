@@ -17,6 +17,7 @@ pub mod cache;
 pub mod embedded;
 pub mod es;
 pub mod listing;
+pub mod redo;
 pub mod schema;
 
 use serde_json::Value;
