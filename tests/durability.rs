@@ -578,3 +578,65 @@ fn store_and_data_dirs_are_used() {
     m.start_again();
     assert!(fs::read(m.p("f")).unwrap() == pattern(1 << 20, 1));
 }
+
+/// Namespace changes acknowledged just before a `kill -9` survive it: on
+/// the embedded store they are then only in the redo log (the mount commits
+/// when writes pause, and the kill comes from the same shell the moment the
+/// last change returns), which the next mount replays.
+#[test]
+fn kill9_right_after_namespace_changes_keeps_them() {
+    let mut m = Mount::new();
+    populate(m.path());
+    let before = snapshot(m.path());
+    m.kill9_right_after(
+        "mkdir -p new/a/b/c
+         for i in $(seq 1 150); do echo \"file $i\" > new/a/f$i; done
+         for i in $(seq 1 50); do mv new/a/f$i new/a/b/g$i; done
+         for i in $(seq 51 80); do rm new/a/f$i; done
+         mv new/a/b new/moved
+         ln -s moved/g1 new/link
+         chmod 600 new/a/f100
+         touch -d @1234567890 new/a/f101
+         mv new renamed",
+    );
+    let redo = m.store_dir().join("meta.redo");
+    if !m.is_plain() {
+        // The scenario this test is about: acknowledged, not committed.
+        let len = fs::metadata(&redo).map(|md| md.len()).unwrap_or(0);
+        assert!(len > 16, "nothing was left in the redo log ({len} bytes)");
+    }
+    m.start_again();
+
+    let r = m.p("renamed");
+    assert!(!m.p("new").exists());
+    for i in 1..=50 {
+        assert_eq!(
+            fs::read_to_string(r.join(format!("moved/g{i}"))).unwrap(),
+            format!("file {i}\n")
+        );
+        assert!(!r.join(format!("a/f{i}")).exists());
+    }
+    for i in 51..=80 {
+        assert!(!r.join(format!("a/f{i}")).exists(), "f{i} came back");
+    }
+    for i in 81..=150 {
+        assert_eq!(
+            fs::read_to_string(r.join(format!("a/f{i}"))).unwrap(),
+            format!("file {i}\n")
+        );
+    }
+    assert!(r.join("moved/c").is_dir());
+    assert_eq!(
+        fs::read_link(r.join("link")).unwrap(),
+        Path::new("moved/g1")
+    );
+    assert_eq!(fs::read_to_string(r.join("link")).unwrap(), "file 1\n");
+    let md = fs::metadata(r.join("a/f100")).unwrap();
+    assert_eq!(md.permissions().mode() & 0o777, 0o600);
+    let md = fs::metadata(r.join("a/f101")).unwrap();
+    assert_eq!(md.mtime(), 1234567890);
+    // Everything from before is untouched (but the root, which gained a name).
+    let old = |k: &[u8]| k.is_empty() || k.starts_with(b"renamed");
+    assert_same(&without(before, old), &without(snapshot(m.path()), old));
+    exercise(m.path());
+}

@@ -268,6 +268,34 @@ impl Mount {
         lazy_unmount(&self.mnt);
     }
 
+    /// Run the shell `script` in the mount and SIGKILL the daemon from the
+    /// same shell the moment it ends (no pause in which the mount could
+    /// commit what it acknowledged); then as `kill9`. Plain mode: just runs it.
+    pub fn kill9_right_after(&mut self, script: &str) {
+        let kill = match &self.child {
+            Some(c) if !self.plain => format!("\nkill -9 {}", c.id()),
+            _ => String::new(),
+        };
+        let out = Command::new("sh")
+            .arg("-ec")
+            .arg(format!("{script}{kill}"))
+            .current_dir(&self.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "script failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if self.plain {
+            return;
+        }
+        let mut child = self.child.take().expect("not mounted");
+        self.watchdog = None;
+        let _ = child.wait();
+        lazy_unmount(&self.mnt);
+    }
+
     /// Stop the daemon with `sig` (SIGTERM, SIGINT, SIGHUP): it must unmount
     /// cleanly and exit 0. A no-op in plain mode.
     pub fn stop_with(&mut self, sig: libc::c_int) {
