@@ -531,13 +531,24 @@ impl Fs {
     /// Delete an inode's document and contents (its last name is gone and
     /// nothing has it open).
     fn destroy_inode(&self, inode: &Inode) -> FsResult<()> {
+        self.remove_contents(inode)?;
+        self.store.delete(Idx::Inodes, &inode_id(inode.ino), None)?;
+        self.forget_inode_state(inode.ino);
+        Ok(())
+    }
+
+    /// An inode's contents go before its document (both callers keep
+    /// this order).
+    fn remove_contents(&self, inode: &Inode) -> FsResult<()> {
         if let Some(key) = &inode.content {
             self.data.remove(key)?;
         }
-        self.store.delete(Idx::Inodes, &inode_id(inode.ino), None)?;
-        self.dirs.write().remove(&inode.ino);
-        self.atimes.lock().remove(&inode.ino);
         Ok(())
+    }
+
+    fn forget_inode_state(&self, ino: u64) {
+        self.dirs.write().remove(&ino);
+        self.atimes.lock().remove(&ino);
     }
 
     // ---- paths ----

@@ -312,27 +312,43 @@ impl Fs {
     pub(super) fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
         let now = now_ns();
         let open = self.in_use(ino);
-        let inode = self.update_inode(ino, |i| {
+        for _ in 0..MAX_RETRIES {
+            let (mut i, ver) = self.get_inode(ino)?;
             // Idempotent (crash recovery re-runs it): only a present link counts.
-            let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) else {
-                return Ok(());
-            };
-            i.links.remove(pos);
-            i.nlink = if i.kind == Kind::Dir {
-                0
+            if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
+                i.links.remove(pos);
+                i.nlink = if i.kind == Kind::Dir {
+                    0
+                } else {
+                    i.nlink.saturating_sub(1)
+                };
+                i.ctime_ns = now;
+                i.orphan = i.nlink == 0 && open;
+            }
+            // The last name of an unused inode: delete the document at once
+            // (writing its zero link count first would be a wasted write).
+            let gone = i.nlink == 0 && !i.orphan;
+            let id = inode_id(ino);
+            let r = if gone {
+                // Removing contents twice (a retry) is harmless.
+                self.remove_contents(&i)?;
+                self.store.delete(Idx::Inodes, &id, Some(ver)).map(|_| ())
             } else {
-                i.nlink.saturating_sub(1)
+                self.store
+                    .put(Idx::Inodes, &id, &to_doc(&i), Some(ver))
+                    .map(|_| ())
             };
-            i.ctime_ns = now;
-            i.orphan = i.nlink == 0 && open;
-            Ok(())
-        })?;
-        if inode.nlink == 0 && !inode.orphan {
-            self.destroy_inode(&inode)?;
-        } else {
-            self.sync_entries(&inode)?;
+            match r {
+                Ok(()) if gone => {
+                    self.forget_inode_state(ino);
+                    return Ok(());
+                }
+                Ok(()) => return self.sync_entries(&i),
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
         }
-        Ok(())
+        Err(FsError::Again)
     }
 
     /// rename(2) and renameat2(2) with RENAME_NOREPLACE / RENAME_EXCHANGE.
@@ -468,14 +484,16 @@ impl Fs {
                 if_version: Some(sver),
             },
         ])?;
-        if let Err(e) = bulk_check(res) {
-            // Nothing of the rename happened if the first item failed; a
-            // half-done state (second failed) is completed by the steps.
-            self.apply_move(&intent, false)?;
-            log::debug!("rename bulk: {e}; completed by steps");
-        } else {
-            self.apply_move(&intent, false)?;
-        }
+        // Nothing of the rename happened if the first item failed; a
+        // half-done state (second failed) is completed by the steps.
+        let entries_done = match bulk_check(res) {
+            Ok(()) => true,
+            Err(e) => {
+                log::debug!("rename bulk: {e}; completed by steps");
+                false
+            }
+        };
+        self.apply_move(&intent, false, entries_done)?;
         // Directory link counts: the moved directory's ".." leaves the old
         // parent; a replaced directory's ".." leaves the new parent.
         let dir_delta = |p: u64| -> i32 {

@@ -56,8 +56,22 @@ impl Fs {
         Ok(())
     }
 
-    /// The steps of a move, each a no-op if already done.
-    pub(super) fn apply_move(&self, it: &MoveIntent, recovering: bool) -> FsResult<()> {
+    /// The steps of a move, each a no-op if already done. `entries_done`:
+    /// the caller's bulk did steps 1 and 2 (no need to read them back).
+    pub(super) fn apply_move(
+        &self,
+        it: &MoveIntent,
+        recovering: bool,
+        entries_done: bool,
+    ) -> FsResult<()> {
+        if !entries_done {
+            self.move_entries(it)?;
+        }
+        self.move_inode(it, recovering)
+    }
+
+    /// Steps 1 and 2 of a move: the entries.
+    fn move_entries(&self, it: &MoveIntent) -> FsResult<()> {
         let e = &it.entry;
         let new_id = entry_id(e.parent, &decode_bytes(&e.name));
         // 1. The new name points at the moved inode.
@@ -92,6 +106,12 @@ impl Fs {
                 _ => break,
             }
         }
+        Ok(())
+    }
+
+    /// Steps 3 to 5 of a move, and the link recount when recovering.
+    fn move_inode(&self, it: &MoveIntent, recovering: bool) -> FsResult<()> {
+        let e = &it.entry;
         // 3. The inode's back-link follows.
         let now = now_ns();
         self.update_inode(e.ino, |i| {
@@ -244,7 +264,7 @@ impl Fs {
                     &[m.src_parent, e.parent],
                     &[(m.src_parent, &m.src_name), (e.parent, &e.name)],
                 )?;
-                self.apply_move(m, true)
+                self.apply_move(m, true, false)
             }
             Intent::Exchange { a, b } => {
                 let (_t, _) = self.tree_lock(
