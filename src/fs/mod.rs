@@ -84,6 +84,13 @@ pub enum TimeSpec {
     At(i64),
 }
 
+/// What a read-modify-write of an inode does with its document.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Fate {
+    Keep,
+    Delete,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct StatFs {
     pub blocks: u64,
@@ -430,14 +437,31 @@ impl Fs {
         ino: u64,
         mut f: impl FnMut(&mut Inode) -> FsResult<()>,
     ) -> FsResult<Inode> {
+        let (inode, _) = self.change_inode(ino, |i| f(i).map(|()| Fate::Keep))?;
+        Ok(inode)
+    }
+
+    /// Read-modify-write of an inode document under its version, retried
+    /// when another call changed it in between: `f` changes the inode and
+    /// says whether the document is written back or deleted.
+    pub(super) fn change_inode(
+        &self,
+        ino: u64,
+        mut f: impl FnMut(&mut Inode) -> FsResult<Fate>,
+    ) -> FsResult<(Inode, Fate)> {
+        let id = inode_id(ino);
         for _ in 0..MAX_RETRIES {
             let (mut inode, ver) = self.get_inode(ino)?;
-            f(&mut inode)?;
-            match self
-                .store
-                .put(Idx::Inodes, &inode_id(ino), &to_doc(&inode), Some(ver))
-            {
-                Ok(_) => return Ok(inode),
+            let fate = f(&mut inode)?;
+            let r = match fate {
+                Fate::Keep => self
+                    .store
+                    .put(Idx::Inodes, &id, &to_doc(&inode), Some(ver))
+                    .map(|_| ()),
+                Fate::Delete => self.store.delete(Idx::Inodes, &id, Some(ver)).map(|_| ()),
+            };
+            match r {
+                Ok(()) => return Ok((inode, fate)),
                 Err(StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(e.into()),
             }

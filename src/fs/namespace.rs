@@ -312,8 +312,7 @@ impl Fs {
     pub(super) fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
         let now = now_ns();
         let open = self.in_use(ino);
-        for _ in 0..MAX_RETRIES {
-            let (mut i, ver) = self.get_inode(ino)?;
+        let (i, fate) = self.change_inode(ino, |i| {
             // Idempotent (crash recovery re-runs it): only a present link counts.
             if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
                 i.links.remove(pos);
@@ -327,28 +326,20 @@ impl Fs {
             }
             // The last name of an unused inode: delete the document at once
             // (writing its zero link count first would be a wasted write).
-            let gone = i.nlink == 0 && !i.orphan;
-            let id = inode_id(ino);
-            let r = if gone {
+            if i.nlink == 0 && !i.orphan {
                 // Removing contents twice (a retry) is harmless.
-                self.remove_contents(&i)?;
-                self.store.delete(Idx::Inodes, &id, Some(ver)).map(|_| ())
-            } else {
-                self.store
-                    .put(Idx::Inodes, &id, &to_doc(&i), Some(ver))
-                    .map(|_| ())
-            };
-            match r {
-                Ok(()) if gone => {
-                    self.forget_inode_state(ino);
-                    return Ok(());
-                }
-                Ok(()) => return self.sync_entries(&i),
-                Err(StoreError::Conflict(_)) => continue,
-                Err(e) => return Err(e.into()),
+                self.remove_contents(i)?;
+                return Ok(Fate::Delete);
             }
+            Ok(Fate::Keep)
+        })?;
+        match fate {
+            Fate::Delete => {
+                self.forget_inode_state(ino);
+                Ok(())
+            }
+            Fate::Keep => self.sync_entries(&i),
         }
-        Err(FsError::Again)
     }
 
     /// rename(2) and renameat2(2) with RENAME_NOREPLACE / RENAME_EXCHANGE.

@@ -1339,36 +1339,60 @@ fn bulk_tx(
     tables: &[TableSql],
     ops: &[BulkOp],
 ) -> rusqlite::Result<Vec<BulkItemResult>> {
-    let tx = conn.savepoint()?;
-    seq.reserve(&tx, ops.len() as u64)?;
-    let mut results = Vec::with_capacity(ops.len());
-    for op in ops {
-        let (idx, id, write) = match op {
-            BulkOp::Create { index, id, source } => (*index, id, Write::Create(source)),
-            BulkOp::Index {
-                index,
-                id,
-                source,
-                if_version,
-            } => (*index, id, Write::Put(source, *if_version)),
-            BulkOp::Update {
-                index,
-                id,
-                doc,
-                if_version,
-            } => (*index, id, Write::Update(doc, *if_version)),
-            BulkOp::Delete {
-                index,
-                id,
-                if_version,
-            } => (*index, id, Write::Delete(*if_version)),
-        };
-        let table = &tables[idx as usize];
-        debug_assert_eq!(table.idx, idx);
-        results.push(apply(&tx, seq, table, id, write)?);
+    savepoint(conn, |tx| {
+        seq.reserve(tx, ops.len() as u64)?;
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (idx, id, write) = match op {
+                BulkOp::Create { index, id, source } => (*index, id, Write::Create(source)),
+                BulkOp::Index {
+                    index,
+                    id,
+                    source,
+                    if_version,
+                } => (*index, id, Write::Put(source, *if_version)),
+                BulkOp::Update {
+                    index,
+                    id,
+                    doc,
+                    if_version,
+                } => (*index, id, Write::Update(doc, *if_version)),
+                BulkOp::Delete {
+                    index,
+                    id,
+                    if_version,
+                } => (*index, id, Write::Delete(*if_version)),
+            };
+            let table = &tables[idx as usize];
+            debug_assert_eq!(table.idx, idx);
+            results.push(apply(tx, seq, table, id, write)?);
+        }
+        Ok(results)
+    })
+}
+
+/// Runs `f` in a savepoint (rolled back if it fails), through cached
+/// statements: rusqlite's `Connection::savepoint` parses its SQL on every
+/// call, a measurable share of a one-bulk rename.
+fn savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached("SAVEPOINT bulk")?.execute([])?;
+    let r = f(conn);
+    if r.is_err() {
+        // Fails harmlessly if SQLite already rolled the transaction back.
+        let _ = conn
+            .prepare_cached("ROLLBACK TO bulk")
+            .and_then(|mut s| s.execute([]));
     }
-    tx.commit()?;
-    Ok(results)
+    let released = conn
+        .prepare_cached("RELEASE bulk")
+        .and_then(|mut s| s.execute([]));
+    match (r, released) {
+        (Ok(v), Ok(_)) => Ok(v),
+        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+    }
 }
 
 /// [`EmbeddedStore::rebase_paths`]'s statement in a savepoint; rows get
@@ -1380,14 +1404,15 @@ fn rebase_tx(
     old: &str,
     new: &str,
 ) -> rusqlite::Result<u64> {
-    let tx = conn.savepoint()?;
     let base = seq.next as i64 - 1;
-    let n = tx
-        .prepare_cached(&rebase_sql(idx))?
-        .execute(rusqlite::params![base, old, new])? as u64;
-    seq.next += n;
-    seq.reserve(&tx, 0)?;
-    tx.commit()?;
+    let n = savepoint(conn, |tx| {
+        let n = tx
+            .prepare_cached(&rebase_sql(idx))?
+            .execute(rusqlite::params![base, old, new])? as u64;
+        seq.next += n;
+        seq.reserve(tx, 0)?;
+        Ok(n)
+    })?;
     if let (Some(log), true) = (seq.redo.as_mut(), n > 0) {
         log.rebase(idx, base, old, new);
     }
