@@ -36,6 +36,24 @@ pub struct EsArgs {
         default_value = "esfs"
     )]
     pub index: String,
+    #[command(flatten)]
+    pub auth: EsAuth,
+    /// How long one filesystem operation keeps retrying an unreachable or
+    /// overloaded cluster before failing with EIO, in seconds.
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "ESFS_ES_TIMEOUT",
+        default_value_t = 15.0
+    )]
+    pub es_timeout: f64,
+}
+
+/// Credentials and trust for an Elasticsearch cluster (shared with
+/// `esfs search`, whose `--es`/`--index` differ: no environment default, so
+/// that searching through a mount stays the default).
+#[derive(clap::Args, Clone, Debug)]
+pub struct EsAuth {
     /// User for basic authentication.
     #[arg(long, value_name = "USER", env = "ESFS_ES_USER")]
     pub es_user: Option<String>,
@@ -59,25 +77,22 @@ pub struct EsArgs {
     /// PEM file of a certificate authority to trust for https.
     #[arg(long, value_name = "FILE", env = "ESFS_ES_CA")]
     pub es_ca: Option<PathBuf>,
-    /// How long one filesystem operation keeps retrying an unreachable or
-    /// overloaded cluster before failing with EIO, in seconds.
-    #[arg(
-        long,
-        value_name = "SECS",
-        env = "ESFS_ES_TIMEOUT",
-        default_value_t = 15.0
-    )]
-    pub es_timeout: f64,
+}
+
+impl EsAuth {
+    pub fn apply(&self, c: &mut EsConfig) {
+        c.user = self.es_user.clone();
+        c.password = self.es_password.clone();
+        c.api_key = self.es_api_key.clone();
+        c.ca = self.es_ca.clone();
+    }
 }
 
 impl EsArgs {
     pub fn config(&self) -> Option<EsConfig> {
         let url = self.es.as_ref()?;
         let mut c = EsConfig::new(url, &self.index);
-        c.user = self.es_user.clone();
-        c.password = self.es_password.clone();
-        c.api_key = self.es_api_key.clone();
-        c.ca = self.es_ca.clone();
+        self.auth.apply(&mut c);
         let budget = Duration::from_secs_f64(self.es_timeout.clamp(0.1, 3600.0));
         c.retry_budget = budget;
         // One request never waits longer than the whole budget.

@@ -10,7 +10,10 @@
 //!   exactly those names; a directory's nlink is 2 + its subdirectories;
 //! - every inode but the root has a name, unless it is open somewhere
 //!   (orphan) on a live mount; every content key belongs to an inode;
-//! - no lock, intent or session of a dead mount is left.
+//! - no lock, intent or session of a dead mount is left;
+//! - no file's stored size or mtime lags its contents (a mount killed
+//!   right after a close, before its write-back: its unflushed journal names
+//!   the files; the next mount would also catch them up).
 
 use crate::data::DataStore;
 use crate::error::FsResult;
@@ -54,6 +57,7 @@ pub fn fsck(
     store: &Arc<dyn MetaStore>,
     data: &Arc<dyn DataStore>,
     repair: bool,
+    unflushed: Option<&std::path::Path>,
 ) -> FsResult<Report> {
     let mut r = Report::default();
     store.refresh(Idx::Entries)?;
@@ -320,6 +324,22 @@ pub fn fsck(
         r.problems.push(format!("contents {k} belong to no inode"));
     }
 
+    // Sizes a killed mount had not written back yet.
+    let mut behind = Vec::new();
+    if let Some(path) = unflushed {
+        let inos = crate::fs::journal::Journal::read(path)
+            .map_err(|e| crate::error::FsError::Io(format!("{}: {e}", path.display())))?;
+        for ino in inos {
+            if let Some((len, mtime)) = fs.behind_data(ino)? {
+                r.problems.push(format!(
+                    "inode {ino}: stored size/mtime lag its contents ({len} bytes): \
+                     its mount died before writing them back"
+                ));
+                behind.push((ino, len, mtime));
+            }
+        }
+    }
+
     if repair {
         for id in &dangling {
             store.delete(Idx::Entries, id, None)?;
@@ -341,6 +361,10 @@ pub fn fsck(
         }
         for k in orphan_data {
             data.remove(&k)?;
+            r.repaired += 1;
+        }
+        for (ino, len, mtime) in behind {
+            fs.catch_up_with_data(ino, len, mtime)?;
             r.repaired += 1;
         }
     }

@@ -160,8 +160,27 @@ fn open_fs(store: &StoreArgs) -> Result<(Fs, mount::Stores), String> {
 
 fn run_fsck(f: FsckCmd) -> Result<i32, String> {
     let (fs, stores) = open_fs(&f.store)?;
-    let report =
-        esfs::fsck::fsck(&fs, &stores.meta, &stores.data, f.repair).map_err(|e| e.to_string())?;
+    // A dead mount's unflushed journal is checked (and, with --repair,
+    // applied); a live mount's is its own business. Holding the mount lock
+    // also keeps a mount from starting halfway through.
+    let sole = match f.store.resolve().0 {
+        mount::Backend::Embedded(dir) => match mount::lock_store(&dir) {
+            Ok(lock) => Some((lock, mount::unflushed_journal(&dir))),
+            Err(e) => {
+                eprintln!("esfs fsck: {e}: its pending file sizes are not checked");
+                None
+            }
+        },
+        mount::Backend::Elasticsearch(_) => None,
+    };
+    let report = esfs::fsck::fsck(
+        &fs,
+        &stores.meta,
+        &stores.data,
+        f.repair,
+        sole.as_ref().map(|(_, journal)| journal.as_path()),
+    )
+    .map_err(|e| e.to_string())?;
     for p in &report.problems {
         println!("{p}");
     }

@@ -222,7 +222,12 @@ fn unescape_mountinfo(s: &str) -> Vec<u8> {
 }
 
 /// Exclusive claim on an embedded store: one mount serves it at a time.
-fn lock_store(dir: &Path) -> Result<File, String> {
+/// Where an embedded store's mount keeps its unflushed-files journal.
+pub fn unflushed_journal(store_dir: &Path) -> PathBuf {
+    store_dir.join("unflushed")
+}
+
+pub fn lock_store(dir: &Path) -> Result<File, String> {
     let path = dir.join("mount.lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -392,7 +397,7 @@ fn serve(args: &MountArgs) -> Result<(), String> {
             // Lazy close needs contents written through on every write(2)
             // (the local data store, which embedded mounts always have).
             journal: match (&args.backend, &args.data) {
-                (Backend::Embedded(dir), Some(_)) => Some(dir.join("unflushed")),
+                (Backend::Embedded(dir), Some(_)) => Some(unflushed_journal(dir)),
                 _ => None,
             },
         },

@@ -270,3 +270,59 @@ fn locks_lists_sessions_and_breaks_a_lock() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("broke"), "{out}");
 }
+
+/// A mount killed right after closing written files leaves their sizes
+/// and mtimes in its unflushed journal only: `esfs fsck` reports them,
+/// `--repair` catches them up with the contents (what the next mount would
+/// do), and the next mount then finds nothing left to recover.
+#[test]
+fn fsck_catches_up_sizes_a_killed_mount_left_behind() {
+    let mut m = Mount::new();
+    skip_in_plain_mode!("fsck_catches_up_sizes_a_killed_mount_left_behind");
+    // close(2) sends nothing; the write-back would come a second later.
+    m.kill9_right_after("head -c 70000 /dev/zero > big; printf hello > small");
+    let (store_dir, data_dir) = (m.store_dir(), m.data_dir());
+    let (sa, da) = (store_dir.to_str().unwrap(), data_dir.to_str().unwrap());
+    let (code, out) = esfs(&["fsck", "--store", sa, "--data", da]);
+    assert_eq!(code, 4, "{out}");
+    assert!(
+        out.contains("(70000 bytes)"),
+        "fsck should report big:\n{out}"
+    );
+    assert!(
+        out.contains("(5 bytes)"),
+        "fsck should report small:\n{out}"
+    );
+    let (code, out) = esfs(&["fsck", "--store", sa, "--data", da, "--repair"]);
+    assert_eq!(code, 1, "{out}");
+    let (code, out) = esfs(&["fsck", "--store", sa, "--data", da]);
+    assert_eq!(code, 0, "clean after repair:\n{out}");
+    m.start_again();
+    assert_eq!(fs::metadata(m.p("big")).unwrap().len(), 70_000);
+    assert_eq!(fs::read(m.p("small")).unwrap(), b"hello");
+    assert!(
+        !m.log().contains("recovered from their data"),
+        "fsck left sizes for the mount to recover:\n{}",
+        m.log()
+    );
+}
+
+/// fsck beside a live mount leaves the mount's pending sizes alone (they
+/// are not stale, just not written back yet) and says so.
+#[test]
+fn fsck_beside_a_live_mount_skips_its_pending_sizes() {
+    let m = Mount::new();
+    skip_in_plain_mode!("fsck_beside_a_live_mount_skips_its_pending_sizes");
+    fs::write(m.p("f"), b"pending").unwrap();
+    let (sa, da) = (m.store_dir(), m.data_dir());
+    let (code, out) = esfs(&[
+        "fsck",
+        "--store",
+        sa.to_str().unwrap(),
+        "--data",
+        da.to_str().unwrap(),
+    ]);
+    assert!(out.contains("pending file sizes are not checked"), "{out}");
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(fs::read(m.p("f")).unwrap(), b"pending");
+}

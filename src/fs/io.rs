@@ -487,31 +487,11 @@ impl Fs {
     pub(super) fn replay_journal(&self, inos: &[u64]) -> FsResult<()> {
         let mut recovered = 0;
         for &ino in inos {
-            let (inode, _) = match self.get_inode(ino) {
-                Ok(i) => i,
-                Err(FsError::NotFound) => continue,
-                Err(e) => return Err(e),
-            };
-            let Some(key) = &inode.content else { continue };
-            let Some((len, mtime)) = self.data.stat(key)? else {
-                continue;
-            };
-            // The data's mtime follows every write and every mtime set
-            // (write, setattr): exactly the file's mtime.
-            if len <= inode.size && mtime == inode.mtime_ns {
-                continue;
+            if let Some((len, mtime)) = self.behind_data(ino)? {
+                log::info!("inode {ino}: size and mtime recovered from its data");
+                recovered += 1;
+                self.catch_up_with_data(ino, len, mtime)?;
             }
-            log::info!("inode {ino}: size and mtime recovered from its data");
-            recovered += 1;
-            self.batch(|| {
-                self.update_inode(ino, |i| {
-                    i.size = i.size.max(len);
-                    i.mtime_ns = mtime;
-                    i.ctime_ns = i.ctime_ns.max(mtime);
-                    Ok(())
-                })
-                .and_then(|i| self.sync_entries(&i))
-            })?;
         }
         if recovered > 0 {
             log::warn!(
@@ -520,6 +500,41 @@ impl Fs {
             );
         }
         Ok(())
+    }
+
+    /// A journaled file whose stored size or mtime lags its data (written
+    /// just before a crash): the data's length and mtime.
+    pub fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
+        let inode = match self.get_inode(ino) {
+            Ok((i, _)) => i,
+            Err(FsError::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(key) = &inode.content else {
+            return Ok(None);
+        };
+        let Some((len, mtime)) = self.data.stat(key)? else {
+            return Ok(None);
+        };
+        // The data's mtime follows every write and every mtime set
+        // (write, setattr): exactly the file's mtime.
+        if len <= inode.size && mtime == inode.mtime_ns {
+            return Ok(None);
+        }
+        Ok(Some((len, mtime)))
+    }
+
+    /// Bring a file's stored size and mtime up to its data's.
+    pub fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
+        self.batch(|| {
+            self.update_inode(ino, |i| {
+                i.size = i.size.max(len);
+                i.mtime_ns = mtime;
+                i.ctime_ns = i.ctime_ns.max(mtime);
+                Ok(())
+            })
+            .and_then(|i| self.sync_entries(&i))
+        })
     }
 
     /// Background write-back: states (lazy close) every second, atimes

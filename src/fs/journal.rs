@@ -35,6 +35,19 @@ impl Journal {
     /// Open (creating) the journal; also returns the inodes a previous life
     /// of the mount left marked, to be replayed before serving.
     pub fn open(path: &Path) -> io::Result<(Journal, Vec<u64>)> {
+        let left = Self::read(path)?;
+        let file = Self::append_to(path)?;
+        let marked = left.iter().copied().collect();
+        let j = Journal {
+            path: path.to_path_buf(),
+            inner: Mutex::new(Inner { file, marked }),
+        };
+        Ok((j, left))
+    }
+
+    /// The inodes a journal names (none if it does not exist), without
+    /// opening it for writing: `esfs fsck` reads a dead mount's journal.
+    pub fn read(path: &Path) -> io::Result<Vec<u64>> {
         let mut left = Vec::new();
         match File::open(path) {
             Ok(mut f) => {
@@ -52,13 +65,7 @@ impl Journal {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let file = Self::append_to(path)?;
-        let marked = left.iter().copied().collect();
-        let j = Journal {
-            path: path.to_path_buf(),
-            inner: Mutex::new(Inner { file, marked }),
-        };
-        Ok((j, left))
+        Ok(left)
     }
 
     fn append_to(path: &Path) -> io::Result<File> {

@@ -136,24 +136,8 @@ pub struct SearchArgs {
     /// Index name prefix with --es (or when the mount's cluster is reached).
     #[arg(long, value_name = "NAME")]
     pub index: Option<String>,
-    #[arg(long, value_name = "USER", env = "ESFS_ES_USER")]
-    pub es_user: Option<String>,
-    #[arg(
-        long,
-        value_name = "PASSWORD",
-        env = "ESFS_ES_PASSWORD",
-        hide_env_values = true
-    )]
-    pub es_password: Option<String>,
-    #[arg(
-        long,
-        value_name = "KEY",
-        env = "ESFS_ES_API_KEY",
-        hide_env_values = true
-    )]
-    pub es_api_key: Option<String>,
-    #[arg(long, value_name = "FILE", env = "ESFS_ES_CA")]
-    pub es_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub auth: crate::cli::EsAuth,
     /// Do not wait for the mount's pending indexing (results are the same;
     /// files not indexed yet are simply read).
     #[arg(long)]
@@ -470,10 +454,7 @@ impl Search {
 
     fn es_config(&self, url: &str, index: &str) -> crate::store::es::EsConfig {
         let mut c = crate::store::es::EsConfig::new(url, index);
-        c.user = self.a.es_user.clone();
-        c.password = self.a.es_password.clone();
-        c.api_key = self.a.es_api_key.clone();
-        c.ca = self.a.es_ca.clone();
+        self.a.auth.apply(&mut c);
         c
     }
 
