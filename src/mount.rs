@@ -221,12 +221,12 @@ fn unescape_mountinfo(s: &str) -> Vec<u8> {
     out
 }
 
-/// Exclusive claim on an embedded store: one mount serves it at a time.
 /// Where an embedded store's mount keeps its unflushed-files journal.
 pub fn unflushed_journal(store_dir: &Path) -> PathBuf {
     store_dir.join("unflushed")
 }
 
+/// Exclusive claim on an embedded store: one mount serves it at a time.
 pub fn lock_store(dir: &Path) -> Result<File, String> {
     let path = dir.join("mount.lock");
     let f = std::fs::OpenOptions::new()
