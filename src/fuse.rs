@@ -6,7 +6,7 @@
 //! through the kernel, which keeps its caches right itself: long TTLs (60 s
 //! by default), negative lookups cached, file pages kept across opens and
 //! writes (no-open mode, no AUTO_INVAL_DATA) and directory listings cached
-//! (FOPEN_CACHE_DIR). With
+//! (FOPEN_CACHE_DIR) from a directory's second listing on. With
 //! a shared store (Elasticsearch) other mounts change things behind the
 //! kernel: 1 s TTLs (as JuiceFS) and none of the rest.
 
@@ -14,6 +14,8 @@ use crate::error::FsError;
 use crate::fs::{Ctx, Fs, SetAttr, TimeSpec};
 use crate::model::{Inode, Kind, ns_of, system_time};
 use fuser::*;
+use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -24,11 +26,34 @@ pub struct FuseFs {
     fs: Arc<Fs>,
     ttl: Duration,
     exclusive: bool,
+    /// Directories opened once already (bounded: cleared when full).
+    listed: Mutex<HashSet<u64>>,
 }
+
+/// Bound on `listed`: forgetting it only delays a directory's kernel cache.
+const LISTED_MAX: usize = 1 << 16;
 
 impl FuseFs {
     pub fn new(fs: Arc<Fs>, ttl: Duration, exclusive: bool) -> FuseFs {
-        FuseFs { fs, ttl, exclusive }
+        FuseFs {
+            fs,
+            ttl,
+            exclusive,
+            listed: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether `ino` was opened as a directory before (and remember it).
+    fn listed_before(&self, ino: u64) -> bool {
+        let mut l = self.listed.lock();
+        if l.contains(&ino) {
+            return true;
+        }
+        if l.len() >= LISTED_MAX {
+            l.clear();
+        }
+        l.insert(ino);
+        false
     }
 }
 
@@ -498,10 +523,17 @@ impl Filesystem for FuseFs {
         match self.fs.opendir(ino.0) {
             // One mount, one writer: the kernel may keep listings in its
             // page cache (it drops them itself when it changes the directory).
-            Ok(fh) if self.exclusive => reply.opened(
-                FileHandle(fh),
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            // Filling that cache costs ~0.2 us a name and pays only when the
+            // directory is listed again, so a one-pass walk (find, rm -rf,
+            // rsync, a first ls) skips it; the second listing fills it.
+            Ok(fh) if self.exclusive => {
+                let cache = if self.listed_before(ino.0) {
+                    FopenFlags::FOPEN_CACHE_DIR
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(fh), cache | FopenFlags::FOPEN_KEEP_CACHE)
+            }
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }

@@ -409,19 +409,25 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     fs.spawn_janitor();
     fs.spawn_write_back();
 
-    let mut session = fuser::Session::new(
+    let session = fuser::Session::new(
         FuseFs::new(fs.clone(), args.attr_ttl, exclusive),
         &args.mountpoint,
         &cfg,
     )
     .map_err(|e| format!("cannot mount {}: {e}", args.mountpoint.display()))?;
-    let mut unmounter = session.unmount_callable();
     let mnt = args.mountpoint.clone();
     std::thread::spawn(move || {
-        let sig = wait_signal(&signals);
-        log::info!("signal {sig}: unmounting {}", mnt.display());
-        if let Err(e) = unmounter.unmount() {
-            log::error!("unmount {}: {e}", mnt.display());
+        loop {
+            let sig = wait_signal(&signals);
+            log::info!("signal {sig}: unmounting {}", mnt.display());
+            match unmount_retrying(&mnt) {
+                // The session ends; fuser's own unmount then finds it done.
+                Ok(()) => return,
+                Err(e) => log::error!(
+                    "unmount {}: {e}; still serving: close what uses it and signal again",
+                    mnt.display()
+                ),
+            }
         }
     });
     log::info!(
@@ -436,6 +442,44 @@ fn serve(args: &MountArgs) -> Result<(), String> {
         .map_err(|e| format!("writing back access times: {e}"))?;
     fs.store().sync().map_err(|e| format!("final sync: {e}"))?;
     r.map_err(|e| format!("session ended with error: {e}"))
+}
+
+/// Unmount `mnt` as its user would (umount(2) as root, else `fusermount3
+/// -u`), retrying for a few seconds while it is busy: a reference on its
+/// way out (a file manager's last look) should not keep the mount up. Not
+/// fuser's unmounter: it gives up its mount after one try.
+fn unmount_retrying(mnt: &Path) -> std::io::Result<()> {
+    let busy = |e: &std::io::Error| e.raw_os_error() == Some(libc::EBUSY);
+    let mut tries = 0;
+    loop {
+        match unmount_once(mnt) {
+            Err(e) if busy(&e) && tries < 30 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
+}
+
+fn unmount_once(mnt: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mnt.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EPERM) {
+        return Err(e);
+    }
+    let out = Command::new("fusermount3").arg("-u").arg(mnt).output()?;
+    let msg = String::from_utf8_lossy(&out.stderr);
+    match out.status.success() {
+        true => Ok(()),
+        false if msg.contains("busy") => Err(std::io::Error::from_raw_os_error(libc::EBUSY)),
+        false => Err(std::io::Error::other(msg.trim().to_string())),
+    }
 }
 
 fn block_signals() -> libc::sigset_t {

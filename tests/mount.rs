@@ -90,6 +90,24 @@ fn signals_unmount_cleanly_and_keep_what_was_written() {
 }
 
 #[test]
+fn a_busy_mount_keeps_serving_until_signalled_again() {
+    skip_in_plain_mode!("a_busy_mount_keeps_serving_until_signalled_again");
+    let mut m = Mount::new();
+    fs::write(m.p("f"), b"kept").unwrap();
+    // An open descriptor makes the unmount EBUSY for as long as it is held.
+    let held = fs::File::open(m.p("f")).unwrap();
+    m.signal(libc::SIGTERM);
+    // Longer than the daemon retries a busy unmount.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(is_esfs_mounted(m.path()), "gave up the mount while busy");
+    assert_eq!(fs::read(m.p("f")).unwrap(), b"kept");
+    assert!(m.log().contains("still serving"), "log:\n{}", m.log());
+    drop(held);
+    // The signal thread waits for the next signal: this one unmounts.
+    m.stop_with(libc::SIGTERM);
+}
+
+#[test]
 fn background_mode_returns_once_mounted() {
     skip_in_plain_mode!("background_mode_returns_once_mounted");
     let tmp = tempfile::tempdir().unwrap();

@@ -311,7 +311,12 @@ impl Fs {
     /// inode, unless it is still in use (then the last close or forget does).
     pub(super) fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
         let now = now_ns();
-        let open = self.in_use(ino);
+        // Only an open handle (or, for a directory, the kernel's reference:
+        // it may be a process's cwd) keeps an unlinked inode alive. A file the
+        // kernel merely remembers cannot be reached by name any more, so its
+        // document goes now rather than after an orphan write and the forget.
+        let open = self.is_open(ino);
+        let referenced = open || self.lookups.lock().contains_key(&ino);
         let (i, fate) = self.change_inode(ino, |i| {
             // Idempotent (crash recovery re-runs it): only a present link counts.
             if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
@@ -322,7 +327,12 @@ impl Fs {
                     i.nlink.saturating_sub(1)
                 };
                 i.ctime_ns = now;
-                i.orphan = i.nlink == 0 && open;
+                i.orphan = i.nlink == 0
+                    && if i.kind == Kind::Dir {
+                        referenced
+                    } else {
+                        open
+                    };
             }
             // The last name of an unused inode: delete the document at once
             // (writing its zero link count first would be a wasted write).

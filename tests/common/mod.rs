@@ -296,6 +296,13 @@ impl Mount {
         lazy_unmount(&self.mnt);
     }
 
+    /// Send `sig` to the running daemon without waiting for anything.
+    pub fn signal(&self, sig: libc::c_int) {
+        let child = self.child.as_ref().expect("not mounted");
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    }
+
     /// Stop the daemon with `sig` (SIGTERM, SIGINT, SIGHUP): it must unmount
     /// cleanly and exit 0. A no-op in plain mode.
     pub fn stop_with(&mut self, sig: libc::c_int) {
