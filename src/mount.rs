@@ -436,6 +436,15 @@ fn serve(args: &MountArgs) -> Result<(), String> {
         fs.store().describe()
     );
     let r = session.run();
+    // fuser unmounts as its session ends; its warning when the user already
+    // did (`fusermount3 -u`: "Invalid argument") is filtered out in main,
+    // so a mount that really stayed is reported here.
+    if is_mounted(&args.mountpoint) {
+        log::error!(
+            "{} is still mounted: unmount it with fusermount3 -u",
+            args.mountpoint.display()
+        );
+    }
     fs.write_back()
         .map_err(|e| format!("writing back file sizes and times: {e}"))?;
     fs.write_back_atimes()
