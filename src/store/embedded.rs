@@ -31,8 +31,8 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -67,8 +67,69 @@ const COMMIT_LOG_BYTES: u64 = 32 << 20;
 const SEQ_KEY: i64 = 0;
 const GENERATION_KEY: i64 = 1;
 
-/// SQLite-backed metadata store.
+/// SQLite-backed metadata store: a handle on the [`Core`], which its
+/// committer thread (deferred commits) shares. Dropping the handle stops
+/// and joins that thread, so the final commit has happened (and the redo
+/// log's lock is released) when the drop returns: the store can be opened
+/// again at once, by this process or another.
 pub struct EmbeddedStore {
+    core: Arc<Core>,
+    committer: Mutex<Option<(std::thread::JoinHandle<()>, Arc<Stop>)>>,
+}
+
+/// Tells the committer thread to stop.
+#[derive(Default)]
+struct Stop {
+    asked: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Deref for EmbeddedStore {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        if let Some((thread, stop)) = self.committer.get_mut().take() {
+            *stop.asked.lock() = true;
+            stop.cv.notify_all();
+            let _ = thread.join();
+        }
+        // The last reference to the core goes with this handle's field.
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store in `dir`, in `dir/meta.sqlite`.
+    pub fn open(dir: &Path) -> StoreResult<EmbeddedStore> {
+        Ok(EmbeddedStore {
+            core: Arc::new(Core::open(dir)?),
+            committer: Mutex::new(None),
+        })
+    }
+
+    /// This process owns the store (a mount, under its lock): from now on a
+    /// write is acknowledged once it is in the redo log, and the transaction
+    /// is committed when writes pause, after a second, or on `sync`/`refresh`
+    /// (see [`redo`]). Other processes then read state up to a second old.
+    pub fn defer_commits(&self) -> StoreResult<()> {
+        self.core.start_redo()?;
+        let (core, stop) = (self.core.clone(), Arc::new(Stop::default()));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("esfs-commit".into())
+            .spawn(move || committer(&core, &stop2))
+            .map_err(|e| StoreError::Unavailable(format!("committer thread: {e}")))?;
+        *self.committer.lock() = Some((thread, stop));
+        Ok(())
+    }
+}
+
+/// The store itself (see [`EmbeddedStore`]).
+pub struct Core {
     path: PathBuf,
     /// Indexed by `Idx as usize`.
     tables: Vec<TableSql>,
@@ -95,9 +156,8 @@ thread_local! {
 }
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
-impl EmbeddedStore {
-    /// Opens (creating if needed) the store in `dir`, in `dir/meta.sqlite`.
-    pub fn open(dir: &Path) -> StoreResult<EmbeddedStore> {
+impl Core {
+    fn open(dir: &Path) -> StoreResult<Core> {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
         let path = dir.join("meta.sqlite");
@@ -127,7 +187,7 @@ impl EmbeddedStore {
         let next = next as u64;
         let mut tables: Vec<TableSql> = Idx::ALL.iter().map(|&idx| TableSql::new(idx)).collect();
         tables.sort_by_key(|t| t.idx as usize);
-        let store = EmbeddedStore {
+        let store = Core {
             tables,
             writer: Mutex::new(Writer {
                 conn,
@@ -337,7 +397,7 @@ impl EmbeddedStore {
     }
 }
 
-impl Drop for EmbeddedStore {
+impl Drop for Core {
     /// A batch left open (a panicking caller) still commits.
     fn drop(&mut self) {
         let mut w = self.writer.lock();
@@ -352,12 +412,10 @@ impl Drop for EmbeddedStore {
     }
 }
 
-impl EmbeddedStore {
-    /// This process owns the store (a mount, under its lock): from now on a
-    /// write is acknowledged once it is in the redo log, and the transaction
-    /// is committed when writes pause, after a second, or on `sync`/`refresh`
-    /// (see [`redo`]). Other processes then read state up to a second old.
-    pub fn defer_commits(self: &Arc<Self>) -> StoreResult<()> {
+impl Core {
+    /// Deferred commits from now on (see `EmbeddedStore::defer_commits`):
+    /// replay what a dead owner left, then log this process's writes.
+    fn start_redo(&self) -> StoreResult<()> {
         let path = self.redo_path();
         let mut file = redo::try_lock(&path)
             .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?
@@ -371,12 +429,6 @@ impl EmbeddedStore {
             RedoLog::start(&path, file, done + 1)
                 .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?,
         );
-        drop(w);
-        let weak = Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("esfs-commit".into())
-            .spawn(move || committer(weak))
-            .map_err(|e| StoreError::Unavailable(format!("committer thread: {e}")))?;
         Ok(())
     }
 
@@ -469,13 +521,14 @@ impl EmbeddedStore {
     }
 }
 
-fn committer(store: Weak<EmbeddedStore>) {
+fn committer(core: &Core, stop: &Stop) {
+    let mut asked = stop.asked.lock();
     loop {
-        std::thread::sleep(COMMIT_TICK);
-        let Some(s) = store.upgrade() else {
+        stop.cv.wait_for(&mut asked, COMMIT_TICK);
+        if *asked {
             return;
-        };
-        s.commit_if_due();
+        }
+        core.commit_if_due();
     }
 }
 
@@ -2578,7 +2631,7 @@ impl MetaStore for EmbeddedStore {
     }
 }
 
-impl EmbeddedStore {
+impl Core {
     /// Hits with their parsed sources (and file text unless `brief`).
     fn search_impl(&self, req: &SearchRequest, brief: bool) -> StoreResult<Vec<Hit>> {
         let keys = sort_keys(req.index, &req.sort)?;
@@ -4440,8 +4493,10 @@ mod text_tests {
         let (_d, s) = open();
         let st = side_table(Idx::Entries, field_of(Idx::Entries, "contents").unwrap());
         let count = |s: &EmbeddedStore, sql: &str| -> i64 {
-            s.read(false, |c| c.query_row(sql, [], |r| r.get(0)).map_err(sql_err))
-                .unwrap()
+            s.read(false, |c| {
+                c.query_row(sql, [], |r| r.get(0)).map_err(sql_err)
+            })
+            .unwrap()
         };
         let indexed = |s: &EmbeddedStore, t: &str| {
             count(
@@ -4454,7 +4509,11 @@ mod text_tests {
             count(s, &format!("SELECT rid FROM entries WHERE id = '{id}'"))
         };
         s.begin_batch();
-        for (id, t) in [("a", "alpha one"), ("d", "dropped two"), ("b", "bravo three")] {
+        for (id, t) in [
+            ("a", "alpha one"),
+            ("d", "dropped two"),
+            ("b", "bravo three"),
+        ] {
             s.create(Idx::Entries, id, &doc(&format!("/{id}"), "/", Some(t), &[]))
                 .unwrap();
         }
@@ -4469,8 +4528,12 @@ mod text_tests {
         assert!(ids(&s, text("bravo")).is_empty());
         // A new row takes the lowest free rid above the highest live one,
         // d's: d's old index row goes before the new text is indexed.
-        s.create(Idx::Entries, "c", &doc("/c", "/", Some("charlie four"), &[]))
-            .unwrap();
+        s.create(
+            Idx::Entries,
+            "c",
+            &doc("/c", "/", Some("charlie four"), &[]),
+        )
+        .unwrap();
         assert_eq!(rid_of(&s, "c"), rid_d, "the test needs a reused rid");
         assert_eq!((queued(&s), indexed(&s, "dropped")), (1, 0));
         assert!(ids(&s, text("dropped")).is_empty());
