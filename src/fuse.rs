@@ -606,12 +606,12 @@ impl Filesystem for FuseFs {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.store().sync().map_err(Into::into), reply)
+        Self::empty(self.fs.fsyncdir(ino.0), reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

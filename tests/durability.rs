@@ -157,6 +157,30 @@ fn assert_same(before: &Snapshot, after: &Snapshot) {
     );
 }
 
+/// After a crash: as `assert_same`, except that a directory's mtime and
+/// ctime may have moved forward. They follow the names made and removed in
+/// it, which wait in memory for the write-back like a closed file's size;
+/// the journal names such directories and the next mount moves their times
+/// to its own start: later than what was lost, never earlier.
+#[track_caller]
+fn assert_same_after_crash(before: &Snapshot, after: &Snapshot) {
+    let mut after = after.clone();
+    for (k, b) in before {
+        if let Some(a) = after.get_mut(k)
+            && a.kind == 'd'
+            && b.kind == 'd'
+        {
+            assert!(
+                a.mtime >= b.mtime && a.ctime >= b.ctime,
+                "{:?}: directory times went back: {b:?} -> {a:?}",
+                String::from_utf8_lossy(k)
+            );
+            (a.mtime, a.ctime) = (b.mtime, b.ctime);
+        }
+    }
+    assert_same(before, &after);
+}
+
 fn without(mut s: Snapshot, skip: impl Fn(&[u8]) -> bool) -> Snapshot {
     s.retain(|k, _| !skip(k));
     s
@@ -425,7 +449,7 @@ fn kill9_keeps_closed_and_fsynced_data() {
     m.start_again();
 
     check_fixture(m.path());
-    assert_same(&before, &without(snapshot(m.path()), is_inflight));
+    assert_same_after_crash(&before, &without(snapshot(m.path()), is_inflight));
     let data = fs::read(m.p("inflight")).unwrap();
     assert!(
         data.len() >= 65536 && data[..65536].iter().all(|&b| b == b'A'),
@@ -473,7 +497,7 @@ fn kill9_right_after_close_keeps_sizes_and_times() {
     let before = snapshot(m.path());
     m.kill9();
     m.start_again();
-    assert_same(&before, &snapshot(m.path()));
+    assert_same_after_crash(&before, &snapshot(m.path()));
     let mut grown = b"v1".to_vec();
     grown.extend(pattern(100_000, 3));
     assert_eq!(fs::read(m.p("grown")).unwrap(), grown);
@@ -637,6 +661,40 @@ fn kill9_right_after_namespace_changes_keeps_them() {
     assert_eq!(md.mtime(), 1234567890);
     // Everything from before is untouched (but the root, which gained a name).
     let old = |k: &[u8]| k.is_empty() || k.starts_with(b"renamed");
-    assert_same(&without(before, old), &without(snapshot(m.path()), old));
+    assert_same_after_crash(&without(before, old), &without(snapshot(m.path()), old));
     exercise(m.path());
+}
+
+/// A directory's times moved by a name made or removed in it wait in
+/// memory like a closed file's size (lazy close). A `kill -9` before they
+/// are written back must still leave them no older than the change: the
+/// journal names the directory and the next mount moves its times to now.
+#[test]
+fn kill9_right_after_names_change_keeps_directory_times_moving() {
+    let mut m = Mount::new();
+    for d in ["made", "removed", "renamed"] {
+        fs::create_dir(m.p(d)).unwrap();
+    }
+    fs::write(m.p("removed/f"), b"x").unwrap();
+    fs::write(m.p("renamed/f"), b"x").unwrap();
+    for d in ["made", "removed", "renamed"] {
+        set_mtime(&m.p(d), 1_000_000_000, 0, false);
+    }
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    m.kill9_right_after("touch made/new; rm removed/f; mv renamed/f renamed/g");
+    m.start_again();
+    for d in ["made", "removed", "renamed"] {
+        let md = fs::metadata(m.p(d)).unwrap();
+        assert!(
+            md.mtime() >= t0 && md.ctime() >= t0,
+            "{d}: mtime {} ctime {}, the change was at {t0}",
+            md.mtime(),
+            md.ctime()
+        );
+    }
+    assert!(m.p("made/new").exists() && m.p("renamed/g").exists());
+    assert!(!m.p("removed/f").exists() && !m.p("renamed/f").exists());
 }

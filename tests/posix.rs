@@ -567,6 +567,22 @@ fn directory_timestamps_change_with_entries() {
     fs::rename(m.p("d/f"), m.p("e/f")).unwrap();
     assert_ne!(times("d").0, d0.0);
     assert_ne!(times("e").0, e0.0);
+    // A time set explicitly wins over the one a new name just moved.
+    fs::write(m.p("d/g"), b"x").unwrap();
+    let c = cstr(m.p("d"));
+    let t = [libc::timespec {
+        tv_sec: 1_234_567_890,
+        tv_nsec: 0,
+    }; 2];
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), 0) },
+        0
+    );
+    assert_eq!(stat(m.p("d")).st_mtime, 1_234_567_890);
+    let after_set = times("d");
+    tick();
+    fs::remove_file(m.p("d/g")).unwrap();
+    assert!(times("d").0 > after_set.0, "unlink after an explicit time");
 }
 
 #[test]

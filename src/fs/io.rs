@@ -393,6 +393,10 @@ impl Fs {
 
     /// Show not-yet-persisted size/times of an open file.
     pub(super) fn overlay(&self, inode: &mut Inode) {
+        if let Some(t) = self.pending_dir_time(inode) {
+            inode.mtime_ns = inode.mtime_ns.max(t);
+            inode.ctime_ns = inode.ctime_ns.max(t);
+        }
         if let Some(st) = self.open.lock().get(&inode.ino) {
             st.apply(inode);
         }
@@ -437,6 +441,7 @@ impl Fs {
     /// handle holds, and settle the journal.
     pub fn write_back(&self) -> FsResult<()> {
         self.finish_forgotten()?;
+        self.write_back_dir_times()?;
         self.sync_stale_dirs()?;
         let dirty: Vec<u64> = {
             let open = self.open.lock();
@@ -460,7 +465,10 @@ impl Fs {
             })?;
         }
         if let Some(j) = &self.journal {
-            j.settle(|ino| self.open.lock().get(&ino).is_none_or(|st| !st.wrote))?;
+            j.settle(|ino| {
+                self.open.lock().get(&ino).is_none_or(|st| !st.wrote)
+                    && !self.dir_times.lock().contains_key(&ino)
+            })?;
         }
         Ok(())
     }
@@ -486,12 +494,23 @@ impl Fs {
     /// (only writes happened since the last persist, so sizes only grew).
     pub(super) fn replay_journal(&self, inos: &[u64]) -> FsResult<()> {
         let mut recovered = 0;
+        let mut dirs = 0;
         for &ino in inos {
+            if self.catch_up_dir(ino)? {
+                dirs += 1;
+                continue;
+            }
             if let Some((len, mtime)) = self.behind_data(ino)? {
                 log::info!("inode {ino}: size and mtime recovered from its data");
                 recovered += 1;
                 self.catch_up_with_data(ino, len, mtime)?;
             }
+        }
+        if dirs > 0 {
+            log::info!(
+                "crash recovery: times of {dirs} directories changed just before the crash \
+                 moved to now"
+            );
         }
         if recovered > 0 {
             log::warn!(
@@ -500,6 +519,27 @@ impl Fs {
             );
         }
         Ok(())
+    }
+
+    /// A journaled directory (its mount died with its times in memory, see
+    /// `touch_dir`): they move to now, which is no earlier than what was
+    /// lost. False if `ino` is not a directory.
+    fn catch_up_dir(&self, ino: u64) -> FsResult<bool> {
+        match self.get_inode(ino) {
+            Ok((i, _)) if i.kind == Kind::Dir => {}
+            Ok(_) | Err(FsError::NotFound) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let now = now_ns();
+        self.batch(|| {
+            self.update_inode(ino, |i| {
+                i.mtime_ns = i.mtime_ns.max(now);
+                i.ctime_ns = i.ctime_ns.max(now);
+                Ok(())
+            })
+            .and_then(|i| self.sync_entries(&i))
+        })?;
+        Ok(true)
     }
 
     /// A journaled file whose stored size or mtime lags its data (written

@@ -142,6 +142,11 @@ pub struct Fs {
     /// Directories whose entry documents' copies of their attributes (for
     /// searches) the write-back is to refresh (lazy close).
     stale_dirs: Mutex<std::collections::HashSet<u64>>,
+    /// Directory mtime/ctime moved by a name made or removed in it and not
+    /// yet in the store (lazy close): written back with the file sizes,
+    /// overlaid by `getattr`, absorbed by any write of the directory, and
+    /// covered by the journal (see `touch_dir`).
+    dir_times: Mutex<HashMap<u64, i64>>,
 }
 
 fn encode_name(name: &[u8]) -> FsResult<String> {
@@ -183,6 +188,7 @@ impl Fs {
             journal: None,
             forgotten: Mutex::new(Vec::new()),
             stale_dirs: Mutex::new(Default::default()),
+            dir_times: Mutex::new(HashMap::new()),
         };
         if fs.cfg.maintenance {
             if fs.store.get(Idx::Meta, "fs")?.is_none() {
@@ -452,6 +458,13 @@ impl Fs {
         let id = inode_id(ino);
         for _ in 0..MAX_RETRIES {
             let (mut inode, ver) = self.get_inode(ino)?;
+            // A directory's times waiting in memory go in with this write
+            // (before `f`, which may set them explicitly).
+            let pending = self.pending_dir_time(&inode);
+            if let Some(t) = pending {
+                inode.mtime_ns = inode.mtime_ns.max(t);
+                inode.ctime_ns = inode.ctime_ns.max(t);
+            }
             let fate = f(&mut inode)?;
             let r = match fate {
                 Fate::Keep => self
@@ -461,12 +474,63 @@ impl Fs {
                 Fate::Delete => self.store.delete(Idx::Inodes, &id, Some(ver)).map(|_| ()),
             };
             match r {
-                Ok(()) => return Ok((inode, fate)),
+                Ok(()) => {
+                    if let Some(t) = pending {
+                        self.settle_dir_time(ino, t);
+                    }
+                    return Ok((inode, fate));
+                }
                 Err(StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
         Err(FsError::Again)
+    }
+
+    /// The directory time of `inode` waiting in memory, if any.
+    fn pending_dir_time(&self, inode: &Inode) -> Option<i64> {
+        if inode.kind != Kind::Dir {
+            return None;
+        }
+        self.dir_times.lock().get(&inode.ino).copied()
+    }
+
+    /// `t` reached the store: drop it, unless a later time came meanwhile.
+    fn settle_dir_time(&self, ino: u64, t: i64) {
+        let mut times = self.dir_times.lock();
+        if times.get(&ino) == Some(&t) {
+            times.remove(&ino);
+        }
+    }
+
+    /// Write the directory times waiting in memory to their inodes, many
+    /// per transaction (each write absorbs its directory's time).
+    pub(super) fn write_back_dir_times(&self) -> FsResult<()> {
+        let dirs: Vec<u64> = self.dir_times.lock().keys().copied().collect();
+        for chunk in dirs.chunks(256) {
+            self.batch(|| {
+                for &ino in chunk {
+                    match self.update_inode(ino, |_| Ok(())) {
+                        Ok(_) => {}
+                        Err(FsError::NotFound) => {
+                            self.dir_times.lock().remove(&ino);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// fsync of a directory: its times waiting in memory are written first.
+    pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
+        if self.dir_times.lock().contains_key(&ino) {
+            self.batch(|| self.update_inode(ino, |_| Ok(())).map(|_| ()))?;
+        }
+        self.store.sync()?;
+        Ok(())
     }
 
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
@@ -517,6 +581,28 @@ impl Fs {
     /// Directory mtime/ctime to now and its link count changed by `nlink`.
     fn touch_dir(&self, ino: u64, nlink: i32) -> FsResult<()> {
         let now = now_ns();
+        if let Some(h) = self.search.get() {
+            h.indexer.activity();
+        }
+        if nlink == 0
+            && let Some(j) = &self.journal
+        {
+            // Lazy close: only the times change, so they wait in memory for
+            // the write-back like a closed file's size (a read-modify-write
+            // of the directory was a sixth of an unlink or a rename). The
+            // journal names the directory first (the time goes in before
+            // the mark, so a settle in between keeps the mark): after a
+            // crash the next mount moves its times to its own start.
+            self.dir_times
+                .lock()
+                .entry(ino)
+                .and_modify(|t| *t = (*t).max(now))
+                .or_insert(now);
+            j.mark(ino)
+                .map_err(|e| FsError::Io(format!("unflushed journal: {e}")))?;
+            self.stale_dirs.lock().insert(ino);
+            return Ok(());
+        }
         let inode = self.update_inode(ino, |i| {
             i.mtime_ns = now;
             i.ctime_ns = now;
@@ -572,6 +658,7 @@ impl Fs {
 
     fn forget_inode_state(&self, ino: u64) {
         self.dirs.write().remove(&ino);
+        self.dir_times.lock().remove(&ino);
         self.atimes.lock().remove(&ino);
     }
 
