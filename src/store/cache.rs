@@ -227,6 +227,89 @@ impl CachedStore {
         }
         Ok(doc)
     }
+
+    /// A bulk through `send`, the cache and listings updated from its
+    /// results (`None`: the backend did nothing).
+    fn bulk_via(
+        &self,
+        ops: Vec<BulkOp>,
+        send: impl FnOnce(Vec<BulkOp>) -> StoreResult<Option<Vec<BulkItemResult>>>,
+    ) -> StoreResult<Option<Vec<BulkItemResult>>> {
+        // Per op, what to do with its cached id afterwards: keep the written
+        // source (bulks up to a write-back batch of hot inodes) or evict
+        // (larger ones, such as a subtree rename, would only flush the hot set).
+        let small = ops.len() <= KEEP_BULK;
+        let plan: Vec<Option<Planned>> = ops
+            .iter()
+            .map(|op| {
+                let (idx, id, src, delete) = match op {
+                    BulkOp::Create { index, id, source }
+                    | BulkOp::Index {
+                        index, id, source, ..
+                    } => (*index, id, Some(source), false),
+                    // The merged document is the store's to make: evict.
+                    BulkOp::Update { index, id, .. } => (*index, id, None, false),
+                    BulkOp::Delete { index, id, .. } => (*index, id, None, true),
+                };
+                if !cached(idx) {
+                    return None;
+                }
+                // For the listings, only the fields they read.
+                let listed = match op {
+                    BulkOp::Create { source, .. } => Listed::Created(listed_fields(source)),
+                    BulkOp::Index { source, .. } => Listed::Put(listed_fields(source)),
+                    BulkOp::Update { doc, .. } => Listed::Merged(listed_fields(doc)),
+                    BulkOp::Delete { .. } => Listed::Deleted,
+                };
+                Some(Planned {
+                    idx,
+                    id: id.clone(),
+                    // A delete keeps "absent"; an evicted write keeps nothing.
+                    keep: if delete {
+                        None
+                    } else {
+                        src.filter(|_| small).cloned().or(Some(Value::Null))
+                    },
+                    listed,
+                })
+            })
+            .collect();
+        self.writing(|| {
+            let r = send(ops);
+            if let Ok(None) = r {
+                return r;
+            }
+            for (i, p) in plan.into_iter().enumerate() {
+                let Some(Planned {
+                    idx,
+                    id,
+                    keep,
+                    listed,
+                }) = p
+                else {
+                    continue;
+                };
+                let item = r.as_ref().ok().and_then(|rs| rs.as_ref()?.get(i));
+                match (item, keep) {
+                    (Some(Ok(_)), None) => self.keep(idx, &id, None),
+                    (Some(Ok(v)), Some(src)) if !src.is_null() => {
+                        self.keep(idx, &id, Some(doc(&id, *v, src)))
+                    }
+                    _ => self.evict(idx, &id),
+                }
+                let wrote = match (item, &listed) {
+                    (Some(Ok(_)), Listed::Created(v)) => Wrote::Created(v),
+                    (Some(Ok(_)), Listed::Put(v)) => Wrote::Put(v),
+                    (Some(Ok(_)), Listed::Merged(v)) => Wrote::Merged(v),
+                    (Some(Ok(_)), Listed::Deleted) => Wrote::Deleted,
+                    (Some(Err(e)), _) => Wrote::failed(e),
+                    _ => Wrote::Failed,
+                };
+                self.list(idx, &id, wrote);
+            }
+            r
+        })
+    }
 }
 
 fn doc(id: &str, version: Version, source: Value) -> Doc {
@@ -334,77 +417,12 @@ impl MetaStore for CachedStore {
     }
 
     fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
-        // Per op, what to do with its cached id afterwards: keep the written
-        // source (bulks up to a write-back batch of hot inodes) or evict
-        // (larger ones, such as a subtree rename, would only flush the hot set).
-        let small = ops.len() <= KEEP_BULK;
-        let plan: Vec<Option<Planned>> = ops
-            .iter()
-            .map(|op| {
-                let (idx, id, src, delete) = match op {
-                    BulkOp::Create { index, id, source }
-                    | BulkOp::Index {
-                        index, id, source, ..
-                    } => (*index, id, Some(source), false),
-                    // The merged document is the store's to make: evict.
-                    BulkOp::Update { index, id, .. } => (*index, id, None, false),
-                    BulkOp::Delete { index, id, .. } => (*index, id, None, true),
-                };
-                if !cached(idx) {
-                    return None;
-                }
-                // For the listings, only the fields they read.
-                let listed = match op {
-                    BulkOp::Create { source, .. } => Listed::Created(listed_fields(source)),
-                    BulkOp::Index { source, .. } => Listed::Put(listed_fields(source)),
-                    BulkOp::Update { doc, .. } => Listed::Merged(listed_fields(doc)),
-                    BulkOp::Delete { .. } => Listed::Deleted,
-                };
-                Some(Planned {
-                    idx,
-                    id: id.clone(),
-                    // A delete keeps "absent"; an evicted write keeps nothing.
-                    keep: if delete {
-                        None
-                    } else {
-                        src.filter(|_| small).cloned().or(Some(Value::Null))
-                    },
-                    listed,
-                })
-            })
-            .collect();
-        self.writing(|| {
-            let r = self.inner.bulk(ops);
-            for (i, p) in plan.into_iter().enumerate() {
-                let Some(Planned {
-                    idx,
-                    id,
-                    keep,
-                    listed,
-                }) = p
-                else {
-                    continue;
-                };
-                let item = r.as_ref().ok().and_then(|rs| rs.get(i));
-                match (item, keep) {
-                    (Some(Ok(_)), None) => self.keep(idx, &id, None),
-                    (Some(Ok(v)), Some(src)) if !src.is_null() => {
-                        self.keep(idx, &id, Some(doc(&id, *v, src)))
-                    }
-                    _ => self.evict(idx, &id),
-                }
-                let wrote = match (item, &listed) {
-                    (Some(Ok(_)), Listed::Created(v)) => Wrote::Created(v),
-                    (Some(Ok(_)), Listed::Put(v)) => Wrote::Put(v),
-                    (Some(Ok(_)), Listed::Merged(v)) => Wrote::Merged(v),
-                    (Some(Ok(_)), Listed::Deleted) => Wrote::Deleted,
-                    (Some(Err(e)), _) => Wrote::failed(e),
-                    _ => Wrote::Failed,
-                };
-                self.list(idx, &id, wrote);
-            }
-            r
-        })
+        self.bulk_via(ops, |ops| self.inner.bulk(ops).map(Some))
+            .map(|r| r.expect("a plain bulk always answers"))
+    }
+
+    fn bulk_atomic(&self, ops: Vec<BulkOp>) -> StoreResult<Option<Vec<BulkItemResult>>> {
+        self.bulk_via(ops, |ops| self.inner.bulk_atomic(ops))
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {

@@ -1325,9 +1325,11 @@ impl SeqState {
         log.put(t.idx, id, seq, &doc.src, &texts);
     }
 
-    fn log_delete(&mut self, changed: usize, idx: Idx, id: &str) {
+    /// `seq`: the delete's own seq_no (its version in the reply), which
+    /// replay must not hand out again.
+    fn log_delete(&mut self, changed: usize, idx: Idx, id: &str, seq: i64) {
         if let (Some(log), true) = (self.redo.as_mut(), changed > 0) {
-            log.delete(idx, id);
+            log.delete(idx, id, seq);
         }
     }
 }
@@ -1480,7 +1482,7 @@ fn apply(
             if n == 0 {
                 return Ok(Err(StoreError::NotFound(id.to_string())));
             }
-            seq.log_delete(n, t.idx, id);
+            seq.log_delete(n, t.idx, id, new_seq);
             n
         }
         Write::Delete(Some(v)) => {
@@ -1490,7 +1492,7 @@ fn apply(
                     .execute(rusqlite::params![id, s])?,
                 None => 0,
             };
-            seq.log_delete(n, t.idx, id);
+            seq.log_delete(n, t.idx, id, new_seq);
             n
         }
     };
@@ -1503,55 +1505,85 @@ fn apply(
 }
 
 /// Runs a bulk as one savepoint: a crash or an SQLite error never leaves
-/// half of it applied.
+/// half of it applied. With `refused`, all or nothing: if an item fails,
+/// the savepoint is rolled back and `refused` gets the results.
 fn bulk_tx(
     conn: &mut Connection,
     seq: &mut SeqState,
     tables: &[TableSql],
     ops: &[BulkOp],
+    refused: Option<&mut Option<Vec<BulkItemResult>>>,
 ) -> rusqlite::Result<Vec<BulkItemResult>> {
     savepoint(conn, |tx| {
         seq.reserve(tx, ops.len() as u64)?;
-        if let Some(results) = move_in_place(tx, seq, tables, ops)? {
-            return Ok(results);
-        }
-        let mut results = Vec::with_capacity(ops.len());
-        for op in ops {
-            let (idx, id, write) = match op {
-                BulkOp::Create { index, id, source } => (*index, id, Write::Create(source)),
-                BulkOp::Index {
-                    index,
-                    id,
-                    source,
-                    if_version,
-                } => (*index, id, Write::Put(source, *if_version)),
-                BulkOp::Update {
-                    index,
-                    id,
-                    doc,
-                    if_version,
-                } => (*index, id, Write::Update(doc, *if_version)),
-                BulkOp::Delete {
-                    index,
-                    id,
-                    if_version,
-                } => (*index, id, Write::Delete(*if_version)),
-            };
-            let table = &tables[idx as usize];
-            debug_assert_eq!(table.idx, idx);
-            results.push(apply(tx, seq, table, id, write)?);
+        let results = match move_in_place(tx, seq, tables, ops)? {
+            Some(results) => results,
+            None => ops
+                .iter()
+                .map(|op| apply_op(tx, seq, tables, op))
+                .collect::<rusqlite::Result<_>>()?,
+        };
+        if let Some(refused) = refused
+            && results.iter().any(|r| r.is_err())
+        {
+            *refused = Some(
+                results
+                    .into_iter()
+                    .map(|r| {
+                        r.and(Err(StoreError::Conflict(
+                            "not applied: another item of the bulk failed".into(),
+                        )))
+                    })
+                    .collect(),
+            );
+            // Rolls the savepoint back; the caller reports `refused`.
+            return Err(rusqlite::Error::ToSqlConversionFailure(
+                "bulk refused".into(),
+            ));
         }
         Ok(results)
     })
 }
 
-/// A file rename's bulk, `[create or index Y, delete X]`, where Y carries
-/// X's full text: done op by op, Y's row would be a new row whose text is
-/// tokenized again (~1 ms for 7 KB of text) while X's index rows are
+/// One bulk item.
+fn apply_op(
+    tx: &Connection,
+    seq: &mut SeqState,
+    tables: &[TableSql],
+    op: &BulkOp,
+) -> rusqlite::Result<BulkItemResult> {
+    let (idx, id, write) = match op {
+        BulkOp::Create { index, id, source } => (*index, id, Write::Create(source)),
+        BulkOp::Index {
+            index,
+            id,
+            source,
+            if_version,
+        } => (*index, id, Write::Put(source, *if_version)),
+        BulkOp::Update {
+            index,
+            id,
+            doc,
+            if_version,
+        } => (*index, id, Write::Update(doc, *if_version)),
+        BulkOp::Delete {
+            index,
+            id,
+            if_version,
+        } => (*index, id, Write::Delete(*if_version)),
+    };
+    let table = &tables[idx as usize];
+    debug_assert_eq!(table.idx, idx);
+    apply(tx, seq, table, id, write)
+}
+
+/// A file rename's bulk, `[create or index Y, delete X, ...]`, where Y
+/// carries X's full text: done op by op, Y's row would be a new row whose
+/// text is tokenized again (~1 ms for 7 KB of text) while X's index rows are
 /// deleted. Instead X's row becomes Y's in place, its text rows untouched;
-/// the results, seq_nos and redo log are those of the two ops. `None`: not
-/// that case, or a precondition fails (the ops then run one by one and
-/// report it).
+/// the results, seq_nos and redo log are those of the two ops. Any further
+/// ops (the renamed inode) then run as usual. `None`: not that case, or a
+/// precondition fails (the ops then run one by one and report it).
 fn move_in_place(
     conn: &Connection,
     seq: &mut SeqState,
@@ -1565,6 +1597,7 @@ fn move_in_place(
             id: x,
             if_version: del_if,
         },
+        rest @ ..,
     ] = ops
     else {
         return Ok(None);
@@ -1630,9 +1663,13 @@ fn move_in_place(
     let put_seq = seq.next as i64;
     let n = update_row(conn, t, rid, put_seq, &doc, &old, None)?;
     seq.log_put(n, t, y, put_seq, &doc, None);
-    seq.log_delete(1, t.idx, x);
+    seq.log_delete(1, t.idx, x, put_seq + 1);
     seq.next += 2;
-    Ok(Some(vec![Ok(version(put_seq)), Ok(version(put_seq + 1))]))
+    let mut results = vec![Ok(version(put_seq)), Ok(version(put_seq + 1))];
+    for op in rest {
+        results.push(apply_op(conn, seq, tables, op)?);
+    }
+    Ok(Some(results))
 }
 
 /// Runs `f` in a savepoint (rolled back if it fails), through cached
@@ -1745,10 +1782,13 @@ fn replay(
                 }
                 last = last.max(s);
             }
-            redo::Op::Delete { idx, id } => {
+            redo::Op::Delete { idx, id, seq: s } => {
                 conn.prepare_cached(&tables[idx as usize].delete)
                     .and_then(|mut st| st.execute([&id]))
                     .map_err(sql_err)?;
+                if let Some(s) = s {
+                    last = last.max(s);
+                }
             }
             redo::Op::Rebase {
                 idx,
@@ -2496,11 +2536,25 @@ impl MetaStore for EmbeddedStore {
             return Ok(Vec::new());
         }
         self.write(|conn, seq| {
-            bulk_tx(conn, seq, &self.tables, &ops).inspect_err(|_| {
+            bulk_tx(conn, seq, &self.tables, &ops, None).inspect_err(|_| {
                 // The reservation may have been rolled back: re-reserve next time.
                 seq.reserved = seq.next;
             })
         })
+    }
+
+    fn bulk_atomic(&self, ops: Vec<BulkOp>) -> StoreResult<Option<Vec<BulkItemResult>>> {
+        let mut refused = None;
+        let r = self.write(|conn, seq| {
+            bulk_tx(conn, seq, &self.tables, &ops, Some(&mut refused)).inspect_err(|_| {
+                // The reservation may have been rolled back: re-reserve next time.
+                seq.reserved = seq.next;
+            })
+        });
+        match refused {
+            Some(results) => Ok(Some(results)),
+            None => r.map(Some),
+        }
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
@@ -4489,6 +4543,113 @@ mod text_tests {
     }
 
     #[test]
+    fn an_atomic_bulk_applies_all_or_nothing() {
+        let (_d, s) = open();
+        let rid_of = |id: &str| {
+            s.read(false, |c| {
+                c.query_row("SELECT rid FROM entries WHERE id = ?1", [id], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .optional()
+                .map_err(sql_err)
+            })
+            .unwrap()
+        };
+        let va = s
+            .create(
+                Idx::Entries,
+                "a",
+                &doc("/a", "/", Some("alpha needle"), &[]),
+            )
+            .unwrap();
+        let stale = Version {
+            seq_no: va.seq_no + 100,
+            ..va
+        };
+        let all_failed = |r: Vec<BulkItemResult>| r.iter().all(|r| r.is_err());
+        // The second item fails: the first is not applied either.
+        let r = s
+            .bulk_atomic(vec![
+                BulkOp::Create {
+                    index: Idx::Entries,
+                    id: "b".into(),
+                    source: doc("/b", "/", Some("beta"), &[]),
+                },
+                BulkOp::Delete {
+                    index: Idx::Entries,
+                    id: "a".into(),
+                    if_version: Some(stale),
+                },
+            ])
+            .unwrap()
+            .unwrap();
+        assert!(matches!(r[1], Err(StoreError::Conflict(_))) && all_failed(r));
+        assert!(s.get(Idx::Entries, "b").unwrap().is_none());
+        assert!(ids(&s, text("beta")).is_empty());
+        // A rename with its inode: the text row moves in place.
+        let rid_a = rid_of("a");
+        let r = s
+            .bulk_atomic(vec![
+                BulkOp::Create {
+                    index: Idx::Entries,
+                    id: "y".into(),
+                    source: doc("/y", "/", Some("alpha needle"), &[]),
+                },
+                BulkOp::Delete {
+                    index: Idx::Entries,
+                    id: "a".into(),
+                    if_version: Some(va),
+                },
+                BulkOp::Index {
+                    index: Idx::Inodes,
+                    id: "i1".into(),
+                    source: serde_json::json!({"ino": 1, "kind": "file"}),
+                    if_version: None,
+                },
+            ])
+            .unwrap()
+            .unwrap();
+        assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+        assert_eq!(rid_of("y"), rid_a);
+        let vy = *r[0].as_ref().unwrap();
+        let vi = *r[2].as_ref().unwrap();
+        // The in-place move done, then the inode's stale version fails:
+        // the move is undone too.
+        let r = s
+            .bulk_atomic(vec![
+                BulkOp::Create {
+                    index: Idx::Entries,
+                    id: "z".into(),
+                    source: doc("/z", "/", Some("alpha needle"), &[]),
+                },
+                BulkOp::Delete {
+                    index: Idx::Entries,
+                    id: "y".into(),
+                    if_version: Some(vy),
+                },
+                BulkOp::Index {
+                    index: Idx::Inodes,
+                    id: "i1".into(),
+                    source: serde_json::json!({"ino": 1, "kind": "file", "n": 2}),
+                    if_version: Some(va),
+                },
+            ])
+            .unwrap()
+            .unwrap();
+        assert!(matches!(r[2], Err(StoreError::Conflict(_))) && all_failed(r));
+        assert!(s.get(Idx::Entries, "z").unwrap().is_none());
+        let y = s.get(Idx::Entries, "y").unwrap().unwrap();
+        assert_eq!((y.version, rid_of("y")), (vy, rid_a));
+        assert_eq!(s.get(Idx::Inodes, "i1").unwrap().unwrap().version, vi);
+        assert_eq!(ids(&s, text("needle")), ["y"]);
+        // Versions keep rising after a refusal.
+        let v = s
+            .create(Idx::Entries, "c", &doc("/c", "/", None, &[]))
+            .unwrap();
+        assert!(v.seq_no > vi.seq_no);
+    }
+
+    #[test]
     fn deleted_texts_are_purged_at_commit_and_never_reach_a_reused_row() {
         let (_d, s) = open();
         let st = side_table(Idx::Entries, field_of(Idx::Entries, "contents").unwrap());
@@ -4700,8 +4861,18 @@ mod redo_tests {
         match r.below(5) {
             0 => {
                 let ops: Vec<BulkOp> = (0..1 + r.below(6)).map(|_| random_op(r)).collect();
-                let x = a.bulk(ops.clone()).unwrap();
-                let y = b.bulk(ops).unwrap();
+                // Some all or nothing: a refused one leaves no trace, in
+                // the tables or in the redo log.
+                let (x, y) = if r.below(2) == 0 {
+                    let x = a.bulk_atomic(ops.clone()).unwrap().expect("offered");
+                    let y = b.bulk_atomic(ops).unwrap().expect("offered");
+                    if x.iter().any(|r| r.is_err()) {
+                        assert!(x.iter().all(|r| r.is_err()), "{x:?}");
+                    }
+                    (x, y)
+                } else {
+                    (a.bulk(ops.clone()).unwrap(), b.bulk(ops).unwrap())
+                };
                 for v in x.iter().flatten() {
                     *max_seq = (*max_seq).max(v.seq_no);
                 }

@@ -276,6 +276,14 @@ pub trait MetaStore: Send + Sync {
     /// Bulk: one result per op, in order. The call errs only when the whole
     /// request fails (transport); item errors are in the items.
     fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>>;
+    /// A bulk applied all or nothing, where the backend can (the embedded
+    /// store: one transaction and one redo record, which no crash splits).
+    /// `Ok(None)`: not offered (Elasticsearch applies each item alone); the
+    /// caller does without. Otherwise one result per op: if any item
+    /// failed, none was applied (the others say so as conflicts).
+    fn bulk_atomic(&self, _ops: Vec<BulkOp>) -> StoreResult<Option<Vec<BulkItemResult>>> {
+        Ok(None)
+    }
     /// One page of a sorted search.
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>>;
     /// `get` whose source leaves out the `Text` fields (a file's contents):

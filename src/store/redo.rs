@@ -40,8 +40,10 @@ pub const HEADER: u64 = 16;
 const FRAME: usize = 8;
 
 const PUT: u8 = 1;
+/// Written by versions that did not log a delete's seq_no (still read).
 const DELETE: u8 = 2;
 const REBASE: u8 = 3;
+const DELETE_AT: u8 = 4;
 
 /// One logged change, as replay applies it.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,9 +57,11 @@ pub enum Op {
         src: Vec<u8>,
         texts: Vec<(String, Option<String>)>,
     },
+    /// `seq`: the delete's own seq_no (absent in logs of older versions).
     Delete {
         idx: Idx,
         id: String,
+        seq: Option<i64>,
     },
     /// [`super::MetaStore::rebase_paths`]: rows get seq_nos `base + 1 ..`.
     Rebase {
@@ -228,11 +232,12 @@ impl RedoLog {
         }
     }
 
-    pub fn delete(&mut self, idx: Idx, id: &str) {
+    pub fn delete(&mut self, idx: Idx, id: &str, seq: i64) {
         debug_assert!(self.open.is_some());
-        self.buf.push(DELETE);
+        self.buf.push(DELETE_AT);
         self.buf.push(idx as u8);
         push_bytes(&mut self.buf, id.as_bytes());
+        self.buf.extend_from_slice(&seq.to_le_bytes());
     }
 
     pub fn rebase(&mut self, idx: Idx, base: i64, old: &str, new: &str) {
@@ -335,6 +340,12 @@ fn decode(mut p: &[u8]) -> Option<Vec<Op>> {
             DELETE => Op::Delete {
                 idx,
                 id: string(&mut p)?,
+                seq: None,
+            },
+            DELETE_AT => Op::Delete {
+                idx,
+                id: string(&mut p)?,
+                seq: Some(int(&mut p)?),
             },
             REBASE => Op::Rebase {
                 idx,
@@ -375,7 +386,7 @@ mod tests {
             b"{\"a\":1}",
             &[("t", Some("x y")), ("u", None)],
         );
-        log.delete(Idx::Entries, "1/x");
+        log.delete(Idx::Entries, "1/x", 43);
         log.end();
         log.begin();
         log.end(); // empty: no record
@@ -401,7 +412,8 @@ mod tests {
                     },
                     Op::Delete {
                         idx: Idx::Entries,
-                        id: "1/x".into()
+                        id: "1/x".into(),
+                        seq: Some(43)
                     }
                 ],
                 vec![Op::Rebase {
