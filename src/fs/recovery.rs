@@ -10,6 +10,10 @@
 //! had finished, with nothing lost or duplicated. Link counts are recounted
 //! rather than adjusted, and paths are recomputed from the parent chain, so
 //! running a step twice changes nothing.
+//!
+//! One exception: on a store that applies a bulk all or nothing (the
+//! embedded one), a file renamed to a free name is a single bulk, which no
+//! crash can split, so it needs no intent (`Fs::move_file_at_once`).
 
 use super::namespace::relink;
 use super::*;
