@@ -26,6 +26,8 @@ pub struct FuseFs {
     fs: Arc<Fs>,
     ttl: Duration,
     exclusive: bool,
+    /// `-o writeback_cache`: the kernel's writeback-cache mode.
+    writeback: bool,
     /// Directories opened once already (bounded: cleared when full).
     listed: Mutex<HashSet<u64>>,
 }
@@ -34,11 +36,12 @@ pub struct FuseFs {
 const LISTED_MAX: usize = 1 << 16;
 
 impl FuseFs {
-    pub fn new(fs: Arc<Fs>, ttl: Duration, exclusive: bool) -> FuseFs {
+    pub fn new(fs: Arc<Fs>, ttl: Duration, exclusive: bool, writeback: bool) -> FuseFs {
         FuseFs {
             fs,
             ttl,
             exclusive,
+            writeback,
             listed: Mutex::new(HashSet::new()),
         }
     }
@@ -151,6 +154,15 @@ impl Filesystem for FuseFs {
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_CACHE_SYMLINKS,
         ];
+        if self.writeback {
+            // (Only on exclusive mounts: every change passes through this
+            // kernel.) The kernel owns file sizes and times and keeps
+            // written pages: a read after a write needs no GETATTR, and
+            // small writes reach us batched, at close or fsync at the
+            // latest. But it also sends a SETATTR with the new ctime after
+            // every rename, link and unlink of a file, hence opt-in.
+            caps.push(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         if !self.exclusive {
             caps.extend([
                 // Another mount may change a file behind the kernel: drop
@@ -166,8 +178,10 @@ impl Filesystem for FuseFs {
             ]);
         }
         for cap in caps {
-            if let Err(missing) = config.add_capabilities(cap) {
-                log::debug!("kernel lacks {missing:?}");
+            match config.add_capabilities(cap) {
+                Ok(()) if cap == InitFlags::FUSE_WRITEBACK_CACHE => self.fs.kernel_keeps_times(),
+                Ok(()) => {}
+                Err(missing) => log::debug!("kernel lacks {missing:?}"),
             }
         }
         let _ = config.set_max_write(1 << 20);

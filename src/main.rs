@@ -55,7 +55,8 @@ struct MountCmd {
     foreground: bool,
     /// FUSE mount options, comma-separated: allow_other, allow_root, ro, rw,
     /// noatime, nodev, nosuid, noexec, dev, suid, exec, sync, dirsync,
-    /// auto_unmount, fsname=NAME. default_permissions is always on.
+    /// auto_unmount, fsname=NAME, writeback_cache (embedded store only; see
+    /// the README). default_permissions is always on.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// How long the kernel may cache names and attributes, in seconds

@@ -332,7 +332,31 @@ pub fn xattr_keywords(inode: &Inode) -> Vec<String> {
     out
 }
 
+/// Whether timestamps come from the kernel's clock (see `use_kernel_clock`).
+static KERNEL_CLOCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Stamp times with the clock the kernel stamps file times with (the coarse
+/// realtime clock, one tick behind at most): once the kernel owns files'
+/// mtime and ctime (writeback-cache mode), times esfs stamps (a create, a
+/// rename) must not be later than a write the kernel stamps after them,
+/// or make would see a file written after its prerequisite was made as
+/// older than it. A create and a write in the same tick then also leave
+/// the kernel no new time to send.
+pub fn use_kernel_clock() {
+    KERNEL_CLOCK.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 pub fn now_ns() -> i64 {
+    if KERNEL_CLOCK.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer; CLOCK_REALTIME_COARSE always exists on Linux.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+            return ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
+        }
+    }
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();

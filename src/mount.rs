@@ -280,6 +280,8 @@ fn fuse_config(args: &MountArgs) -> Result<fuser::Config, String> {
                 continue;
             }
             "default_permissions" => continue,
+            // Not a kernel option: asked for in FUSE's INIT (see `FuseFs`).
+            "writeback_cache" => continue,
             "auto_unmount" => M::AutoUnmount,
             "ro" => M::RO,
             "rw" => M::RW,
@@ -379,9 +381,22 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     // leaves a dead mount behind.
     let signals = block_signals();
     let cfg = fuse_config(args)?;
-    let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
     // The embedded store has exactly one mount; Elasticsearch may have many.
     let exclusive = matches!(args.backend, Backend::Embedded(_));
+    let writeback = args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o == "writeback_cache");
+    if writeback && !exclusive {
+        // The kernel would own sizes and times that other mounts change.
+        return Err(
+            "-o writeback_cache needs the embedded store (a mount that is its store's only user)"
+                .into(),
+        );
+    }
+    let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
+
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let fs = Fs::new(
@@ -410,7 +425,7 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     fs.spawn_write_back();
 
     let session = fuser::Session::new(
-        FuseFs::new(fs.clone(), args.attr_ttl, exclusive),
+        FuseFs::new(fs.clone(), args.attr_ttl, exclusive, writeback),
         &args.mountpoint,
         &cfg,
     )

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::sync::Arc;
@@ -614,6 +615,33 @@ fn open_unlinked_file_stays_usable() {
     assert_eq!(fs::read(m.p("f")).unwrap(), b"new");
 }
 
+/// The tmpfile pattern: unlinked right after its open, before any write
+/// reached esfs (in no-open mode esfs sees no OPEN, and with the writeback
+/// cache a write waits in the kernel's page cache), the file stays usable
+/// and its contents reach esfs and come back from it.
+#[test]
+fn file_unlinked_before_its_first_write_stays_usable() {
+    let m = Mount::new();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("t"))
+        .unwrap();
+    fs::remove_file(m.p("t")).unwrap();
+    f.write_all(b"scratch").unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: plain syscall on a descriptor we own.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(f.read_at(&mut [0u8; 16], 0).unwrap(), 7);
+    let mut buf = [0u8; 7];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"scratch");
+    assert_eq!(f.metadata().unwrap().len(), 7);
+    assert_eq!(names(m.path()), Vec::<String>::new());
+}
+
 /// On the embedded store the kernel opens files without asking esfs (its
 /// no-open mode: no OPEN/RELEASE round trips). Files opened that way, by two
 /// descriptors, written through one and read through the other, unlinked
@@ -624,11 +652,9 @@ fn reopened_file_unlinked_while_open_then_reclaimed() {
     skip_in_plain_mode!("reopened_file_unlinked_while_open_then_reclaimed");
     let m = Mount::new();
     let data_files = || {
-        let mut n = 0;
-        for fan in fs::read_dir(m.data_dir()).unwrap() {
-            n += fs::read_dir(fan.unwrap().path()).unwrap().count();
-        }
-        n
+        use esfs::data::DataStore;
+        let ds = esfs::data::LocalDataStore::open(&m.data_dir()).unwrap();
+        ds.keys().unwrap().len()
     };
     fs::write(m.p("keep"), b"other").unwrap();
     fs::write(m.p("f"), b"hello").unwrap();
@@ -792,9 +818,15 @@ fn read_moves_atime_lazily_but_durably() {
         let st = stat(p);
         (st.st_atime, st.st_atime_nsec)
     };
-    fs::write(&p, b"abc").unwrap(); // a partial page: the read reaches esfs
+    fs::write(&p, b"abc").unwrap();
     let written = mtime_ns(&stat(&p));
     tick();
+    // The kernel keeps the pages it wrote (writeback cache) and reads of
+    // cached pages never reach esfs: drop them, so this one does.
+    let f = File::open(&p).unwrap();
+    // SAFETY: plain syscall on a descriptor we own.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    drop(f);
     assert_eq!(fs::read(&p).unwrap(), b"abc");
     let read_at = atime(&p);
     assert!(
@@ -1474,7 +1506,6 @@ fn readdir_during_mutation_lists_stable_entries_once() {
 
 #[test]
 fn fallocate_extends_keeps_size_and_refuses_punching() {
-    use std::os::fd::AsRawFd;
     let m = Mount::new();
     let f = OpenOptions::new()
         .create(true)

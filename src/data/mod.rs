@@ -3,6 +3,9 @@
 //! the data store only has to return what was written (holes read as zeros).
 
 pub mod chunks;
+mod small;
+
+use small::{INLINE_MAX, SmallFiles};
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -11,6 +14,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use crate::model::now_ns;
 
 /// Capacity figures for statfs, in bytes and file slots.
 #[derive(Clone, Copy, Debug, Default)]
@@ -43,6 +48,11 @@ pub trait DataStore: Send + Sync {
     fn set_mtime(&self, _key: &str, _ns: i64) -> io::Result<()> {
         Ok(())
     }
+    /// `write`, then `set_mtime(ns)`: one step where the store can.
+    fn write_stamped(&self, key: &str, off: u64, data: &[u8], ns: i64) -> io::Result<()> {
+        self.write(key, off, data)?;
+        self.set_mtime(key, ns)
+    }
     /// Set the length (extending leaves a hole).
     fn truncate(&self, key: &str, size: u64) -> io::Result<()>;
     /// Make the contents durable, also against power loss (fsync).
@@ -55,11 +65,16 @@ pub trait DataStore: Send + Sync {
     fn keys(&self) -> io::Result<Vec<String>>;
 }
 
-/// Contents as one sparse file per key under a directory (two-level fan-out
-/// so no directory grows huge). pread/pwrite on cached descriptors.
+/// Contents under a directory: small ones as rows of one SQLite database
+/// (see `small`), the rest as one sparse file per key (two-level fan-out so
+/// no directory grows huge), pread/pwrite on cached descriptors. A cached
+/// descriptor means the key has no row (rows are only made for keys with
+/// no file, and a file outlives its row), so reads and writes of big files
+/// never touch the database.
 pub struct LocalDataStore {
     root: PathBuf,
     files: Mutex<HashMap<String, Arc<File>>>,
+    small: Mutex<SmallFiles>,
 }
 
 /// Descriptors kept open at most; beyond this the cache is cleared (open
@@ -116,6 +131,7 @@ impl LocalDataStore {
         Ok(LocalDataStore {
             root: root.to_path_buf(),
             files: Mutex::new(HashMap::new()),
+            small: Mutex::new(SmallFiles::open(root)?),
         })
     }
 
@@ -130,10 +146,16 @@ impl LocalDataStore {
         self.root.join(fan).join(key)
     }
 
-    /// The descriptor for `key`; `create` makes the file when absent.
+    fn cached(&self, key: &str) -> Option<Arc<File>> {
+        self.files.lock().get(key).cloned()
+    }
+
+    /// The descriptor of `key`'s file, for a key without a row (the caller
+    /// checked, or holds the rows' lock); `create` makes the file when
+    /// absent.
     fn file(&self, key: &str, create: bool) -> io::Result<Option<Arc<File>>> {
-        if let Some(f) = self.files.lock().get(key) {
-            return Ok(Some(f.clone()));
+        if let Some(f) = self.cached(key) {
+            return Ok(Some(f));
         }
         let path = self.path(key);
         let opened = OpenOptions::new().read(true).write(true).open(&path);
@@ -153,21 +175,88 @@ impl LocalDataStore {
             }
             Err(e) => return Err(e),
         };
+        Ok(Some(self.keep(key, file)))
+    }
+
+    fn keep(&self, key: &str, file: File) -> Arc<File> {
         let file = Arc::new(file);
         let mut files = self.files.lock();
         if files.len() >= MAX_OPEN {
             files.clear();
         }
         files.insert(key.to_string(), file.clone());
-        Ok(Some(file))
+        file
     }
-}
 
-impl DataStore for LocalDataStore {
-    fn read(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(f) = self.file(key, false)? else {
-            return Ok(0);
-        };
+    /// A row outgrew [`INLINE_MAX`]: its bytes go to the key's file (any
+    /// stale file from a crashed promotion is overwritten), `then` runs on
+    /// the file, and the row goes last, in the transaction that read it.
+    fn promote(
+        &self,
+        tx: small::Tx<'_>,
+        key: &str,
+        blob: &[u8],
+        then: impl FnOnce(&File) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.files.lock().remove(key);
+        let path = self.path(key);
+        std::fs::create_dir_all(path.parent().expect("fan-out dir"))?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        f.write_all_at(blob, 0)?;
+        then(&f)?;
+        tx.delete(key)?;
+        tx.commit()?;
+        self.keep(key, f);
+        Ok(())
+    }
+
+    /// A write, its content's mtime set to `ns` when given (rows stamp
+    /// the time of the write otherwise).
+    fn write_at(&self, key: &str, off: u64, data: &[u8], ns: Option<i64>) -> io::Result<()> {
+        if let Some(f) = self.cached(key) {
+            return Self::write_file(&f, off, data, ns);
+        }
+        let end = off + data.len() as u64;
+        let mut small = self.small.lock();
+        let tx = small.begin()?;
+        if let Some((mut blob, _)) = tx.get(key)? {
+            if end <= INLINE_MAX {
+                small::splice(&mut blob, off, data);
+                tx.put(key, &blob, ns.unwrap_or_else(now_ns))?;
+                return tx.commit();
+            }
+            return self.promote(tx, key, &blob, |f| Self::write_file(f, off, data, ns));
+        }
+        if end <= INLINE_MAX && self.file(key, false)?.is_none() {
+            let mut blob = Vec::new();
+            small::splice(&mut blob, off, data);
+            tx.put(key, &blob, ns.unwrap_or_else(now_ns))?;
+            return tx.commit();
+        }
+        // Made while the rows are locked, so no row appears beside it.
+        let f = self.file(key, true)?.expect("created");
+        drop(tx);
+        drop(small);
+        Self::write_file(&f, off, data, ns)
+    }
+
+    fn write_file(f: &File, off: u64, data: &[u8], ns: Option<i64>) -> io::Result<()> {
+        f.write_all_at(data, off)?;
+        if data.len() >= STREAM_WRITE {
+            drop_behind(f, off, off + data.len() as u64);
+        }
+        match ns {
+            Some(ns) => f.set_modified(crate::model::system_time(ns)),
+            None => Ok(()),
+        }
+    }
+
+    fn read_file(f: &File, off: u64, buf: &mut [u8]) -> io::Result<usize> {
         let mut done = 0;
         while done < buf.len() {
             match f.read_at(&mut buf[done..], off + done as u64) {
@@ -179,25 +268,62 @@ impl DataStore for LocalDataStore {
         }
         Ok(done)
     }
+}
+
+impl DataStore for LocalDataStore {
+    fn read(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(f) = self.cached(key) {
+            return Self::read_file(&f, off, buf);
+        }
+        if let Some((blob, _)) = self.small.lock().get(key)? {
+            return Ok(small::read_from(&blob, off, buf));
+        }
+        match self.file(key, false)? {
+            Some(f) => Self::read_file(&f, off, buf),
+            None => Ok(0),
+        }
+    }
 
     fn write(&self, key: &str, off: u64, data: &[u8]) -> io::Result<()> {
-        let f = self.file(key, true)?.expect("created");
-        f.write_all_at(data, off)?;
-        if data.len() >= STREAM_WRITE {
-            drop_behind(&f, off, off + data.len() as u64);
-        }
-        Ok(())
+        self.write_at(key, off, data, None)
+    }
+
+    fn write_stamped(&self, key: &str, off: u64, data: &[u8], ns: i64) -> io::Result<()> {
+        self.write_at(key, off, data, Some(ns))
     }
 
     fn truncate(&self, key: &str, size: u64) -> io::Result<()> {
-        if size == 0 && self.file(key, false)?.is_none() {
-            return Ok(());
+        if let Some(f) = self.cached(key) {
+            return f.set_len(size);
         }
-        self.file(key, true)?.expect("created").set_len(size)
+        let mut small = self.small.lock();
+        let tx = small.begin()?;
+        if let Some((mut blob, _)) = tx.get(key)? {
+            if size <= INLINE_MAX {
+                blob.resize(size as usize, 0);
+                tx.put(key, &blob, now_ns())?;
+                return tx.commit();
+            }
+            return self.promote(tx, key, &blob, |f| f.set_len(size));
+        }
+        match self.file(key, false)? {
+            Some(f) => f.set_len(size),
+            None if size == 0 => Ok(()),
+            None if size <= INLINE_MAX => {
+                tx.put(key, &vec![0; size as usize], now_ns())?;
+                tx.commit()
+            }
+            None => self.file(key, true)?.expect("created").set_len(size),
+        }
     }
 
     fn stat(&self, key: &str) -> io::Result<Option<(u64, i64)>> {
         use std::os::unix::fs::MetadataExt;
+        if self.cached(key).is_none()
+            && let Some((blob, mtime)) = self.small.lock().get(key)?
+        {
+            return Ok(Some((blob.len() as u64, mtime)));
+        }
         match std::fs::metadata(self.path(key)) {
             Ok(m) => Ok(Some((m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec()))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -206,6 +332,9 @@ impl DataStore for LocalDataStore {
     }
 
     fn set_mtime(&self, key: &str, ns: i64) -> io::Result<()> {
+        if self.cached(key).is_none() && self.small.lock().set_mtime(key, ns)? {
+            return Ok(());
+        }
         match self.file(key, false)? {
             Some(f) => f.set_modified(crate::model::system_time(ns)),
             None => Ok(()),
@@ -213,6 +342,12 @@ impl DataStore for LocalDataStore {
     }
 
     fn sync(&self, key: &str) -> io::Result<()> {
+        if self.cached(key).is_none() {
+            let small = self.small.lock();
+            if small.get(key)?.is_some() {
+                return small.sync();
+            }
+        }
         match self.file(key, false)? {
             Some(f) => f.sync_data(),
             None => Ok(()),
@@ -221,10 +356,14 @@ impl DataStore for LocalDataStore {
 
     fn remove(&self, key: &str) -> io::Result<()> {
         self.files.lock().remove(key);
+        // The file first: a crash in between leaves a row, which is the
+        // content either way (an orphan for fsck), never a stale file
+        // standing in for it.
         match std::fs::remove_file(self.path(key)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
         }
+        self.small.lock().remove(key)
     }
 
     fn release(&self, key: &str) {
@@ -249,7 +388,7 @@ impl DataStore for LocalDataStore {
     }
 
     fn keys(&self) -> io::Result<Vec<String>> {
-        let mut out = Vec::new();
+        let mut out = self.small.lock().keys()?;
         for fan in std::fs::read_dir(&self.root)? {
             let fan = fan?;
             if !fan.file_type()?.is_dir() {
@@ -259,6 +398,8 @@ impl DataStore for LocalDataStore {
                 out.push(f?.file_name().to_string_lossy().into_owned());
             }
         }
+        out.sort_unstable();
+        out.dedup();
         Ok(out)
     }
 }
@@ -285,5 +426,107 @@ mod tests {
         ds.remove("42").unwrap();
         assert!(ds.keys().unwrap().is_empty());
         assert!(ds.capacity().unwrap().total_bytes > 0);
+    }
+
+    fn files_under(root: &Path) -> usize {
+        std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .map(|d| std::fs::read_dir(d).unwrap().count())
+            .sum()
+    }
+
+    fn read_all(ds: &LocalDataStore, key: &str) -> Vec<u8> {
+        let mut buf = vec![0u8; 4 * INLINE_MAX as usize];
+        let n = ds.read(key, 0, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn small_contents_are_rows_until_they_outgrow_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = LocalDataStore::open(dir.path()).unwrap();
+        ds.write("7", 0, b"hello").unwrap();
+        ds.write("7", 8, b"world").unwrap();
+        assert_eq!(read_all(&ds, "7"), b"hello\0\0\0world");
+        assert_eq!(files_under(dir.path()), 0, "a small content makes no file");
+        ds.set_mtime("7", 1234).unwrap();
+        assert_eq!(ds.stat("7").unwrap(), Some((13, 1234)));
+        ds.write_stamped("7", 0, b"H", 5678).unwrap();
+        assert_eq!(ds.stat("7").unwrap(), Some((13, 5678)));
+        ds.write_stamped("7", 0, b"h", 1234).unwrap();
+        ds.truncate("7", 4).unwrap();
+        assert_eq!(read_all(&ds, "7"), b"hell");
+        ds.truncate("8", 3).unwrap();
+        assert_eq!(read_all(&ds, "8"), [0, 0, 0]);
+        ds.sync("7").unwrap();
+        assert_eq!(ds.keys().unwrap(), ["7", "8"]);
+
+        // Growing past the limit moves the bytes to a file; the row goes.
+        let big = vec![9u8; INLINE_MAX as usize];
+        ds.write("7", 2, &big).unwrap();
+        assert_eq!(files_under(dir.path()), 1);
+        let got = read_all(&ds, "7");
+        assert_eq!(&got[..2], b"he");
+        assert_eq!(&got[2..], &big[..]);
+        assert!(ds.small.lock().get("7").unwrap().is_none());
+        // A file never turns back into a row, even when cut down, and a
+        // fresh store (no cached descriptor) finds it.
+        ds.truncate("7", 1).unwrap();
+        ds.write_stamped("7", 0, b"h", 4321).unwrap();
+        assert_eq!(ds.stat("7").unwrap(), Some((1, 4321)));
+        drop(ds);
+        let ds = LocalDataStore::open(dir.path()).unwrap();
+        ds.write("7", 1, b"i").unwrap();
+        assert_eq!(read_all(&ds, "7"), b"hi");
+        assert_eq!(files_under(dir.path()), 1);
+        assert_eq!(ds.keys().unwrap(), ["7", "8"]);
+        // A truncate can promote too.
+        ds.truncate("8", INLINE_MAX + 1).unwrap();
+        assert_eq!(read_all(&ds, "8").len() as u64, INLINE_MAX + 1);
+        for k in ["7", "8"] {
+            ds.remove(k).unwrap();
+        }
+        assert!(ds.keys().unwrap().is_empty());
+        assert_eq!(files_under(dir.path()), 0);
+    }
+
+    /// A promotion that died between writing the file and deleting the row
+    /// leaves both: the row is the content, and the next promotion
+    /// overwrites the stale file.
+    #[test]
+    fn a_row_wins_over_a_stale_file_of_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = LocalDataStore::open(dir.path()).unwrap();
+        ds.write("15", 0, b"row").unwrap();
+        std::fs::create_dir_all(dir.path().join("15")).unwrap();
+        std::fs::write(dir.path().join("15/15"), vec![1u8; 100_000]).unwrap();
+        assert_eq!(read_all(&ds, "15"), b"row");
+        assert_eq!(ds.stat("15").unwrap().unwrap().0, 3);
+        ds.write("15", 3, b"!").unwrap();
+        assert_eq!(read_all(&ds, "15"), b"row!");
+        ds.write("15", INLINE_MAX, b"end").unwrap();
+        let got = read_all(&ds, "15");
+        assert_eq!(got.len() as u64, INLINE_MAX + 3);
+        assert_eq!(&got[..4], b"row!");
+        assert!(got[4..INLINE_MAX as usize].iter().all(|&b| b == 0));
+        assert_eq!(ds.keys().unwrap(), ["15"]);
+    }
+
+    /// Mounts sharing a data directory see each other's rows.
+    #[test]
+    fn two_stores_on_one_directory_share_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = LocalDataStore::open(dir.path()).unwrap();
+        let b = LocalDataStore::open(dir.path()).unwrap();
+        a.write("3", 0, b"from a").unwrap();
+        assert_eq!(read_all(&b, "3"), b"from a");
+        b.write("3", 5, b"b, then a").unwrap();
+        assert_eq!(read_all(&a, "3"), b"from b, then a");
+        b.write("3", 0, &vec![5u8; INLINE_MAX as usize + 1])
+            .unwrap();
+        assert_eq!(read_all(&a, "3").len() as u64, INLINE_MAX + 1);
     }
 }

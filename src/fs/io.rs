@@ -198,16 +198,26 @@ impl Fs {
         if end > i64::MAX as u64 {
             return Err(FsError::TooBig);
         }
-        self.data.write(&key, off, data)?;
-        let now = now_ns();
+        let kernel_times = self.kernel_times.load(Ordering::Relaxed);
+        let now = if kernel_times {
+            // The time the kernel gave this file last: a newer one follows
+            // in a SETATTR if the write moved it.
+            self.with_state(ino, |st| st.mtime_ns)?
+        } else {
+            now_ns()
+        };
         if self.journal.is_some() {
             // The data's own mtime is what a crash recovery will read.
-            self.data.set_mtime(&key, now)?;
+            self.data.write_stamped(&key, off, data, now)?;
+        } else {
+            self.data.write(&key, off, data)?;
         }
         self.with_state(ino, |st| {
             st.size = st.size.max(end);
-            st.mtime_ns = now;
-            st.ctime_ns = now;
+            if !kernel_times {
+                st.mtime_ns = now;
+                st.ctime_ns = now;
+            }
             st.dirty = true;
             st.wrote = true;
             st.epoch += 1;
@@ -219,6 +229,57 @@ impl Fs {
             j.mark(ino)?;
         }
         Ok(data.len() as u32)
+    }
+
+    /// A setattr of a write's times alone, with lazy close: kept in the
+    /// file's state like a write's, so it costs no store write. In the
+    /// kernel's writeback-cache mode a close of a written file sends one
+    /// when the write moved the times (the kernel owns them and hands them
+    /// over). Returns `None` for any other setattr.
+    pub(super) fn set_times_in_memory(&self, ino: u64, set: &SetAttr) -> FsResult<Option<Inode>> {
+        let SetAttr {
+            mode: None,
+            uid: None,
+            gid: None,
+            size: None,
+            atime: None,
+            mtime,
+            ctime: Some(ctime),
+        } = *set
+        else {
+            return Ok(None);
+        };
+        // Only the times of a write (mtime = ctime): recovery after a crash
+        // gets them back from the data's mtime. A ctime of its own (the
+        // kernel's after a link or rename) is persisted like any setattr.
+        let Some(TimeSpec::At(mtime)) = mtime else {
+            return Ok(None);
+        };
+        if mtime != ctime || !self.lazy_close() {
+            return Ok(None);
+        }
+        let (mut inode, _) = self.get_inode(ino)?;
+        let Some(key) = inode.content.clone() else {
+            return Ok(None);
+        };
+        if inode.kind != Kind::File {
+            return Ok(None);
+        }
+        // What a crash recovery reads (see `replay_journal`).
+        self.data.set_mtime(&key, mtime)?;
+        self.with_state(ino, |st| {
+            st.mtime_ns = mtime;
+            st.ctime_ns = ctime;
+            st.dirty = true;
+            st.wrote = true;
+            st.epoch += 1;
+        })?;
+        if let Some(j) = &self.journal {
+            j.mark(ino)?;
+        }
+        self.overlay(&mut inode);
+        self.content_changed(ino);
+        Ok(Some(inode))
     }
 
     /// fallocate(2): space is not reserved ahead (contents are sparse files or
@@ -615,5 +676,11 @@ impl Fs {
             st.dirty = false;
             st.wrote = false;
         }
+    }
+
+    /// The kernel took over files' sizes and times (writeback-cache mode).
+    pub fn kernel_keeps_times(&self) {
+        self.kernel_times.store(true, Ordering::Relaxed);
+        crate::model::use_kernel_clock();
     }
 }

@@ -123,6 +123,9 @@ pub struct Fs {
     open: Mutex<HashMap<u64, io::OpenState>>,
     /// States dropped so far (changed under the `open` lock).
     state_drops: AtomicU64,
+    /// The kernel keeps files' sizes and times (its writeback-cache mode):
+    /// writes leave mtime/ctime to the SETATTR it sends at close.
+    kernel_times: std::sync::atomic::AtomicBool,
     /// atime updates from reads not yet in the store (see `write_back_atimes`).
     atimes: Mutex<HashMap<u64, i64>>,
     /// Inodes on which this mount holds advisory locks.
@@ -178,6 +181,7 @@ impl Fs {
             dirs: RwLock::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
             state_drops: AtomicU64::new(0),
+            kernel_times: Default::default(),
             atimes: Mutex::new(HashMap::new()),
             plocked: Mutex::new(Default::default()),
             lookups: Mutex::new(HashMap::new()),
@@ -715,6 +719,9 @@ impl Fs {
 
     pub fn setattr(&self, ctx: Ctx, ino: u64, set: SetAttr) -> FsResult<Inode> {
         let _ = ctx; // ownership rules are enforced by the kernel (default_permissions)
+        if let Some(inode) = self.set_times_in_memory(ino, &set)? {
+            return Ok(inode);
+        }
         // Persist pending writes first so they cannot overwrite what we set.
         self.persist(ino)?;
         let now = now_ns();

@@ -311,12 +311,15 @@ impl Fs {
     /// inode, unless it is still in use (then the last close or forget does).
     pub(super) fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
         let now = now_ns();
-        // Only an open handle (or, for a directory, the kernel's reference:
-        // it may be a process's cwd) keeps an unlinked inode alive. A file the
-        // kernel merely remembers cannot be reached by name any more, so its
-        // document goes now rather than after an orphan write and the forget.
+        // An open handle, or the kernel's reference, keeps an unlinked inode
+        // alive until the forget: a directory may be a process's cwd, and in
+        // no-open mode (exclusive mounts) a file may be open without esfs
+        // knowing, with its writes still in the kernel's page cache. With
+        // OPEN/RELEASE (Elasticsearch) a file only the kernel remembers
+        // cannot be reached by name any more, so its document goes now.
         let open = self.is_open(ino);
         let referenced = open || self.lookups.lock().contains_key(&ino);
+        let keep_file = if self.cfg.exclusive { referenced } else { open };
         let (i, fate) = self.change_inode(ino, |i| {
             // Idempotent (crash recovery re-runs it): only a present link counts.
             if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
@@ -331,7 +334,7 @@ impl Fs {
                     && if i.kind == Kind::Dir {
                         referenced
                     } else {
-                        open
+                        keep_file
                     };
             }
             // The last name of an unused inode: delete the document at once

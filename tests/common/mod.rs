@@ -50,20 +50,31 @@ pub struct Mount {
     /// Where metadata and contents live: `--store/--data` in the tempdir by
     /// default, or e.g. `--es URL --index NAME`.
     backend: Option<Vec<String>>,
+    /// Extra `-o` options.
+    options: Vec<String>,
 }
 
 impl Mount {
     pub fn new() -> Mount {
-        Mount::build(None, true)
+        Mount::build(None, true, &[])
+    }
+
+    /// The embedded store with extra mount options. Never plain.
+    pub fn with_options(options: &[&str]) -> Mount {
+        Mount::build(None, false, options)
     }
 
     /// A mount on another backend, given as `esfs mount` arguments (e.g.
     /// `["--es", url, "--index", name]`). Never plain: these test esfs itself.
     pub fn with_backend(args: &[&str]) -> Mount {
-        Mount::build(Some(args.iter().map(|a| a.to_string()).collect()), false)
+        Mount::build(
+            Some(args.iter().map(|a| a.to_string()).collect()),
+            false,
+            &[],
+        )
     }
 
-    fn build(backend: Option<Vec<String>>, allow_plain: bool) -> Mount {
+    fn build(backend: Option<Vec<String>>, allow_plain: bool, options: &[&str]) -> Mount {
         let tmp = tempfile::Builder::new()
             .prefix("esfs-test-")
             .tempdir()
@@ -82,6 +93,7 @@ impl Mount {
             watchdog: None,
             plain: allow_plain && plain_mode(),
             backend,
+            options: options.iter().map(|o| o.to_string()).collect(),
         };
         if !m.plain {
             m.start();
@@ -147,6 +159,7 @@ impl Mount {
             .arg("--foreground")
             .arg("-o")
             .arg("allow_other")
+            .args(self.options.iter().flat_map(|o| ["-o", o.as_str()]))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
