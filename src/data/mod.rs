@@ -221,6 +221,10 @@ impl LocalDataStore {
         if let Some(f) = self.cached(key) {
             return Self::write_file(&f, off, data, ns);
         }
+        if data.is_empty() {
+            // Nothing to store, and a row must not grow to `off`.
+            return Ok(());
+        }
         let end = off + data.len() as u64;
         let mut small = self.small.lock();
         let tx = small.begin()?;

@@ -1,8 +1,8 @@
 //! Small contents as rows of one SQLite database in the data directory.
 //!
 //! Making a file is the dearest thing a local filesystem does for a small
-//! file: here ext4 spends ~600 us of kernel CPU per create, against ~20 us
-//! for a row. So a content starts as a row (`small(key, data, mtime)`) and
+//! file: here ext4 spends ~600 us of kernel CPU per create, against tens of
+//! microseconds for a row. So a content starts as a row (`small(key, data, mtime)`) and
 //! becomes a file of its own only when it grows past [`INLINE_MAX`], like
 //! Haystack/SeaweedFS pack small blobs into volumes and ext4 keeps tiny
 //! files inline.
