@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::sync::Arc;
@@ -622,23 +621,7 @@ fn open_unlinked_file_stays_usable() {
 #[test]
 fn file_unlinked_before_its_first_write_stays_usable() {
     let m = Mount::new();
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(m.p("t"))
-        .unwrap();
-    fs::remove_file(m.p("t")).unwrap();
-    f.write_all(b"scratch").unwrap();
-    f.sync_all().unwrap();
-    // SAFETY: plain syscall on a descriptor we own.
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(f.read_at(&mut [0u8; 16], 0).unwrap(), 7);
-    let mut buf = [0u8; 7];
-    f.read_exact_at(&mut buf, 0).unwrap();
-    assert_eq!(&buf, b"scratch");
-    assert_eq!(f.metadata().unwrap().len(), 7);
+    check_tmpfile_pattern(&m, 7);
     assert_eq!(names(m.path()), Vec::<String>::new());
 }
 
@@ -823,10 +806,7 @@ fn read_moves_atime_lazily_but_durably() {
     tick();
     // The kernel keeps the pages it wrote (writeback cache) and reads of
     // cached pages never reach esfs: drop them, so this one does.
-    let f = File::open(&p).unwrap();
-    // SAFETY: plain syscall on a descriptor we own.
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    drop(f);
+    drop_cached_pages(&File::open(&p).unwrap());
     assert_eq!(fs::read(&p).unwrap(), b"abc");
     let read_at = atime(&p);
     assert!(
@@ -1506,6 +1486,7 @@ fn readdir_during_mutation_lists_stable_entries_once() {
 
 #[test]
 fn fallocate_extends_keeps_size_and_refuses_punching() {
+    use std::os::fd::AsRawFd;
     let m = Mount::new();
     let f = OpenOptions::new()
         .create(true)

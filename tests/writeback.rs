@@ -8,9 +8,8 @@ mod common;
 
 use common::*;
 use std::fs::{self, OpenOptions};
-use std::io::{Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 fn wb() -> Mount {
@@ -96,22 +95,7 @@ fn writes_move_times_and_show_at_once() {
 #[test]
 fn file_unlinked_before_its_first_write_stays_usable() {
     let m = wb();
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(m.p("t"))
-        .unwrap();
-    fs::remove_file(m.p("t")).unwrap();
-    f.write_all(&pattern(100_000, 9)).unwrap();
-    f.sync_all().unwrap();
-    // SAFETY: plain syscall on a descriptor we own.
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    let mut buf = vec![0u8; 100_000];
-    f.read_exact_at(&mut buf, 0).unwrap();
-    assert_eq!(buf, pattern(100_000, 9));
-    f.seek(SeekFrom::Start(0)).unwrap();
+    let f = check_tmpfile_pattern(&m, 100_000);
     f.set_len(10).unwrap();
     assert_eq!(f.metadata().unwrap().len(), 10);
     assert_eq!(f.metadata().unwrap().nlink(), 0);

@@ -212,12 +212,21 @@ impl Fs {
         } else {
             self.data.write(&key, off, data)?;
         }
-        self.with_state(ino, |st| {
+        self.note_write(ino, |st| {
             st.size = st.size.max(end);
             if !kernel_times {
                 st.mtime_ns = now;
                 st.ctime_ns = now;
             }
+        })?;
+        Ok(data.len() as u32)
+    }
+
+    /// Apply what a write changed (`f`) to `ino`'s state, mark it written,
+    /// and journal it.
+    fn note_write(&self, ino: u64, f: impl FnOnce(&mut OpenState)) -> FsResult<()> {
+        self.with_state(ino, |st| {
+            f(st);
             st.dirty = true;
             st.wrote = true;
             st.epoch += 1;
@@ -228,7 +237,7 @@ impl Fs {
         if let Some(j) = &self.journal {
             j.mark(ino)?;
         }
-        Ok(data.len() as u32)
+        Ok(())
     }
 
     /// A setattr of a write's times alone, with lazy close: kept in the
@@ -267,16 +276,10 @@ impl Fs {
         }
         // What a crash recovery reads (see `replay_journal`).
         self.data.set_mtime(&key, mtime)?;
-        self.with_state(ino, |st| {
+        self.note_write(ino, |st| {
             st.mtime_ns = mtime;
             st.ctime_ns = ctime;
-            st.dirty = true;
-            st.wrote = true;
-            st.epoch += 1;
         })?;
-        if let Some(j) = &self.journal {
-            j.mark(ino)?;
-        }
         self.overlay(&mut inode);
         self.content_changed(ino);
         Ok(Some(inode))

@@ -693,3 +693,35 @@ pub fn bulk_files(store: &dyn esfs::store::MetaStore, dino: u64, dir: &str, n: u
     }
     store.refresh(Idx::Entries).unwrap();
 }
+
+/// Drop a file's cached pages, so its next read reaches the filesystem.
+pub fn drop_cached_pages(f: &fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a descriptor the caller owns.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+}
+
+/// The tmpfile pattern: a file unlinked right after its open, before any
+/// write reached the filesystem, stays usable, and its `len` bytes reach
+/// the filesystem and come back from it. Returns the open file.
+pub fn check_tmpfile_pattern(m: &Mount, len: usize) -> fs::File {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("tmpfile"))
+        .unwrap();
+    fs::remove_file(m.p("tmpfile")).unwrap();
+    f.write_all(&pattern(len, 9)).unwrap();
+    f.sync_all().unwrap();
+    drop_cached_pages(&f);
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, pattern(len, 9));
+    assert_eq!(f.metadata().unwrap().len(), len as u64);
+    assert!(!m.p("tmpfile").exists());
+    f
+}
