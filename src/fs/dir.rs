@@ -16,7 +16,7 @@
 use super::*;
 use crate::store::{Query, SearchRequest, Sort};
 use serde::Deserialize;
-use std::hash::BuildHasherDefault;
+use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::atomic::Ordering;
 
 #[derive(Clone, Debug)]
@@ -52,17 +52,26 @@ impl DirItem {
     }
 }
 
-/// Whether `name` (at `cookie`) was not yet returned since the rewind.
-fn first_time(returned: &mut Returned, name: &[u8], cookie: u64) -> bool {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    std::hash::Hash::hash(name, &mut hasher);
-    *returned
-        .entry(std::hash::Hasher::finish(&hasher))
-        .or_insert(cookie)
-        == cookie
+/// Names returned since the last rewind: hash of the name -> its cookie.
+/// The hash is keyed per handle (std's random SipHash keys): with fixed
+/// keys, names crafted to collide could hide one another from a listing.
+#[derive(Default)]
+struct Returned {
+    keys: std::collections::hash_map::RandomState,
+    seen: HashMap<u64, u64, BuildHasherDefault<Prehashed>>,
 }
 
-type Returned = HashMap<u64, u64, BuildHasherDefault<Prehashed>>;
+impl Returned {
+    /// Whether `name` (at `cookie`) was not yet returned since the rewind.
+    fn first_time(&mut self, name: &[u8], cookie: u64) -> bool {
+        let hash = self.keys.hash_one(name);
+        *self.seen.entry(hash).or_insert(cookie) == cookie
+    }
+
+    fn clear(&mut self) {
+        self.seen.clear();
+    }
+}
 
 #[derive(Default)]
 pub(super) struct DirHandle {
@@ -78,7 +87,7 @@ pub(super) struct DirHandle {
     returned: Returned,
 }
 
-/// The `returned` keys are already SipHash values: hashing them again
+/// The `Returned` keys are already SipHash values: hashing them again
 /// was a tenth of a listing's cost.
 #[derive(Default)]
 pub(super) struct Prehashed(u64);
@@ -149,7 +158,7 @@ impl Fs {
             let returned = &mut h.returned;
             let served = self.store.cached_children(ino, offset, &mut |c| {
                 let name = decode_cow(c.name);
-                first_time(returned, &name, c.cookie)
+                returned.first_time(&name, c.cookie)
                     && add(DirEnt {
                         offset: c.cookie,
                         ino: c.ino,
@@ -181,7 +190,7 @@ impl Fs {
         };
         let DirHandle { page, returned, .. } = &mut *h;
         for it in &page[pos..] {
-            if first_time(returned, &it.name, it.offset) && add(it.ent()) {
+            if returned.first_time(&it.name, it.offset) && add(it.ent()) {
                 break;
             }
         }

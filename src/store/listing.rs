@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use compact_str::CompactString;
 use serde_json::Value;
 
 /// One child as listed: borrowed from the cache.
@@ -56,7 +57,9 @@ const DIR_OVERHEAD: usize = 256;
 struct Row {
     /// The entry id's part after `<parent>/`.
     key: Arc<str>,
-    name: Box<str>,
+    /// Inline up to 24 bytes: a listing reads every name, and a name in its
+    /// own allocation cost a cache miss per entry (a third of a listing).
+    name: CompactString,
     ino: u64,
     kind: &'static str,
 }
@@ -174,7 +177,7 @@ impl Listings {
             cookie,
             Row {
                 key,
-                name: name.into(),
+                name: CompactString::new(name),
                 ino,
                 kind,
             },
