@@ -389,6 +389,17 @@ fn statfs_and_df_are_sensible() {
     assert_eq!(used(), before);
     let dfi = sh_ok(dir, "df -i . | tail -1");
     assert!(dfi.split_whitespace().nth(2) == Some("1"), "{dfi}");
+
+    // A removed file's space is free at once (its contents are deleted by
+    // the write-back, which statfs does not wait for). Margins: other
+    // tests write to the same disk meanwhile.
+    let avail = || -> u64 { sh_ok(dir, "stat -f -c '%a' .").trim().parse().unwrap() };
+    sh_ok(dir, "head -c 256M /dev/zero > big && sync big");
+    let full = avail();
+    sh_ok(dir, "rm big");
+    let freed = avail().saturating_sub(full) * 4096;
+    assert!(freed >= 128 << 20, "rm of 256 MiB freed {freed} bytes");
+    assert_eq!(used(), before);
 }
 
 /// The fstab helper translates mount(8)'s call into `esfs mount`.

@@ -539,7 +539,7 @@ impl Fs {
 
     /// Finish the forgets left to the write-back: unlinked inodes the
     /// kernel let go of are deleted, many per transaction.
-    pub(super) fn finish_forgotten(&self) -> FsResult<()> {
+    fn finish_forgotten(&self) -> FsResult<()> {
         let forgotten = std::mem::take(&mut *self.forgotten.lock());
         for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
             self.batch(|| {

@@ -387,6 +387,26 @@ impl Fs {
         }
     }
 
+    /// Unlinked inodes the kernel let go of that the write-back has yet to
+    /// delete (see `forget`): how many, and their blocks.
+    fn pending_deletions(&self) -> (u64, u64) {
+        let inos = self.forgotten.lock().clone();
+        let (mut n, mut blocks) = (0, 0);
+        for ino in inos {
+            let open = self.open.lock().get(&ino).map(|st| st.open_handles());
+            if open.is_some_and(|h| h > 0) || self.lookups.lock().contains_key(&ino) {
+                continue;
+            }
+            if let Ok((inode, _)) = self.get_inode(ino)
+                && inode.nlink == 0
+            {
+                n += 1;
+                blocks += inode.size.div_ceil(BLOCK_SIZE);
+            }
+        }
+        (n, blocks)
+    }
+
     /// Whether the kernel or an open handle still references `ino`.
     fn in_use(&self, ino: u64) -> bool {
         self.is_open(ino) || self.lookups.lock().contains_key(&ino)
@@ -791,16 +811,22 @@ impl Fs {
     }
 
     pub fn statfs(&self) -> FsResult<StatFs> {
-        // Removed files free their inode and space now, as df expects.
-        self.finish_forgotten()?;
+        // Removed files count as freed at once, as df expects, but their
+        // deletion stays with the write-back: deleting a big file's
+        // contents can take a tenth of a second, and tools call statfs
+        // while they work (grep -r and find do, once per tree).
         let cap = self.data.capacity()?;
-        let used = self
+        // Counted before the pending deletions: one the write-back does
+        // in between then shows as used for a moment, never as freed twice.
+        let stored = self
             .store
             .count(Idx::Inodes, &crate::store::Query::MatchAll)?;
+        let (pending, pending_blocks) = self.pending_deletions();
+        let used = stored.saturating_sub(pending);
         Ok(StatFs {
             blocks: cap.total_bytes / BLOCK_SIZE,
-            bfree: cap.free_bytes / BLOCK_SIZE,
-            bavail: cap.avail_bytes / BLOCK_SIZE,
+            bfree: cap.free_bytes / BLOCK_SIZE + pending_blocks,
+            bavail: cap.avail_bytes / BLOCK_SIZE + pending_blocks,
             files: used + cap.free_files,
             ffree: cap.free_files,
             bsize: BLOCK_SIZE as u32,
