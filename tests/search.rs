@@ -41,14 +41,24 @@ fn grep(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// The index really narrows: after a flush (any search does one) the text
-/// files are indexed, and a text query finds exactly the files holding it.
+/// The index really narrows: once the indexer has caught up (a quiet second
+/// after the last change) the text files are indexed, and a text query
+/// finds exactly the files holding it.
 fn assert_narrowing(m: &Mount, store: &dyn MetaStore) {
-    search(m.path(), &["-q", "anything"]);
-    store.refresh(Idx::Entries).unwrap();
-    let text = store
-        .count(Idx::Entries, &Query::term("indexed", "text"))
-        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let indexed = || {
+        // A search makes the mount's writes visible to this reader.
+        search(m.path(), &["-q", "anything"]);
+        store.refresh(Idx::Entries).unwrap();
+        store
+            .count(Idx::Entries, &Query::term("indexed", "text"))
+            .unwrap()
+    };
+    let mut text = indexed();
+    while text <= 200 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        text = indexed();
+    }
     assert!(text > 200, "only {text} files indexed as text");
     let too_large = store
         .count(Idx::Entries, &Query::term("indexed", "too_large"))
@@ -417,6 +427,47 @@ fn filters_grouping_tags_json_and_statuses() {
     );
 }
 
+/// A search issued right after a large `cp -a` answers at once, exactly as
+/// `grep -r`: files the indexer has not reached yet are scanned, the search
+/// does not wait for the backlog (it used to wait 25-36 s after 8785 files).
+fn search_right_after_a_large_copy(m: &Mount) {
+    sh_ok(m.path(), "cp -a /usr/include/linux inc");
+    let o = Command::new(env!("CARGO_BIN_EXE_esfs"))
+        .args([
+            "search",
+            "-rn",
+            "SPDX-License-Identifier: GPL-2.0 WITH",
+            "inc",
+        ])
+        .current_dir(m.path())
+        .env("RUST_LOG", "debug")
+        .output()
+        .expect("run esfs search");
+    let log = String::from_utf8_lossy(&o.stderr);
+    let got = String::from_utf8_lossy(&o.stdout);
+    let want = grep(
+        m.path(),
+        &["-rn", "SPDX-License-Identifier: GPL-2.0 WITH", "inc"],
+    )
+    .1;
+    assert!(!want.is_empty());
+    assert_eq!(sorted(&got), sorted(&want));
+    // It did not wait: the mount still had files queued for indexing when
+    // the search read its description.
+    let pending: u64 = log
+        .lines()
+        .find_map(|l| l.split_once(" changes still being indexed"))
+        .and_then(|(before, _)| before.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(pending > 0, "the search waited for the indexer:\n{log}");
+}
+
+#[test]
+fn search_right_after_a_large_copy_does_not_wait_for_the_indexer() {
+    skip_in_plain_mode!("search_right_after_a_large_copy_does_not_wait_for_the_indexer");
+    search_right_after_a_large_copy(&Mount::new());
+}
+
 // ---------------------------------------------------------------- Elasticsearch
 
 #[test]
@@ -445,6 +496,22 @@ fn search_equals_grep_on_elasticsearch() {
         out.lines().any(|l| l.starts_with("t/gen/a/bee/many (")),
         "{out}"
     );
+    drop(m);
+    drop(server);
+}
+
+#[test]
+fn search_right_after_a_large_copy_on_elasticsearch_does_not_wait() {
+    let server = match std::env::var("ESFS_ES_URL") {
+        Ok(_) => None,
+        Err(_) => {
+            Some(es_test_server::EsTestServer::start("127.0.0.1:0").expect("start test server"))
+        }
+    };
+    let url = std::env::var("ESFS_ES_URL").unwrap_or_else(|_| server.as_ref().unwrap().url());
+    let index = format!("esfs-search-copy-{}", std::process::id());
+    let m = Mount::with_backend(&["--es", &url, "--index", &index]);
+    search_right_after_a_large_copy(&m);
     drop(m);
     drop(server);
 }

@@ -2,9 +2,9 @@
 //!
 //! PATHs on an esfs mount are searched through the mount's store: the
 //! command finds the mount in /proc/self/mountinfo, reads the reserved
-//! xattr [`FLUSH_XATTR`](super::FLUSH_XATTR) of its root (which waits
-//! until the mount has indexed everything closed before, and says where the
-//! store is), opens that store read-only beside the mount, asks it for the
+//! xattr [`FLUSH_XATTR`](super::FLUSH_XATTR) of its root (which writes back
+//! pending sizes and times, without waiting for the indexer, and says where
+//! the store is), opens that store read-only beside the mount, asks it for the
 //! candidate files and runs grep over them through the mount. PATHs
 //! elsewhere are handed to `grep -r` as they are. With `--store DIR` or
 //! `--es URL` it works on a store directly (PATHs are then paths inside
@@ -138,9 +138,9 @@ pub struct SearchArgs {
     pub index: Option<String>,
     #[command(flatten)]
     pub auth: crate::cli::EsAuth,
-    /// Do not wait for the mount's pending indexing (results are the same;
-    /// files not indexed yet are simply read).
-    #[arg(long)]
+    /// Accepted for older scripts: search never waits for the mount's
+    /// pending indexing (files not indexed yet are read).
+    #[arg(long, hide = true)]
     pub no_flush: bool,
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
@@ -444,7 +444,6 @@ impl Search {
             }
             other => return Err(format!("{}: unknown backend {other:?}", mnt.display())),
         };
-        let _ = self.a.no_flush;
         Ok(Ctx {
             store,
             data: None,

@@ -17,18 +17,17 @@
 //! soon after being written (build outputs, temporary files) are never
 //! indexed; until then search scans those files, as above.
 //!
-//! `flush` waits until every change queued before it is indexed: `esfs
-//! search` calls it through the mount (see `crate::search::FLUSH_XATTR`) so
-//! that its narrowing uses the newest text. At start the thread also queues
-//! every file entry that has no `indexed` field (a store from before content
-//! indexing, or changes a dead mount never indexed); `flush` does not wait
-//! for those, since search scans unindexed files anyway.
+//! Search never waits for the indexer: a file not indexed yet is scanned, so
+//! a search right after a `cp -a` of thousands of files answers as fast as
+//! `grep -r` and narrows more as the indexer catches up. At start the thread
+//! also queues every file entry that has no `indexed` field (a store from
+//! before content indexing, or changes a dead mount never indexed).
 
 use crate::data::DataStore;
 use crate::model::*;
 use crate::store::{BulkOp, Idx, MetaStore, Query, Sort, StoreError};
 use parking_lot::{Condvar, Mutex};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -58,8 +57,6 @@ struct Inner {
     state: Mutex<State>,
     /// Work was queued (or stop was asked).
     work: Condvar,
-    /// A batch finished.
-    progress: Condvar,
     /// Milliseconds from `epoch` to the last namespace change (see
     /// `Indexer::activity`).
     epoch: Instant,
@@ -69,11 +66,8 @@ struct Inner {
 #[derive(Default)]
 struct State {
     queue: VecDeque<u64>,
-    /// ino -> seq of the change it was queued for (None: backfill only).
-    queued: HashMap<u64, Option<u64>>,
-    /// Seqs of changes queued or being indexed.
-    changes: BTreeSet<u64>,
-    next_seq: u64,
+    /// The inodes in `queue` (each is queued once).
+    queued: HashSet<u64>,
     stop: bool,
     /// Inodes indexed since start (for logs and tests).
     done: u64,
@@ -81,8 +75,6 @@ struct State {
     /// changes not yet picked up.
     last_change: Option<Instant>,
     pending_since: Option<Instant>,
-    /// Callers waiting in `flush`: index without delay.
-    flushing: usize,
     /// Batches failed in a row.
     failures: u32,
 }
@@ -102,12 +94,8 @@ impl Indexer {
             store,
             data,
             max_bytes,
-            state: Mutex::new(State {
-                next_seq: 1,
-                ..Default::default()
-            }),
+            state: Mutex::new(State::default()),
             work: Condvar::new(),
-            progress: Condvar::new(),
             epoch: Instant::now(),
             activity_ms: AtomicU64::new(0),
         });
@@ -122,19 +110,10 @@ impl Indexer {
     /// Queue `ino` (its contents may have changed).
     pub fn enqueue(&self, ino: u64) {
         let mut st = self.inner.state.lock();
-        let seq = st.next_seq;
-        match st.queued.get(&ino).copied() {
-            Some(Some(_)) => return, // queued and not started: it will see this change
-            Some(None) => {
-                st.queued.insert(ino, Some(seq));
-            }
-            None => {
-                st.queued.insert(ino, Some(seq));
-                st.queue.push_back(ino);
-            }
+        // Queued and not started yet: that pass will see this change.
+        if st.queued.insert(ino) {
+            st.queue.push_back(ino);
         }
-        st.next_seq += 1;
-        st.changes.insert(seq);
         let now = Instant::now();
         st.last_change = Some(now);
         st.pending_since.get_or_insert(now);
@@ -149,32 +128,6 @@ impl Indexer {
     pub fn activity(&self) {
         let ms = self.inner.epoch.elapsed().as_millis() as u64;
         self.inner.activity_ms.store(ms, Ordering::Relaxed);
-    }
-
-    /// Wait (at most `timeout`) until every change queued before this call
-    /// is indexed. Returns the number of such changes still pending.
-    pub fn flush(&self, timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.inner.state.lock();
-        let target = st.next_seq;
-        st.flushing += 1;
-        self.inner.work.notify_one();
-        let pending = loop {
-            let pending = st.changes.range(..target).count();
-            if pending == 0 || st.stop {
-                break pending;
-            }
-            if self
-                .inner
-                .progress
-                .wait_until(&mut st, deadline)
-                .timed_out()
-            {
-                break st.changes.range(..target).count();
-            }
-        };
-        st.flushing -= 1;
-        pending
     }
 
     /// Inodes queued (changes and backfill).
@@ -192,7 +145,6 @@ impl Drop for Indexer {
     fn drop(&mut self) {
         self.inner.state.lock().stop = true;
         self.inner.work.notify_all();
-        self.inner.progress.notify_all();
     }
 }
 
@@ -202,7 +154,7 @@ impl Inner {
             log::warn!("content index: backfill query failed: {e}");
         }
         loop {
-            let batch: Vec<(u64, Option<u64>)> = {
+            let batch: Vec<u64> = {
                 let mut st = self.state.lock();
                 loop {
                     if st.stop {
@@ -212,9 +164,6 @@ impl Inner {
                         st.pending_since = None;
                         self.work.wait(&mut st);
                         continue;
-                    }
-                    if st.flushing > 0 {
-                        break;
                     }
                     // Wait for a quiet moment (or the oldest change's deadline).
                     let now = Instant::now();
@@ -230,12 +179,12 @@ impl Inner {
                 }
                 let n = st.queue.len().min(BATCH);
                 let inos: Vec<u64> = st.queue.drain(..n).collect();
-                inos.into_iter()
-                    .map(|ino| (ino, st.queued.remove(&ino).flatten()))
-                    .collect()
+                for ino in &inos {
+                    st.queued.remove(ino);
+                }
+                inos
             };
-            let inos: Vec<u64> = batch.iter().map(|(i, _)| *i).collect();
-            let failed = self.index_batch(&inos).err();
+            let failed = self.index_batch(&batch).err();
             let mut st = self.state.lock();
             if let Some(e) = failed {
                 // A store or data error (overload, a transient outage): try
@@ -244,18 +193,10 @@ impl Inner {
                 st.failures += 1;
                 if st.failures <= MAX_BATCH_FAILURES {
                     log::warn!("content index: {e}; retrying");
-                    for (ino, seq) in batch {
-                        match st.queued.entry(ino) {
-                            // Queued again meanwhile: that change covers this one.
-                            std::collections::hash_map::Entry::Occupied(_) => {
-                                if let Some(s) = seq {
-                                    st.changes.remove(&s);
-                                }
-                            }
-                            std::collections::hash_map::Entry::Vacant(v) => {
-                                v.insert(seq);
-                                st.queue.push_back(ino);
-                            }
+                    for ino in batch {
+                        // Queued again meanwhile: that pass covers this one.
+                        if st.queued.insert(ino) {
+                            st.queue.push_back(ino);
                         }
                     }
                     st.last_change = Some(Instant::now());
@@ -265,14 +206,7 @@ impl Inner {
                 log::warn!("content index: {e}");
             }
             st.failures = 0;
-            st.done += inos.len() as u64;
-            for (_, seq) in batch {
-                if let Some(s) = seq {
-                    st.changes.remove(&s);
-                }
-            }
-            drop(st);
-            self.progress.notify_all();
+            st.done += batch.len() as u64;
         }
     }
 
@@ -310,8 +244,7 @@ impl Inner {
         );
         let mut st = self.state.lock();
         for ino in inos {
-            if let std::collections::hash_map::Entry::Vacant(v) = st.queued.entry(ino) {
-                v.insert(None);
+            if st.queued.insert(ino) {
                 st.queue.push_back(ino);
             }
         }

@@ -24,15 +24,12 @@ pub mod query;
 use indexer::Indexer;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
 
-/// The reserved xattr of a mount's root: reading it waits for pending
-/// indexing and returns the mount's description (JSON, see
-/// [`SearchHook::flush`]). `user.` because the kernel passes only known
+/// The reserved xattr of a mount's root: reading it writes back pending
+/// sizes and times and returns the mount's description (JSON, see
+/// [`SearchHook::flush`]); it never waits for the indexer. `user.` because the kernel passes only known
 /// namespaces to FUSE; setting it is EPERM, and it is never listed.
 pub const FLUSH_XATTR: &str = "user.esfs.flush";
-/// How long one flush may wait for the indexer.
-pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a mount's filesystem holds for search: its indexer and description.
 pub struct SearchHook {
@@ -44,12 +41,13 @@ pub struct SearchHook {
 }
 
 impl SearchHook {
-    /// The answer to a read of [`FLUSH_XATTR`]: waits for the indexer, then
+    /// The answer to a read of [`FLUSH_XATTR`]:
     /// `{"mount": info, "pending": N, "open": [ino...]}`; `pending` counts
-    /// changes still not indexed after the timeout, `open` lists files with
-    /// unpersisted writes (search scans them).
+    /// files queued for indexing (their entries say "not indexed", so search
+    /// scans them), `open` lists files with unpersisted writes (scanned too).
+    /// No waiting: a backlog of thousands of files must not delay a search.
     pub fn flush(&self, open: Vec<u64>) -> Vec<u8> {
-        let pending = self.indexer.flush(FLUSH_TIMEOUT);
+        let pending = self.indexer.queued();
         serde_json::to_vec(&json!({"mount": self.info, "pending": pending, "open": open}))
             .expect("json")
     }

@@ -1019,11 +1019,15 @@ impl MetaStore for EsStore {
                 if n == 0 {
                     return Ok(());
                 }
-                after = raw[n - 1]["sort"].as_array().cloned();
+                let next = raw[n - 1]["sort"].as_array().cloned();
                 let hits = Self::hits_of(&resp, 1)?;
                 if !f(hits)? || n < page {
                     return Ok(());
                 }
+                // A full page must move the cursor on: a server that returns
+                // no sort values (or the same ones) would hand out the same
+                // page forever.
+                after = Some(advanced(after.as_deref(), next, &self.url)?);
             }
         })();
         let close = &json!({ "id": pit });
@@ -1033,6 +1037,22 @@ impl MetaStore for EsStore {
             log::warn!("closing point in time: {e}");
         }
         result
+    }
+}
+
+/// The next `search_after` cursor, or an error when paging would not advance.
+fn advanced(
+    prev: Option<&[Value]>,
+    next: Option<Vec<Value>>,
+    url: &str,
+) -> StoreResult<Vec<Value>> {
+    match next {
+        Some(n) if !n.is_empty() && prev != Some(n.as_slice()) => Ok(n),
+        other => Err(StoreError::Other(format!(
+            "{}: point-in-time paging did not advance (last hit's sort values {:?}): refusing to loop",
+            redact(url),
+            other.unwrap_or_default()
+        ))),
     }
 }
 

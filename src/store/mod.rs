@@ -451,9 +451,17 @@ fn pages<S: MetaStore + ?Sized>(
         if n == 0 {
             return Ok(());
         }
-        after = Some(hits[n - 1].sort.clone());
+        let next = hits[n - 1].sort.clone();
         if !f(hits)? || n < page {
             return Ok(());
         }
+        // A full page must move the cursor on, or the loop would never end.
+        if next.is_empty() || after.as_ref() == Some(&next) {
+            return Err(StoreError::Other(format!(
+                "{}: search_after paging did not advance (sort values {next:?}): refusing to loop",
+                store.describe()
+            )));
+        }
+        after = Some(next);
     }
 }
