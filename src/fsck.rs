@@ -21,7 +21,6 @@ use crate::fs::Fs;
 use crate::locks::LockManager;
 use crate::model::*;
 use crate::store::{Idx, MetaStore, Query, Sort, StoreError, scan};
-use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -69,72 +68,14 @@ pub fn fsck(
     );
     let lm = fs.lock_manager();
 
-    // Locks, intents and sessions of dead mounts.
-    let mut live_sessions = 0;
-    for (id, ver, doc) in LockManager::list(&**store)? {
-        let ty = doc["type"].as_str().unwrap_or("");
-        let owner = doc["owner"].as_str().unwrap_or("").to_string();
-        match ty {
-            "session" => {
-                if lm.alive(&owner)? {
-                    if owner != lm.owner() {
-                        live_sessions += 1;
-                    }
-                } else {
-                    r.problems.push(format!("stale session {owner}"));
-                    if repair {
-                        store.delete(Idx::Locks, &id, Some(ver)).ok();
-                        r.repaired += 1;
-                    }
-                }
-            }
-            "intent" if !lm.alive(&owner)? => {
-                r.problems
-                    .push(format!("unfinished change {id} of dead mount {owner}"));
-            }
-            "shared" => {
-                let dead: Vec<String> = doc["holders"]
-                    .as_object()
-                    .map(|h| h.keys().cloned().collect::<Vec<_>>())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|o| !lm.alive(o).unwrap_or(true))
-                    .collect();
-                if !dead.is_empty() {
-                    r.problems.push(format!(
-                        "stale shared lock {id} held by dead {}",
-                        dead.join(",")
-                    ));
-                    if repair {
-                        let mut s = doc.clone();
-                        let mut count = s["count"].as_u64().unwrap_or(0);
-                        for o in &dead {
-                            count = count.saturating_sub(s["holders"][o].as_u64().unwrap_or(0));
-                            s["holders"].as_object_mut().map(|h| h.remove(o));
-                        }
-                        s["count"] = json!(count);
-                        let _ = if count == 0 {
-                            store.delete(Idx::Locks, &id, Some(ver)).map(|_| ())
-                        } else {
-                            store.put(Idx::Locks, &id, &s, Some(ver)).map(|_| ())
-                        };
-                        r.repaired += 1;
-                    }
-                }
-            }
-            "exclusive" | "global" | "doc" if !lm.alive(&owner)? => {
-                r.problems
-                    .push(format!("stale {ty} lock {id} of dead {owner}"));
-                if repair {
-                    store.delete(Idx::Locks, &id, Some(ver)).ok();
-                    r.repaired += 1;
-                }
-            }
-            _ => {}
-        }
-    }
+    // Locks, intents and sessions of dead mounts. Repair rolls the intents
+    // forward first: their owners' locks guard the half-done renames.
+    let found = lm.reap_dead(&LockManager::list(&**store)?, false)?;
+    r.problems.extend(found.problems);
+    let live_sessions = found.live_sessions;
     if repair {
         r.repaired += fs.recover_intents()? as u64;
+        r.repaired += lm.reap_dead(&LockManager::list(&**store)?, true)?.repaired;
     }
 
     // Inodes and entries.

@@ -184,6 +184,55 @@ fn a_directory_of_100k_entries_lists_completely() {
     assert_eq!(out.trim(), n.to_string());
 }
 
+/// A mount killed while it holds the guide's tree locks (shared counts on
+/// the ancestors of what it just renamed) leaves lock documents behind;
+/// another mount's janitor removes them, and the dead session, once its
+/// lease has lapsed (they used to stay until someone ran fsck --repair).
+#[test]
+fn a_killed_mounts_locks_are_reaped_when_its_session_expires() {
+    use esfs::locks::manager::LockManager;
+    let c = Cluster::new();
+    let index = c.index();
+    let mut a = c.mount(&index, &[]);
+    let b = c.mount(&index, &[]);
+    let store = EsStore::connect(&EsConfig::new(&c.url, &index)).unwrap();
+    let owner_of = |mnt: &Path| -> String {
+        let docs = LockManager::list(&store).unwrap();
+        docs.iter()
+            .find(|(_, _, d)| d["type"] == "session" && d["mount"] == mnt.to_str().unwrap())
+            .and_then(|(_, _, d)| d["owner"].as_str().map(String::from))
+            .unwrap_or_else(|| panic!("no session for {}: {docs:?}", mnt.display()))
+    };
+    let dead = owner_of(a.path());
+    let mentions = |owner: &str| -> Vec<String> {
+        LockManager::list(&store)
+            .unwrap()
+            .into_iter()
+            .filter(|(_, _, d)| d["owner"] == owner || d["holders"].get(owner).is_some())
+            .map(|(id, _, _)| id)
+            .collect()
+    };
+    a.kill9_right_after("mkdir -p x/y/z && touch x/y/z/f && mv x/y/z/f x/y/z/g");
+    esfs::store::MetaStore::refresh(&store, esfs::store::Idx::Locks).unwrap();
+    let left = mentions(&dead);
+    assert!(
+        left.iter().any(|id| id.starts_with("tree/")),
+        "the killed mount held tree locks: {left:?}"
+    );
+    // Lease (10 s) + grace (5 s) + one janitor period (10 s), with margin.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !mentions(&dead).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(
+        mentions(&dead),
+        Vec::<String>::new(),
+        "still there after 60 s"
+    );
+    // The survivor can take those locks (rename inside the same tree).
+    sh_ok(b.path(), "mv x/y/z/g x/y/z/h && test -e x/y/z/h");
+}
+
 #[test]
 fn a_lost_server_gives_eio_then_the_mount_recovers() {
     if std::env::var("ESFS_ES_URL").is_ok() {

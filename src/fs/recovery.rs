@@ -193,8 +193,9 @@ impl Fs {
     }
 
     /// Shared stores (Elasticsearch): a mount that died while other mounts
-    /// kept running leaves intents no restart may come back for. Every lease
-    /// period, roll forward those whose owners' leases have run out.
+    /// kept running leaves intents and locks no restart may come back for.
+    /// Every lease period, roll forward and release those whose owners'
+    /// leases have run out.
     pub fn spawn_janitor(self: &Arc<Self>) {
         if self.cfg.exclusive {
             return; // the only mount recovers at start
@@ -206,14 +207,30 @@ impl Fs {
                 loop {
                     std::thread::sleep(crate::locks::manager::LEASE);
                     let Some(fs) = fs.upgrade() else { return };
-                    match fs.batch(|| fs.recover_intents()) {
-                        Ok(0) => {}
-                        Ok(n) => log::info!("rolled forward {n} change(s) of dead mounts"),
+                    match fs.batch(|| fs.reap_dead_mounts()) {
+                        Ok((0, 0)) => {}
+                        Ok((n, k)) => log::info!(
+                            "dead mounts: rolled forward {n} change(s), removed {k} lock(s) and session(s)"
+                        ),
                         Err(e) => log::warn!("recovering dead mounts' changes: {e}"),
                     }
                 }
             })
             .expect("spawn janitor");
+    }
+
+    /// One janitor pass, one listing of the lock documents when nothing is
+    /// stale: dead mounts' intents rolled forward, then their sessions and
+    /// locks removed (the guide's tree locks would otherwise stay held by a
+    /// mount killed hours ago). Returns (intents, locks and sessions).
+    pub fn reap_dead_mounts(&self) -> FsResult<(usize, u64)> {
+        let docs = LockManager::list(&*self.store)?;
+        if self.lm.reap_dead(&docs, false)?.problems.is_empty() {
+            return Ok((0, 0));
+        }
+        let rolled = self.recover_intents()?;
+        let docs = LockManager::list(&*self.store)?;
+        Ok((rolled, self.lm.reap_dead(&docs, true)?.repaired))
     }
 
     /// Roll forward the intents of dead mounts (all of them on an exclusive

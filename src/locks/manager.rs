@@ -104,6 +104,15 @@ pub struct LockManager {
     sole: AtomicBool,
 }
 
+/// What [`LockManager::reap_dead`] found (and, repairing, removed).
+#[derive(Debug, Default)]
+pub struct Reaped {
+    pub problems: Vec<String>,
+    pub repaired: u64,
+    /// Sessions of other mounts still alive.
+    pub live_sessions: usize,
+}
+
 /// A held tree lock; release with [`LockManager::release`].
 #[must_use]
 #[derive(Debug, Default)]
@@ -669,23 +678,134 @@ impl LockManager {
         Err(LockError::Held(path.into(), "contention".into()))
     }
 
-    /// Every lock and session document, for `esfs locks` and fsck.
+    /// Whether `owner` is alive according to a listing of the lock
+    /// documents (its session there, lease plus grace not lapsed): a
+    /// listing already holds every session, so no read per owner.
+    pub fn alive_in(&self, owner: &str, docs: &[(String, Version, Value)]) -> bool {
+        if owner == self.owner {
+            return true;
+        }
+        if self.sole.load(Ordering::Acquire) {
+            return false;
+        }
+        let id = format!("session/{owner}");
+        docs.iter().any(|(i, _, d)| {
+            *i == id && d["expires"].as_i64().unwrap_or(0) + GRACE.as_millis() as i64 > now_ms()
+        })
+    }
+
+    /// What dead mounts left in a listing of the lock documents: expired
+    /// sessions, their shared counts and their exclusive, global and
+    /// document locks. With `repair` they are removed (write-if-version, so
+    /// a lock changed since the listing is left for the next pass); locks of
+    /// an owner with an unfinished intent stay until the intent is rolled
+    /// forward, so nobody enters the half-renamed tree meanwhile.
+    pub fn reap_dead(
+        &self,
+        docs: &[(String, Version, Value)],
+        repair: bool,
+    ) -> StoreResult<Reaped> {
+        let mut r = Reaped::default();
+        let with_intent: Vec<&str> = docs
+            .iter()
+            .filter(|(_, _, d)| d["type"] == "intent")
+            .filter_map(|(_, _, d)| d["owner"].as_str())
+            .collect();
+        let dead = |o: &str| !self.alive_in(o, docs) && !with_intent.contains(&o);
+        for (id, ver, doc) in docs {
+            let owner = doc["owner"].as_str().unwrap_or("");
+            let gone = |r: StoreResult<bool>| match r {
+                Ok(_) | Err(StoreError::Conflict(_)) | Err(StoreError::NotFound(_)) => Ok(()),
+                Err(e) => Err(e),
+            };
+            match doc["type"].as_str().unwrap_or("") {
+                "session" if self.alive_in(owner, docs) => {
+                    if owner != self.owner {
+                        r.live_sessions += 1;
+                    }
+                }
+                "session" => {
+                    r.problems.push(format!("stale session {owner}"));
+                    if repair {
+                        gone(self.store.delete(Idx::Locks, id, Some(*ver)))?;
+                        r.repaired += 1;
+                    }
+                }
+                "intent" if !self.alive_in(owner, docs) => {
+                    r.problems
+                        .push(format!("unfinished change {id} of dead mount {owner}"));
+                }
+                "shared" => {
+                    let holders = doc["holders"].as_object();
+                    let gone_holders: Vec<&String> = holders
+                        .map(|h| h.keys().filter(|o| dead(o)).collect())
+                        .unwrap_or_default();
+                    if gone_holders.is_empty() {
+                        continue;
+                    }
+                    let names: Vec<&str> = gone_holders.iter().map(|o| o.as_str()).collect();
+                    r.problems.push(format!(
+                        "stale shared lock {id} held by dead {}",
+                        names.join(",")
+                    ));
+                    if repair {
+                        let mut s = doc.clone();
+                        let mut count = s["count"].as_u64().unwrap_or(0);
+                        for o in &gone_holders {
+                            count = count
+                                .saturating_sub(doc["holders"][o.as_str()].as_u64().unwrap_or(0));
+                            s["holders"].as_object_mut().map(|h| h.remove(o.as_str()));
+                        }
+                        s["count"] = json!(count);
+                        if count == 0 {
+                            gone(self.store.delete(Idx::Locks, id, Some(*ver)))?;
+                        } else {
+                            gone(self.store.put(Idx::Locks, id, &s, Some(*ver)).map(|_| true))?;
+                        }
+                        r.repaired += 1;
+                    }
+                }
+                ty @ ("exclusive" | "global" | "doc") if dead(owner) => {
+                    r.problems
+                        .push(format!("stale {ty} lock {id} of dead {owner}"));
+                    if repair {
+                        gone(self.store.delete(Idx::Locks, id, Some(*ver)))?;
+                        r.repaired += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(r)
+    }
+
+    /// Every lock and session document, for `esfs locks`, fsck and the
+    /// janitor: one search while they fit a page (a point-in-time scan costs
+    /// two more requests on Elasticsearch), a scan past that.
     pub fn list(store: &dyn MetaStore) -> StoreResult<Vec<(String, Version, Value)>> {
+        const PAGE: usize = 1000;
+        let sort = vec![crate::store::Sort::asc("since")];
+        let hits = store.search(&crate::store::SearchRequest {
+            index: Idx::Locks,
+            query: Query::MatchAll,
+            sort: sort.clone(),
+            search_after: None,
+            size: PAGE,
+        })?;
+        if hits.len() < PAGE {
+            return Ok(hits
+                .into_iter()
+                .map(|h| (h.doc.id, h.doc.version, h.doc.source))
+                .collect());
+        }
         let mut out = Vec::new();
-        scan(
-            store,
-            Idx::Locks,
-            Query::MatchAll,
-            vec![crate::store::Sort::asc("since")],
-            500,
-            |hits| {
-                out.extend(
-                    hits.into_iter()
-                        .map(|h| (h.doc.id, h.doc.version, h.doc.source)),
-                );
-                Ok(true)
-            },
-        )?;
+        scan(store, Idx::Locks, Query::MatchAll, sort, 500, |hits| {
+            out.extend(
+                hits.into_iter()
+                    .map(|h| (h.doc.id, h.doc.version, h.doc.source)),
+            );
+            Ok(true)
+        })?;
         Ok(out)
     }
 }
