@@ -60,6 +60,7 @@ pub fn fsck(
 ) -> FsResult<Report> {
     let mut r = Report::default();
     store.refresh(Idx::Entries)?;
+    store.refresh(Idx::Inodes)?;
     let n_inodes = store.count(Idx::Inodes, &Query::MatchAll)?;
     let n_entries = store.count(Idx::Entries, &Query::MatchAll)?;
     eprintln!(

@@ -348,6 +348,8 @@ fn lock_file_churn_while_listing() {
 #[test]
 fn statfs_and_df_are_sensible() {
     skip_in_plain_mode!("statfs");
+    // Contents in the cluster have no local disk to report.
+    embedded_only!("statfs");
     let m = Mount::new();
     let dir = m.path();
     let df = sh_ok(dir, "df -T -B1 . | tail -1");

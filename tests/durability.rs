@@ -464,6 +464,7 @@ fn kill9_keeps_closed_and_fsynced_data() {
 
 #[test]
 fn kill9_right_after_close_keeps_sizes_and_times() {
+    embedded_only!("kill9_right_after_close_keeps_sizes_and_times");
     let mut m = Mount::new();
     // Closed files whose sizes and times were not written back yet (close
     // sends nothing to esfs; the write-back runs every second).
@@ -584,6 +585,7 @@ fn kill9_during_writes_keeps_completed_files() {
 
 #[test]
 fn store_and_data_dirs_are_used() {
+    embedded_only!("store_and_data_dirs_are_used");
     skip_in_plain_mode!("store_and_data_dirs_are_used");
     let mut m = Mount::new();
     fs::write(m.p("f"), pattern(1 << 20, 1)).unwrap();
@@ -609,6 +611,7 @@ fn store_and_data_dirs_are_used() {
 /// last change returns), which the next mount replays.
 #[test]
 fn kill9_right_after_namespace_changes_keeps_them() {
+    embedded_only!("kill9_right_after_namespace_changes_keeps_them");
     let mut m = Mount::new();
     populate(m.path());
     let before = snapshot(m.path());

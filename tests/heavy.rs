@@ -252,10 +252,9 @@ fn cp_a_of_thousands_of_files() {
         let r = sh(
             m.path(),
             &format!(
-                "{} fsck --store {} --data {}",
+                "{} fsck {}",
                 env!("CARGO_BIN_EXE_esfs"),
-                m.store_dir().display(),
-                m.data_dir().display()
+                m.store_args().join(" ")
             ),
         );
         assert_success("esfs fsck", &r);

@@ -4,6 +4,11 @@
 //! temporary directory. With `ESFS_TEST_PLAIN_DIR=1` it hands out a plain
 //! directory on the local disk instead, so that every expectation in the suite
 //! can be checked against the kernel's own filesystems.
+//!
+//! The backend switch: with `ESFS_TEST_BACKEND=es`, `Mount::new()` mounts a
+//! fresh index on Elasticsearch instead of the embedded store: the cluster at
+//! `ESFS_ES_URL` (a real engine), else one test double per test process.
+//! Tests about the embedded store itself say so with `embedded_only!`.
 
 #![allow(dead_code)]
 
@@ -27,6 +32,47 @@ const DEFAULT_WATCHDOG_SECS: u64 = 300;
 /// True when the suite runs against a plain local directory instead of esfs.
 pub fn plain_mode() -> bool {
     std::env::var_os("ESFS_TEST_PLAIN_DIR").is_some_and(|v| v == "1")
+}
+
+/// The backend `Mount::new()` mounts: "embedded" (default) or "es".
+pub fn test_backend() -> &'static str {
+    match std::env::var("ESFS_TEST_BACKEND").as_deref() {
+        Ok("es") | Ok("elasticsearch") => "es",
+        _ => "embedded",
+    }
+}
+
+/// `esfs mount` arguments for a fresh index on the Elasticsearch backend:
+/// `ESFS_ES_URL`, else a test double shared by the test process.
+pub fn es_backend_args() -> Vec<String> {
+    static DOUBLE: std::sync::OnceLock<es_test_server::EsTestServer> = std::sync::OnceLock::new();
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let url = std::env::var("ESFS_ES_URL").unwrap_or_else(|_| {
+        DOUBLE
+            .get_or_init(|| {
+                es_test_server::EsTestServer::start("127.0.0.1:0").expect("start test double")
+            })
+            .url()
+    });
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let index = format!("esfs-m{}-{n}", std::process::id());
+    vec!["--es".into(), url, "--index".into(), index]
+}
+
+/// Early-return from a test about the embedded store itself (its files,
+/// its options) when the suite runs on another backend.
+#[macro_export]
+macro_rules! embedded_only {
+    ($name:expr) => {
+        if $crate::common::test_backend() != "embedded" {
+            eprintln!(
+                "{}: embedded store only; skipped on {}",
+                $name,
+                $crate::common::test_backend()
+            );
+            return;
+        }
+    };
 }
 
 /// Early-return from a test that only makes sense on esfs.
@@ -75,6 +121,8 @@ impl Mount {
     }
 
     fn build(backend: Option<Vec<String>>, allow_plain: bool, options: &[&str]) -> Mount {
+        let backend = backend.or_else(|| (test_backend() == "es").then(es_backend_args));
+        let allow_plain = allow_plain && test_backend() == "embedded";
         let tmp = tempfile::Builder::new()
             .prefix("esfs-test-")
             .tempdir()
@@ -122,6 +170,15 @@ impl Mount {
         d
     }
 
+    /// The `esfs` options naming this mount's store (for fsck, locks,
+    /// search): `--store DIR --data DIR`, or `--es URL --index NAME`.
+    pub fn store_args(&self) -> Vec<String> {
+        self.backend.clone().unwrap_or_else(|| {
+            let arg = |d: &str| self.tmp.path().join(d).to_string_lossy().into_owned();
+            vec!["--store".into(), arg("store"), "--data".into(), arg("data")]
+        })
+    }
+
     /// The --store directory (metadata).
     pub fn store_dir(&self) -> PathBuf {
         self.tmp.path().join("store")
@@ -142,16 +199,12 @@ impl Mount {
 
     fn start(&mut self) {
         assert!(self.child.is_none(), "already mounted");
-        let root = self.tmp.path();
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path())
             .unwrap();
-        let backend = self.backend.clone().unwrap_or_else(|| {
-            let arg = |d: &str| root.join(d).to_string_lossy().into_owned();
-            vec!["--store".into(), arg("store"), "--data".into(), arg("data")]
-        });
+        let backend = self.store_args();
         let child = Command::new(env!("CARGO_BIN_EXE_esfs"))
             .arg("mount")
             .arg(&self.mnt)
