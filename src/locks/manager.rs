@@ -719,11 +719,10 @@ impl LockManager {
                 Err(e) => Err(e),
             };
             match doc["type"].as_str().unwrap_or("") {
-                "session" if self.alive_in(owner, docs) => {
-                    if owner != self.owner {
-                        r.live_sessions += 1;
-                    }
+                "session" if self.alive_in(owner, docs) && owner != self.owner => {
+                    r.live_sessions += 1;
                 }
+                "session" if owner == self.owner => {}
                 "session" => {
                     r.problems.push(format!("stale session {owner}"));
                     if repair {
