@@ -8,6 +8,11 @@ use crate::store::StoreError;
 pub enum FsError {
     #[error("no such file or directory")]
     NotFound,
+    /// An inode the kernel still names is gone: another mount, or a rename
+    /// over it, deleted it between the kernel's lookup and this call. The
+    /// kernel answers ESTALE by looking the path up again (as over NFS).
+    #[error("stale file handle")]
+    Stale,
     #[error("file exists")]
     Exists,
     #[error("not a directory")]
@@ -52,6 +57,7 @@ impl FsError {
     pub fn errno(&self) -> i32 {
         match self {
             FsError::NotFound => libc::ENOENT,
+            FsError::Stale => libc::ESTALE,
             FsError::Exists => libc::EEXIST,
             FsError::NotDir => libc::ENOTDIR,
             FsError::IsDir => libc::EISDIR,

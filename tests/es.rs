@@ -1,7 +1,7 @@
 //! esfs on the Elasticsearch backend, mounted for real. The server is the
 //! in-process wire-protocol test double (`es-test-server`): no Elasticsearch
 //! can be installed here. Every test also runs against a real cluster when
-//! `ESFS_ES_URL` points at one.
+//! `ESFS_TEST_ES_URL` points at one.
 
 mod common;
 
@@ -25,7 +25,7 @@ struct Cluster {
 
 impl Cluster {
     fn new() -> Cluster {
-        match std::env::var("ESFS_ES_URL") {
+        match std::env::var("ESFS_TEST_ES_URL") {
             Ok(url) => Cluster { _server: None, url },
             Err(_) => {
                 let s = EsTestServer::start("127.0.0.1:0").expect("start test server");
@@ -184,6 +184,37 @@ fn a_directory_of_100k_entries_lists_completely() {
     assert_eq!(out.trim(), n.to_string());
 }
 
+/// fsck (and every other scan) pages through more than one page of inodes:
+/// it used to send the same point-in-time search forever once an index held
+/// more than 1000 inodes (the page size).
+#[test]
+fn fsck_pages_through_more_than_a_thousand_inodes() {
+    let c = Cluster::new();
+    let index = c.index();
+    let mut m = c.mount(&index, &[]);
+    let n = 1100;
+    sh_ok(
+        m.path(),
+        &format!("mkdir d && cd d && seq -f f%g 1 {n} | xargs touch"),
+    );
+    m.unmount();
+    let out = std::process::Command::new("timeout")
+        .arg("120")
+        .arg(env!("CARGO_BIN_EXE_esfs"))
+        .args(["fsck", "--es", &c.url, "--index", &index])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "fsck:\n{text}");
+    // The files, their directory and the root: each inode read once.
+    let want = format!("{} entries, {} inodes, 0 problem(s)", n + 1, n + 2);
+    assert!(text.contains(&want), "want {want:?}:\n{text}");
+}
+
 /// A mount killed while it holds the guide's tree locks (shared counts on
 /// the ancestors of what it just renamed) leaves lock documents behind;
 /// another mount's janitor removes them, and the dead session, once its
@@ -235,7 +266,7 @@ fn a_killed_mounts_locks_are_reaped_when_its_session_expires() {
 
 #[test]
 fn a_lost_server_gives_eio_then_the_mount_recovers() {
-    if std::env::var("ESFS_ES_URL").is_ok() {
+    if std::env::var("ESFS_TEST_ES_URL").is_ok() {
         eprintln!("needs the test double to stop the server; skipped against a real cluster");
         return;
     }
@@ -275,7 +306,7 @@ fn a_lost_server_gives_eio_then_the_mount_recovers() {
 
 #[test]
 fn overload_answers_are_retried() {
-    if std::env::var("ESFS_ES_URL").is_ok() {
+    if std::env::var("ESFS_TEST_ES_URL").is_ok() {
         return;
     }
     let server = EsTestServer::start("127.0.0.1:0").unwrap();

@@ -163,7 +163,7 @@ fn guide_lock_scenarios_on_the_embedded_store() {
 #[test]
 fn guide_lock_scenarios_on_elasticsearch() {
     let server;
-    let url = match std::env::var("ESFS_ES_URL") {
+    let url = match std::env::var("ESFS_TEST_ES_URL") {
         Ok(u) => u,
         Err(_) => {
             server = EsTestServer::start("127.0.0.1:0").unwrap();

@@ -472,13 +472,13 @@ fn search_right_after_a_large_copy_does_not_wait_for_the_indexer() {
 
 #[test]
 fn search_equals_grep_on_elasticsearch() {
-    let server = match std::env::var("ESFS_ES_URL") {
+    let server = match std::env::var("ESFS_TEST_ES_URL") {
         Ok(_) => None,
         Err(_) => {
             Some(es_test_server::EsTestServer::start("127.0.0.1:0").expect("start test server"))
         }
     };
-    let url = std::env::var("ESFS_ES_URL").unwrap_or_else(|_| server.as_ref().unwrap().url());
+    let url = std::env::var("ESFS_TEST_ES_URL").unwrap_or_else(|_| server.as_ref().unwrap().url());
     let index = format!("esfs-search-{}", std::process::id());
     let m = Mount::with_backend(&["--es", &url, "--index", &index]);
     churn(&m);
@@ -502,13 +502,13 @@ fn search_equals_grep_on_elasticsearch() {
 
 #[test]
 fn search_right_after_a_large_copy_on_elasticsearch_does_not_wait() {
-    let server = match std::env::var("ESFS_ES_URL") {
+    let server = match std::env::var("ESFS_TEST_ES_URL") {
         Ok(_) => None,
         Err(_) => {
             Some(es_test_server::EsTestServer::start("127.0.0.1:0").expect("start test server"))
         }
     };
-    let url = std::env::var("ESFS_ES_URL").unwrap_or_else(|_| server.as_ref().unwrap().url());
+    let url = std::env::var("ESFS_TEST_ES_URL").unwrap_or_else(|_| server.as_ref().unwrap().url());
     let index = format!("esfs-search-copy-{}", std::process::id());
     let m = Mount::with_backend(&["--es", &url, "--index", &index]);
     search_right_after_a_large_copy(&m);

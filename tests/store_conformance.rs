@@ -1,6 +1,6 @@
 //! One conformance suite for the `MetaStore` trait, run against every
 //! backend: the embedded SQLite store, the Elasticsearch backend talking to
-//! the wire-protocol test double, and a real cluster when `ESFS_ES_URL` is
+//! the wire-protocol test double, and a real cluster when `ESFS_TEST_ES_URL` is
 //! set. The filesystem relies on exactly these behaviours.
 
 use es_test_server::EsTestServer;
@@ -409,8 +409,8 @@ fn elasticsearch_backend_conforms_against_the_test_server() {
 
 #[test]
 fn elasticsearch_backend_conforms_against_a_real_cluster_if_given() {
-    let Ok(url) = std::env::var("ESFS_ES_URL") else {
-        eprintln!("ESFS_ES_URL not set: no real cluster to test against");
+    let Ok(url) = std::env::var("ESFS_TEST_ES_URL") else {
+        eprintln!("ESFS_TEST_ES_URL not set: no real cluster to test against");
         return;
     };
     let store = EsStore::connect(&EsConfig::new(&url, &prefix())).unwrap();

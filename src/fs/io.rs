@@ -90,7 +90,7 @@ const WRITE_BACK_BATCH: usize = 256;
 
 impl Fs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.get_inode(ino).map_err(stale)?;
         if inode.kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(FsError::IsDir);
         }

@@ -456,7 +456,7 @@ impl Fs {
     /// The inode as callers should see it: stored attributes plus the
     /// not-yet-persisted size/times of open files.
     pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
-        let (mut inode, _) = self.get_inode(ino)?;
+        let (mut inode, _) = self.get_inode(ino).map_err(stale)?;
         self.overlay(&mut inode);
         Ok(inode)
     }
@@ -1005,4 +1005,16 @@ pub(crate) fn bulk_check(results: Vec<crate::store::BulkItemResult>) -> FsResult
         }
     }
     Ok(())
+}
+
+/// For calls on an inode number the kernel holds: its document being gone
+/// means the kernel's name for it is stale, not that the path is missing
+/// (see [`FsError::Stale`]). On shared stores an unlinked file only the
+/// kernel remembers is deleted at once, so a rename over a file can race
+/// an open(2) of its old inode.
+pub(crate) fn stale(e: FsError) -> FsError {
+    match e {
+        FsError::NotFound => FsError::Stale,
+        e => e,
+    }
 }

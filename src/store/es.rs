@@ -18,6 +18,13 @@
 //!   404 `{"found": false}`, not an error.
 //! - long iterations use a point in time with `search_after`, so a 100k-entry
 //!   subtree is read completely and consistently past the 10k window.
+//!
+//! Elasticsearch 8/9 and OpenSearch 2/3 both serve it; the distribution is
+//! read from `GET /` at connect, and this module alone knows the difference
+//! ([`Engine`]): the point-in-time endpoints (`_pit` / `_search/point_in_time`)
+//! and their id field, and the implicit `_shard_doc` tiebreaker that only
+//! Elasticsearch adds to point-in-time searches (so every scan sorts by
+//! `_doc` last itself: unique, the indices having one shard).
 
 use super::schema::{Field, FieldType, Idx};
 use super::*;
@@ -88,6 +95,41 @@ pub struct EsStore {
     dirty: [AtomicBool; Idx::ALL.len()],
     /// The server's version string, as reported at connect time.
     pub server_version: String,
+    engine: Engine,
+}
+
+/// Which server speaks the API (from `GET /`): the places they differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Engine {
+    Elasticsearch,
+    OpenSearch,
+}
+
+impl Engine {
+    /// From `GET /`'s answer: the engine, or why it is not supported.
+    fn of(info: &Value, shown: &str) -> StoreResult<(Engine, String)> {
+        let version = info["version"]["number"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
+        let major: u32 = version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        let (engine, name, supported) = match info["version"]["distribution"].as_str() {
+            Some("opensearch") => (Engine::OpenSearch, "OpenSearch", 2..=3),
+            _ => (Engine::Elasticsearch, "Elasticsearch", 8..=9),
+        };
+        if !supported.contains(&major) {
+            return Err(StoreError::Invalid(format!(
+                "{name} at {shown} is version {version}; esfs supports {name} {}.x to {}.x",
+                supported.start(),
+                supported.end()
+            )));
+        }
+        Ok((engine, format!("{name} {version}")))
+    }
 }
 
 /// The URL with any user:password removed, for logs and errors.
@@ -346,6 +388,7 @@ impl EsStore {
             retry_budget: cfg.retry_budget,
             dirty: Default::default(),
             server_version: String::new(),
+            engine: Engine::Elasticsearch,
         };
         // At connect time fail fast: one attempt, no retry budget.
         let info = store
@@ -360,21 +403,7 @@ impl EsStore {
                 reason(&info.1)
             )));
         }
-        let version = info.1["version"]["number"]
-            .as_str()
-            .unwrap_or("?")
-            .to_string();
-        let major: u32 = version
-            .split('.')
-            .next()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0);
-        if !(8..=9).contains(&major) {
-            return Err(StoreError::Invalid(format!(
-                "Elasticsearch at {shown} is version {version}; esfs supports 8.x and 9.x"
-            )));
-        }
-        store.server_version = version;
+        (store.engine, store.server_version) = Engine::of(&info.1, &shown)?;
         store.ensure_indices()?;
         Ok(store)
     }
@@ -652,6 +681,69 @@ impl EsStore {
             });
         }
         Ok(out)
+    }
+
+    /// Open a point in time on one index: its id.
+    fn open_pit(&self, name: &str) -> StoreResult<String> {
+        let (status, resp) = match self.engine {
+            Engine::Elasticsearch => self.call(|c| async move {
+                c.open_point_in_time(OpenPointInTimeParts::Index(&[name]))
+                    .keep_alive("2m")
+                    .send()
+                    .await
+            })?,
+            Engine::OpenSearch => {
+                let path = &format!("/{name}/_search/point_in_time");
+                self.call(|c| async move {
+                    c.send(
+                        elasticsearch::http::Method::Post,
+                        path,
+                        Default::default(),
+                        Some(&[("keep_alive", "2m")]),
+                        None::<()>,
+                        None,
+                    )
+                    .await
+                })?
+            }
+        };
+        let id = match self.engine {
+            Engine::Elasticsearch => &resp["id"],
+            Engine::OpenSearch => &resp["pit_id"],
+        };
+        match (status, id.as_str()) {
+            (200, Some(id)) => Ok(id.to_string()),
+            _ => Err(error_of(status, &resp, "open point in time")),
+        }
+    }
+
+    fn close_pit(&self, id: &str) -> StoreResult<()> {
+        let (status, resp) = match self.engine {
+            Engine::Elasticsearch => {
+                let close = &json!({ "id": id });
+                self.call(
+                    |c| async move { c.close_point_in_time().body(close.clone()).send().await },
+                )?
+            }
+            Engine::OpenSearch => {
+                let close = &json!({ "pit_id": [id] }).to_string();
+                self.call(|c| async move {
+                    c.send(
+                        elasticsearch::http::Method::Delete,
+                        "/_search/point_in_time",
+                        Default::default(),
+                        None::<&()>,
+                        Some(close.as_str()),
+                        None,
+                    )
+                    .await
+                })?
+            }
+        };
+        match status {
+            200 | 404 => Ok(()),
+            _ => Err(error_of(status, &resp, "close point in time")),
+        }
     }
 
     fn search_body(&self, req: &SearchRequest) -> Value {
@@ -976,37 +1068,32 @@ impl MetaStore for EsStore {
         f: &mut dyn FnMut(Vec<Hit>) -> StoreResult<bool>,
     ) -> StoreResult<()> {
         self.refresh_if_dirty(index)?;
-        let name = &self.index_name(index);
-        let name = name.as_str();
-        let (status, resp) = self.call(|c| async move {
-            c.open_point_in_time(OpenPointInTimeParts::Index(&[name]))
-                .keep_alive("2m")
-                .send()
-                .await
-        })?;
-        if status != 200 {
-            return Err(error_of(status, &resp, "_pit"));
-        }
-        let mut pit = resp["id"].as_str().unwrap_or_default().to_string();
+        let mut pit = self.open_pit(&self.index_name(index))?;
+        // `_doc` last: a unique order within the snapshot on every engine
+        // (OpenSearch adds no tiebreaker and has no `_shard_doc`), so a
+        // sort-less scan pages too.
+        let mut body = self.search_body(&SearchRequest {
+            index,
+            query: query.clone(),
+            sort: sort.to_vec(),
+            search_after: None,
+            size: page,
+        });
+        let mut order = sort_json(sort);
+        order.as_array_mut().map(|a| a.push(json!("_doc")));
+        body["sort"] = order;
         let result = (|| {
             let mut after: Option<Vec<Value>> = None;
             loop {
-                let mut body = self.search_body(&SearchRequest {
-                    index,
-                    query: query.clone(),
-                    sort: sort.to_vec(),
-                    search_after: None,
-                    size: page,
-                });
                 body["pit"] = json!({"id": pit, "keep_alive": "2m"});
-                // The PIT's implicit `_shard_doc` tiebreaker is appended to
-                // each hit's sort values; keep it for search_after only.
+                // Every sort value comes back, the engine's own tiebreaker
+                // too: all go into search_after, the caller sees its own.
                 if let Some(a) = &after {
                     body["search_after"] = json!(a);
                 }
-                let body = &body;
+                let b = &body;
                 let (status, resp) = self.call(|c| async move {
-                    c.search(SearchParts::None).body(body.clone()).send().await
+                    c.search(SearchParts::None).body(b.clone()).send().await
                 })?;
                 if status != 200 {
                     return Err(error_of(status, &resp, "_search"));
@@ -1020,7 +1107,10 @@ impl MetaStore for EsStore {
                     return Ok(());
                 }
                 let next = raw[n - 1]["sort"].as_array().cloned();
-                let hits = Self::hits_of(&resp, 1)?;
+                let mut hits = Self::hits_of(&resp, 0)?;
+                for h in &mut hits {
+                    h.sort.truncate(sort.len());
+                }
                 if !f(hits)? || n < page {
                     return Ok(());
                 }
@@ -1030,10 +1120,7 @@ impl MetaStore for EsStore {
                 after = Some(advanced(after.as_deref(), next, &self.url)?);
             }
         })();
-        let close = &json!({ "id": pit });
-        if let Err(e) =
-            self.call(|c| async move { c.close_point_in_time().body(close.clone()).send().await })
-        {
+        if let Err(e) = self.close_pit(&pit) {
             log::warn!("closing point in time: {e}");
         }
         result

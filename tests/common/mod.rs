@@ -7,7 +7,7 @@
 //!
 //! The backend switch: with `ESFS_TEST_BACKEND=es`, `Mount::new()` mounts a
 //! fresh index on Elasticsearch instead of the embedded store: the cluster at
-//! `ESFS_ES_URL` (a real engine), else one test double per test process.
+//! `ESFS_TEST_ES_URL` (a real engine), else one test double per test process.
 //! Tests about the embedded store itself say so with `embedded_only!`.
 
 #![allow(dead_code)]
@@ -43,11 +43,11 @@ pub fn test_backend() -> &'static str {
 }
 
 /// `esfs mount` arguments for a fresh index on the Elasticsearch backend:
-/// `ESFS_ES_URL`, else a test double shared by the test process.
+/// `ESFS_TEST_ES_URL`, else a test double shared by the test process.
 pub fn es_backend_args() -> Vec<String> {
     static DOUBLE: std::sync::OnceLock<es_test_server::EsTestServer> = std::sync::OnceLock::new();
     static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let url = std::env::var("ESFS_ES_URL").unwrap_or_else(|_| {
+    let url = std::env::var("ESFS_TEST_ES_URL").unwrap_or_else(|_| {
         DOUBLE
             .get_or_init(|| {
                 es_test_server::EsTestServer::start("127.0.0.1:0").expect("start test double")
