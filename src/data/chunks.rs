@@ -6,7 +6,13 @@
 //! `{"file", "n", "data": base64}`); a missing chunk is a hole. Writes are
 //! buffered per file in memory and written in one bulk on flush (every
 //! close), fsync, or when a file's buffer passes `MAX_DIRTY`; reads see the
-//! buffer first, then a small cache of clean chunks, then the store.
+//! buffer first, then the chunks being written out, then a small cache of
+//! clean chunks, then the store.
+//!
+//! A write-out runs while writes go on (a close of one descriptor while
+//! another appends): until the store has its chunks they stay visible as
+//! `flushing`, so a write meanwhile builds on them and not on the stored
+//! (older) chunk, which would write the bytes in flight back as zeros.
 
 use super::{Capacity, DataStore};
 use crate::store::{BulkOp, Idx, MetaStore, Query, SearchRequest, Sort, StoreError};
@@ -14,6 +20,7 @@ use base64::Engine;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::Arc;
 
@@ -24,24 +31,67 @@ pub const CHUNK: u64 = 1 << 20;
 const MAX_DIRTY: usize = 16;
 /// Clean chunks kept for reads.
 const CACHE_CHUNKS: usize = 64;
+/// Files hash to this many write-out locks and generations: bounded memory
+/// whatever the number of files; a collision only costs a wait or a
+/// refetch.
+const STRIPES: usize = 32;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+type Chunks = BTreeMap<u64, Arc<Vec<u8>>>;
 
 #[derive(Default)]
 struct State {
     /// key -> chunk number -> contents (possibly shorter than CHUNK).
-    dirty: HashMap<String, BTreeMap<u64, Vec<u8>>>,
+    /// Shared with readers; a write copies a chunk a reader still holds.
+    dirty: HashMap<String, Chunks>,
+    /// Chunks of a write-out in progress, until the store has them.
+    flushing: HashMap<String, Chunks>,
     clean: HashMap<(String, u64), Arc<Vec<u8>>>,
     lru: VecDeque<(String, u64)>,
+    /// Per stripe, bumped whenever stored chunks change (a write-out
+    /// landed, a truncate): a chunk fetched before is not trusted.
+    generation: [u64; STRIPES],
+}
+
+impl State {
+    /// The newest contents of chunk `n` held in memory.
+    fn current(&self, key: &str, n: u64) -> Option<Arc<Vec<u8>>> {
+        [&self.dirty, &self.flushing]
+            .into_iter()
+            .find_map(|m| m.get(key).and_then(|d| d.get(&n)))
+            .or_else(|| self.clean.get(&(key.to_string(), n)))
+            .cloned()
+    }
+
+    fn cache(&mut self, key: &str, n: u64, data: Arc<Vec<u8>>) {
+        if self.clean.insert((key.to_string(), n), data).is_none() {
+            self.lru.push_back((key.to_string(), n));
+        }
+        while self.lru.len() > CACHE_CHUNKS {
+            if let Some(old) = self.lru.pop_front() {
+                self.clean.remove(&old);
+            }
+        }
+    }
 }
 
 pub struct ChunkStore {
     store: Arc<dyn MetaStore>,
     state: Mutex<State>,
+    /// One write-out (or truncate) per file at a time: two closes' bulks
+    /// could otherwise land in the wrong order, older contents last.
+    writing: [Mutex<()>; STRIPES],
 }
 
 fn chunk_id(key: &str, n: u64) -> String {
     format!("{key}:{n}")
+}
+
+fn stripe(key: &str) -> usize {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % STRIPES as u64) as usize
 }
 
 fn io_err(e: StoreError) -> io::Error {
@@ -53,34 +103,50 @@ impl ChunkStore {
         ChunkStore {
             store,
             state: Mutex::new(State::default()),
+            writing: std::array::from_fn(|_| Mutex::new(())),
         }
     }
 
-    /// Current contents of chunk `n` (without the dirty buffer).
-    fn load(&self, key: &str, n: u64) -> io::Result<Arc<Vec<u8>>> {
-        if let Some(c) = self.state.lock().clean.get(&(key.to_string(), n)) {
-            return Ok(c.clone());
-        }
-        let data = match self
+    /// Chunk `n` as stored.
+    fn fetch(&self, key: &str, n: u64) -> io::Result<Vec<u8>> {
+        match self
             .store
             .get(Idx::Chunks, &chunk_id(key, n))
             .map_err(io_err)?
         {
             Some(doc) => B64
                 .decode(doc.source["data"].as_str().unwrap_or_default())
-                .map_err(|e| io::Error::other(format!("corrupt chunk {key}:{n}: {e}")))?,
-            None => Vec::new(),
-        };
-        let data = Arc::new(data);
-        let mut st = self.state.lock();
-        st.clean.insert((key.to_string(), n), data.clone());
-        st.lru.push_back((key.to_string(), n));
-        while st.lru.len() > CACHE_CHUNKS {
-            if let Some(old) = st.lru.pop_front() {
-                st.clean.remove(&old);
-            }
+                .map_err(|e| io::Error::other(format!("corrupt chunk {key}:{n}: {e}"))),
+            None => Ok(Vec::new()),
         }
-        Ok(data)
+    }
+
+    /// Run `f` on the newest contents of chunk `n`, under the state lock
+    /// (so a write can buffer its change before any write-out moves on).
+    fn with_chunk<T>(
+        &self,
+        key: &str,
+        n: u64,
+        f: impl FnOnce(&mut State, Arc<Vec<u8>>) -> T,
+    ) -> io::Result<T> {
+        let s = stripe(key);
+        let mut fetched = None;
+        loop {
+            let mut st = self.state.lock();
+            if let Some(c) = st.current(key, n) {
+                return Ok(f(&mut st, c));
+            }
+            // A fetch that overlapped a write-out may predate its chunks.
+            if let Some((generation, data)) = fetched.take()
+                && generation == st.generation[s]
+            {
+                st.cache(key, n, Arc::clone(&data));
+                return Ok(f(&mut st, data));
+            }
+            let generation = st.generation[s];
+            drop(st);
+            fetched = Some((generation, Arc::new(self.fetch(key, n)?)));
+        }
     }
 
     fn forget_clean(&self, key: &str) {
@@ -89,39 +155,50 @@ impl ChunkStore {
         st.lru.retain(|(k, _)| k != key);
     }
 
-    /// Write the dirty chunks of `key` in one bulk.
     fn write_out(&self, key: &str) -> io::Result<()> {
-        let Some(chunks) = self.state.lock().dirty.remove(key) else {
-            return Ok(());
+        let _w = self.writing[stripe(key)].lock();
+        self.write_out_locked(key)
+    }
+
+    /// Write the dirty chunks of `key` in one bulk (its write-out lock held).
+    fn write_out_locked(&self, key: &str) -> io::Result<()> {
+        let chunks = {
+            let mut st = self.state.lock();
+            let Some(chunks) = st.dirty.remove(key) else {
+                return Ok(());
+            };
+            st.flushing.insert(key.to_string(), chunks.clone());
+            chunks
         };
         let ops: Vec<BulkOp> = chunks
             .iter()
             .map(|(n, data)| BulkOp::Index {
                 index: Idx::Chunks,
                 id: chunk_id(key, *n),
-                source: json!({"file": key, "n": n, "data": B64.encode(data)}),
+                source: json!({"file": key, "n": n, "data": B64.encode(&**data)}),
                 if_version: None,
             })
             .collect();
-        let results = self.store.bulk(ops);
-        let failed = match results {
+        let failed = match self.store.bulk(ops) {
             Ok(rs) => rs.into_iter().find_map(|r| r.err()),
             Err(e) => Some(e),
         };
+        let mut st = self.state.lock();
+        st.flushing.remove(key);
         if let Some(e) = failed {
-            // Keep the data buffered so a later flush can retry.
-            let mut st = self.state.lock();
+            // Keep the data buffered so a later flush can retry; a chunk
+            // written since was built on this one and is newer.
             let d = st.dirty.entry(key.to_string()).or_default();
             for (n, data) in chunks {
                 d.entry(n).or_insert(data);
             }
             return Err(io_err(e));
         }
-        let mut st = self.state.lock();
+        st.generation[stripe(key)] += 1;
         for (n, data) in chunks {
             let k = (key.to_string(), n);
-            if st.clean.contains_key(&k) {
-                st.clean.insert(k, Arc::new(data));
+            if let Some(c) = st.clean.get_mut(&k) {
+                *c = data;
             }
         }
         Ok(())
@@ -172,6 +249,58 @@ impl ChunkStore {
             after = rows.last().cloned();
         }
     }
+
+    /// Stored chunks changed behind the buffers: drop what was cached or
+    /// fetched of `key` before.
+    fn stored_changed(&self, key: &str) {
+        self.forget_clean(key);
+        self.state.lock().generation[stripe(key)] += 1;
+    }
+
+    fn truncate_locked(&self, key: &str, size: u64) -> io::Result<()> {
+        self.write_out_locked(key)?;
+        let keep = size.div_ceil(CHUNK); // chunks [0, keep) survive
+        let doomed = self.stored_chunks(key, keep)?;
+        if !doomed.is_empty() {
+            let ops = doomed
+                .into_iter()
+                .map(|(_, id)| BulkOp::Delete {
+                    index: Idx::Chunks,
+                    id,
+                    if_version: None,
+                })
+                .collect();
+            let results = self.store.bulk(ops);
+            self.stored_changed(key);
+            for r in results.map_err(io_err)? {
+                match r {
+                    Ok(_) | Err(StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(io_err(e)),
+                }
+            }
+        }
+        // Cut the last kept chunk so bytes past `size` read as zeros if the
+        // file grows again.
+        if !size.is_multiple_of(CHUNK) {
+            let n = size / CHUNK;
+            let cut = (size % CHUNK) as usize;
+            let cutting = self.with_chunk(key, n, |st, data| {
+                let long = data.len() > cut;
+                if long {
+                    st.dirty
+                        .entry(key.to_string())
+                        .or_default()
+                        .insert(n, Arc::new(data[..cut].to_vec()));
+                }
+                long
+            })?;
+            if cutting {
+                self.write_out_locked(key)?;
+            }
+        }
+        self.forget_clean(key);
+        Ok(())
+    }
 }
 
 impl DataStore for ChunkStore {
@@ -182,16 +311,7 @@ impl DataStore for ChunkStore {
             let pos = off + done as u64;
             let (n, within) = (pos / CHUNK, (pos % CHUNK) as usize);
             let want = (buf.len() - done).min(CHUNK as usize - within);
-            let dirty = self
-                .state
-                .lock()
-                .dirty
-                .get(key)
-                .and_then(|d| d.get(&n).cloned());
-            let data = match dirty {
-                Some(d) => Arc::new(d),
-                None => self.load(key, n)?,
-            };
+            let data = self.with_chunk(key, n, |_, c| c)?;
             if within < data.len() {
                 let k = want.min(data.len() - within);
                 buf[done..done + k].copy_from_slice(&data[within..within + k]);
@@ -209,24 +329,19 @@ impl DataStore for ChunkStore {
             let pos = off + done as u64;
             let (n, within) = (pos / CHUNK, (pos % CHUNK) as usize);
             let k = (data.len() - done).min(CHUNK as usize - within);
-            let has = self
-                .state
-                .lock()
-                .dirty
-                .get(key)
-                .is_some_and(|d| d.contains_key(&n));
-            let base = if has { None } else { Some(self.load(key, n)?) };
-            let mut st = self.state.lock();
-            let chunk = st
-                .dirty
-                .entry(key.to_string())
-                .or_default()
-                .entry(n)
-                .or_insert_with(|| base.map(|b| (*b).clone()).unwrap_or_default());
-            if chunk.len() < within + k {
-                chunk.resize(within + k, 0);
-            }
-            chunk[within..within + k].copy_from_slice(&data[done..done + k]);
+            self.with_chunk(key, n, |st, base| {
+                let chunk = st
+                    .dirty
+                    .entry(key.to_string())
+                    .or_default()
+                    .entry(n)
+                    .or_insert(base);
+                let chunk = Arc::make_mut(chunk);
+                if chunk.len() < within + k {
+                    chunk.resize(within + k, 0);
+                }
+                chunk[within..within + k].copy_from_slice(&data[done..done + k]);
+            })?;
             done += k;
         }
         let over = self
@@ -246,44 +361,8 @@ impl DataStore for ChunkStore {
     }
 
     fn truncate(&self, key: &str, size: u64) -> io::Result<()> {
-        self.write_out(key)?;
-        self.forget_clean(key);
-        let keep = size.div_ceil(CHUNK); // chunks [0, keep) survive
-        let doomed = self.stored_chunks(key, keep)?;
-        if !doomed.is_empty() {
-            let ops = doomed
-                .into_iter()
-                .map(|(_, id)| BulkOp::Delete {
-                    index: Idx::Chunks,
-                    id,
-                    if_version: None,
-                })
-                .collect();
-            for r in self.store.bulk(ops).map_err(io_err)? {
-                match r {
-                    Ok(_) | Err(StoreError::NotFound(_)) => {}
-                    Err(e) => return Err(io_err(e)),
-                }
-            }
-        }
-        // Cut the last kept chunk so bytes past `size` read as zeros if the
-        // file grows again.
-        if !size.is_multiple_of(CHUNK) {
-            let n = size / CHUNK;
-            let data = self.load(key, n)?;
-            let cut = (size % CHUNK) as usize;
-            if data.len() > cut {
-                self.state
-                    .lock()
-                    .dirty
-                    .entry(key.to_string())
-                    .or_default()
-                    .insert(n, data[..cut].to_vec());
-                self.write_out(key)?;
-                self.forget_clean(key);
-            }
-        }
-        Ok(())
+        let _w = self.writing[stripe(key)].lock();
+        self.truncate_locked(key, size)
     }
 
     fn sync(&self, key: &str) -> io::Result<()> {
@@ -292,8 +371,9 @@ impl DataStore for ChunkStore {
     }
 
     fn remove(&self, key: &str) -> io::Result<()> {
+        let _w = self.writing[stripe(key)].lock();
         self.state.lock().dirty.remove(key);
-        self.truncate(key, 0)
+        self.truncate_locked(key, 0)
     }
 
     fn release(&self, key: &str) {
@@ -331,6 +411,97 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = EmbeddedStore::open(dir.path()).unwrap();
         (dir, ChunkStore::new(Arc::new(s)))
+    }
+
+    use crate::store::gated::Gated;
+
+    fn gated() -> (tempfile::TempDir, Arc<Gated>, Arc<ChunkStore>) {
+        let dir = tempfile::tempdir().unwrap();
+        let g = Arc::new(Gated::open(dir.path()));
+        let cs = Arc::new(ChunkStore::new(g.clone()));
+        (dir, g, cs)
+    }
+
+    /// What another mount (nothing buffered or cached) reads.
+    fn stored(g: &Arc<Gated>, key: &str, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        ChunkStore::new(g.clone()).read(key, 0, &mut b).unwrap();
+        b
+    }
+
+    /// An appender's write while a close writes the file's chunks out (the
+    /// bulk in flight): it lost the bytes in flight, which read and were
+    /// stored as zeros.
+    #[test]
+    fn a_write_during_a_write_out_keeps_the_bytes_in_flight() {
+        let (_d, g, cs) = gated();
+        cs.write("1", 0, b"a").unwrap();
+        let (stopped, go) = g.arm("bulk", None);
+        let closer = std::thread::spawn({
+            let cs = cs.clone();
+            move || cs.flush("1")
+        });
+        stopped.recv().unwrap();
+        cs.write("1", 1, b"b").unwrap();
+        let mut b = [0u8; 2];
+        cs.read("1", 0, &mut b).unwrap();
+        assert_eq!(&b, b"ab", "read during the write-out");
+        go.send(()).unwrap();
+        closer.join().unwrap().unwrap();
+        cs.flush("1").unwrap();
+        assert_eq!(stored(&g, "1", 2), b"ab");
+    }
+
+    /// Two closes' write-outs of one file: the later one's bulk must not
+    /// land first and be overwritten by the older contents.
+    #[test]
+    fn write_outs_of_a_file_land_in_order() {
+        let (_d, g, cs) = gated();
+        cs.write("1", 0, b"a").unwrap();
+        let (stopped, go) = g.arm("bulk", None);
+        let first = std::thread::spawn({
+            let cs = cs.clone();
+            move || cs.flush("1")
+        });
+        stopped.recv().unwrap();
+        cs.write("1", 1, b"b").unwrap();
+        let second = std::thread::spawn({
+            let cs = cs.clone();
+            move || cs.flush("1")
+        });
+        // It waits for the first; if it did not, give it the time to land.
+        let t = std::time::Instant::now();
+        while !second.is_finished() && t.elapsed() < std::time::Duration::from_millis(300) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        go.send(()).unwrap();
+        first.join().unwrap().unwrap();
+        second.join().unwrap().unwrap();
+        assert_eq!(stored(&g, "1", 2), b"ab");
+    }
+
+    /// A write that fetched the chunk before another write's write-out
+    /// landed must not build on what it fetched.
+    #[test]
+    fn a_chunk_fetched_across_a_write_out_is_fetched_again() {
+        let (_d, g, cs) = gated();
+        let (stopped, go) = g.arm("get", None);
+        let writer = std::thread::spawn({
+            let cs = cs.clone();
+            move || cs.write("1", 1, b"b")
+        });
+        stopped.recv().unwrap();
+        cs.write("1", 0, b"a").unwrap();
+        cs.flush("1").unwrap();
+        // As a close's release does: the landed chunk is not cached.
+        cs.release("1");
+        go.send(()).unwrap();
+        writer.join().unwrap().unwrap();
+        cs.flush("1").unwrap();
+        assert_eq!(stored(&g, "1", 2), b"ab");
+        let mut b = [0u8; 2];
+        cs.read("1", 0, &mut b).unwrap();
+        assert_eq!(&b, b"ab");
     }
 
     #[test]

@@ -232,6 +232,7 @@ impl Fs {
     }
 
     fn fetch_dir(&self, ino: u64, offset: u64, plus: bool) -> FsResult<Vec<DirItem>> {
+        let mark = self.settle_mark(ino);
         let (dir, _) = self.get_inode(ino)?;
         if dir.kind != Kind::Dir {
             return Err(FsError::NotDir);
@@ -246,7 +247,9 @@ impl Fs {
         };
         if offset < 1 {
             let mut d = dir.clone();
-            self.overlay(&mut d);
+            if !self.overlay(&mut d, mark) {
+                d = self.getattr(ino)?;
+            }
             items.push(dot(1, ino, b".", plus.then_some(d)));
         }
         if offset < 2 {
@@ -286,18 +289,25 @@ impl Fs {
                 entries.truncate(k);
             }
         }
-        let attrs = if plus {
+        let (attrs, marks) = if plus {
+            let marks: Vec<u64> = entries.iter().map(|e| self.settle_mark(e.1)).collect();
             let ids: Vec<String> = entries.iter().map(|e| inode_id(e.1)).collect();
-            self.store.mget(Idx::Inodes, &ids)?
+            (self.store.mget(Idx::Inodes, &ids)?, marks)
         } else {
-            vec![]
+            (vec![], vec![])
         };
         for (i, (name, ino, kind, cookie)) in entries.into_iter().enumerate() {
             let attr = if plus {
                 match attrs.get(i).cloned().flatten() {
                     Some(doc) => {
                         let mut inode: Inode = serde_json::from_value(doc.source)?;
-                        self.overlay(&mut inode);
+                        if !self.overlay(&mut inode, marks[i]) {
+                            match self.getattr(ino) {
+                                Ok(fresh) => inode = fresh,
+                                Err(FsError::NotFound) => continue,
+                                Err(e) => return Err(e),
+                            }
+                        }
                         Some(inode)
                     }
                     None => continue, // removed since the search

@@ -47,6 +47,10 @@ pub(super) struct Handle {
 /// The handle of every file in the kernel's no-open mode.
 const NO_HANDLE: u64 = 0;
 
+/// Stripes of `Fs::settled`: a persist makes only the readers of inodes
+/// of its stripe read again.
+pub(super) const SETTLE_STRIPES: usize = 32;
+
 impl OpenState {
     pub(super) fn open_handles(&self) -> u32 {
         self.count
@@ -147,22 +151,22 @@ impl Fs {
     /// (no-open mode; a handle keeps its state until its release). A state
     /// is only dropped once persisted and clean, so the stored inode then
     /// holds everything it knew: unless another state was made, changed
-    /// and dropped while the inode was being read, hence the drop count.
+    /// and dropped while the inode was being read, hence the settle mark.
     fn with_state<T>(&self, ino: u64, f: impl FnOnce(&mut OpenState) -> T) -> FsResult<T> {
         loop {
-            let drops = {
+            let mark = {
                 let mut open = self.open.lock();
                 if let Some(st) = open.get_mut(&ino) {
                     return Ok(f(st));
                 }
-                self.state_drops.load(Ordering::Acquire)
+                self.settle_mark(ino)
             };
             let (inode, _) = self.get_inode(ino)?;
             if inode.kind == Kind::Dir {
                 return Err(FsError::IsDir);
             }
             let mut open = self.open.lock();
-            if open.contains_key(&ino) || self.state_drops.load(Ordering::Acquire) != drops {
+            if open.contains_key(&ino) || self.settle_mark(ino) != mark {
                 continue;
             }
             return Ok(f(open.entry(ino).or_insert(OpenState::of(&inode))));
@@ -267,6 +271,7 @@ impl Fs {
         if mtime != ctime || !self.lazy_close() {
             return Ok(None);
         }
+        let mark = self.settle_mark(ino);
         let (mut inode, _) = self.get_inode(ino)?;
         let Some(key) = inode.content.clone() else {
             return Ok(None);
@@ -280,7 +285,9 @@ impl Fs {
             st.mtime_ns = mtime;
             st.ctime_ns = ctime;
         })?;
-        self.overlay(&mut inode);
+        if !self.overlay(&mut inode, mark) {
+            inode = self.getattr(ino)?;
+        }
         self.content_changed(ino);
         Ok(Some(inode))
     }
@@ -366,7 +373,7 @@ impl Fs {
                 // Not if reopened meanwhile, or written since the persist
                 // (a no-open writer's next close persists that).
                 Some(st) if st.count == 0 && !st.dirty => {
-                    self.state_drops.fetch_add(1, Ordering::AcqRel);
+                    self.settle(ino);
                     open.remove(&ino)
                 }
                 _ => None,
@@ -436,6 +443,7 @@ impl Fs {
         {
             st.dirty = false;
             st.wrote = false;
+            self.settle(ino);
         }
         self.sync_entries(&inode)?;
         if changed {
@@ -455,18 +463,41 @@ impl Fs {
             .collect()
     }
 
-    /// Show not-yet-persisted size/times of an open file.
-    pub(super) fn overlay(&self, inode: &mut Inode) {
+    /// Taken before reading an inode that goes to [`Fs::overlay`].
+    pub(super) fn settle_mark(&self, ino: u64) -> u64 {
+        self.settled[(ino % SETTLE_STRIPES as u64) as usize].load(Ordering::Acquire)
+    }
+
+    /// A state of `ino` moved its size and times to the store and stops
+    /// overlaying them (call under the `open` lock).
+    fn settle(&self, ino: u64) {
+        self.settled[(ino % SETTLE_STRIPES as u64) as usize].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Show not-yet-persisted size/times of an open file on `inode`, read
+    /// from the store after `mark` was taken ([`Fs::settle_mark`]). False
+    /// if a persist settled the file's state since: the inode read may
+    /// predate it, and without the overlay would show an older size than
+    /// the kernel knows (it shrinks the file to it: an O_APPEND write then
+    /// lands on earlier data, `tail -F` sees a truncation). Read it again.
+    pub(super) fn overlay(&self, inode: &mut Inode, mark: u64) -> bool {
+        {
+            let open = self.open.lock();
+            if self.settle_mark(inode.ino) != mark {
+                return false;
+            }
+            if let Some(st) = open.get(&inode.ino) {
+                st.apply(inode);
+            }
+        }
         if let Some(t) = self.pending_dir_time(inode) {
             inode.mtime_ns = inode.mtime_ns.max(t);
             inode.ctime_ns = inode.ctime_ns.max(t);
         }
-        if let Some(st) = self.open.lock().get(&inode.ino) {
-            st.apply(inode);
-        }
         if let Some(a) = self.atimes.lock().get(&inode.ino) {
             inode.atime_ns = inode.atime_ns.max(*a);
         }
+        true
     }
 
     /// Write the pending atime updates to their inodes (every few seconds
@@ -671,6 +702,7 @@ impl Fs {
     /// After setattr: the open state follows the stored inode.
     pub(super) fn refresh_open(&self, inode: &Inode) {
         if let Some(st) = self.open.lock().get_mut(&inode.ino) {
+            self.settle(inode.ino);
             st.size = inode.size;
             st.atime_ns = inode.atime_ns;
             st.mtime_ns = inode.mtime_ns;
@@ -685,5 +717,47 @@ impl Fs {
     pub fn kernel_keeps_times(&self) {
         self.kernel_times.store(true, Ordering::Relaxed);
         crate::model::use_kernel_clock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::LocalDataStore;
+    use crate::model::{ROOT_INO, inode_id};
+    use crate::store::gated::Gated;
+
+    /// A getattr that read the inode just before a close persisted the
+    /// file's size (and the overlay stopped) answered the older size; the
+    /// kernel shrank the file to it, and the next O_APPEND write landed
+    /// on earlier lines. It must read the inode again.
+    #[test]
+    fn getattr_across_a_persist_sees_the_persisted_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Gated::open(&dir.path().join("store")));
+        let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
+        let cfg = FsConfig {
+            exclusive: false,
+            root_uid: 0,
+            root_gid: 0,
+            label: "test".into(),
+            maintenance: false,
+            no_tree_locks: false,
+            journal: None,
+        };
+        let fs = Arc::new(Fs::new(store.clone(), data, cfg).unwrap());
+        let (inode, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"log", 0o644, 0).unwrap();
+        let ino = inode.ino;
+        fs.write(ino, fh, 0, b"line\n").unwrap();
+        let (stopped, go) = store.arm("get", Some(&inode_id(ino)));
+        let stat = std::thread::spawn({
+            let fs = fs.clone();
+            move || fs.getattr(ino).unwrap().size
+        });
+        stopped.recv().unwrap(); // it read the inode of size 0
+        fs.flush(ino, fh).unwrap();
+        go.send(()).unwrap();
+        assert_eq!(stat.join().unwrap(), 5);
+        fs.release(ino, fh).unwrap();
     }
 }

@@ -121,8 +121,12 @@ pub struct Fs {
     /// from this. Only a rename of that directory changes its row.
     dirs: RwLock<HashMap<u64, (u64, String)>>,
     open: Mutex<HashMap<u64, io::OpenState>>,
-    /// States dropped so far (changed under the `open` lock).
-    state_drops: AtomicU64,
+    /// Per stripe of inode numbers (`ino % SETTLE_STRIPES`), bumped under
+    /// the `open` lock whenever a state's size and times went to the store
+    /// and left the overlay (a persist, setattr, drop): an inode read
+    /// before is older than what the kernel was told, so it is read again
+    /// (see [`Fs::overlay`]).
+    settled: [AtomicU64; io::SETTLE_STRIPES],
     /// The kernel keeps files' sizes and times (its writeback-cache mode):
     /// writes leave mtime/ctime to the SETATTR it sends at close.
     kernel_times: std::sync::atomic::AtomicBool,
@@ -180,7 +184,7 @@ impl Fs {
             ids: Mutex::new((0, 0)),
             dirs: RwLock::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
-            state_drops: AtomicU64::new(0),
+            settled: Default::default(),
             kernel_times: Default::default(),
             atimes: Mutex::new(HashMap::new()),
             plocked: Mutex::new(Default::default()),
@@ -456,9 +460,13 @@ impl Fs {
     /// The inode as callers should see it: stored attributes plus the
     /// not-yet-persisted size/times of open files.
     pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
-        let (mut inode, _) = self.get_inode(ino).map_err(stale)?;
-        self.overlay(&mut inode);
-        Ok(inode)
+        loop {
+            let mark = self.settle_mark(ino);
+            let (mut inode, _) = self.get_inode(ino).map_err(stale)?;
+            if self.overlay(&mut inode, mark) {
+                return Ok(inode);
+            }
+        }
     }
 
     /// Read-modify-write of an inode with optimistic concurrency.

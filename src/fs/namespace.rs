@@ -199,6 +199,7 @@ impl Fs {
             Err(e) => return Err(e.into()),
         }
         let now = now_ns();
+        let mark = self.settle_mark(ino);
         let inode = self.update_inode(ino, |i| {
             i.nlink += 1;
             i.ctime_ns = now;
@@ -212,7 +213,9 @@ impl Fs {
         // The new name's entry gets the indexed text too.
         self.content_changed(ino);
         let mut inode = inode;
-        self.overlay(&mut inode);
+        if !self.overlay(&mut inode, mark) {
+            inode = self.getattr(ino)?;
+        }
         Ok(inode)
     }
 

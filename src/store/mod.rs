@@ -16,6 +16,8 @@
 pub mod cache;
 pub mod embedded;
 pub mod es;
+#[cfg(test)]
+pub(crate) mod gated;
 pub mod listing;
 pub mod redo;
 pub mod schema;
