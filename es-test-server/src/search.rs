@@ -972,11 +972,14 @@ pub fn execute(
         Some(s) => compile_sort(s, targets, pit).map_err(wrap)?,
         None => vec![],
     };
-    let explicit_sort = req.sort.is_some() && !specs.is_empty();
-    if pit && explicit_sort && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
+    let mut implicit_tiebreaker = false;
+    if pit && !specs.is_empty() && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
         specs.push(SortSpec::ShardDoc { desc: false });
+        implicit_tiebreaker = true;
     }
-    let effective: Vec<SortSpec> = if explicit_sort {
+    // Hits carry `sort` values only for a sorted search.
+    let sorted = !specs.is_empty();
+    let effective: Vec<SortSpec> = if sorted {
         specs.clone()
     } else {
         vec![SortSpec::Score { desc: true }]
@@ -984,21 +987,27 @@ pub fn execute(
     let after: Option<Vec<SV>> = match &req.search_after {
         None => None,
         Some(vals) => {
-            if vals.len() != effective.len() {
+            // Elasticsearch accepts a search_after without the implicit tiebreaker (backward
+            // compatibility): it continues after every document with those values, as if the
+            // tiebreaker were the largest one.
+            let omitted = implicit_tiebreaker && vals.len() + 1 == effective.len();
+            if vals.len() != effective.len() && !omitted {
                 return Err(wrap(EsError::bad_request(format!(
                     "search_after has {} value(s) but sort has {}.",
                     vals.len(),
                     effective.len()
                 ))));
             }
-            Some(
-                effective
-                    .iter()
-                    .zip(vals)
-                    .map(|(s, v)| after_value(s, v))
-                    .collect::<EsResult<_>>()
-                    .map_err(wrap)?,
-            )
+            let mut a: Vec<SV> = effective
+                .iter()
+                .zip(vals)
+                .map(|(s, v)| after_value(s, v))
+                .collect::<EsResult<_>>()
+                .map_err(wrap)?;
+            if omitted {
+                a.push(SV::I(i64::MAX));
+            }
+            Some(a)
         }
     };
 
@@ -1017,9 +1026,8 @@ pub fn execute(
         }
     };
     let total = matches.len();
-    let scoring = !explicit_sort
-        || req.track_scores
-        || specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
+    let scoring =
+        !sorted || req.track_scores || specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
     let max_score = if scoring && req.size > 0 {
         matches
             .iter()
@@ -1075,7 +1083,7 @@ pub fn execute(
         hits_s.push(hit_json(
             t,
             m,
-            explicit_sort.then_some(key(i)),
+            sorted.then_some(key(i)),
             scoring.then_some(m.score),
             &req.source,
             req.seq_no_primary_term,

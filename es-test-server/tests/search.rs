@@ -821,3 +821,80 @@ fn term_index_stays_exact_across_refreshes_and_pits() {
     );
     assert_eq!(v["hits"]["total"]["value"], 0);
 }
+
+/// Elasticsearch accepts a point-in-time `search_after` without the implicit `_shard_doc`
+/// tiebreaker (backward compatibility): the page starts strictly after every document whose
+/// other sort values equal the given ones.
+#[test]
+fn pit_search_after_may_omit_the_implicit_tiebreaker() {
+    let es = start();
+    es.put(
+        "/t",
+        r#"{"mappings":{"properties":{"n":{"type":"long"},"k":{"type":"keyword"}}}}"#,
+    );
+    let mut body = String::new();
+    for (id, n) in [("a", 1), ("b", 2), ("c", 2), ("d", 2), ("e", 3), ("f", 1)] {
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"{id}\"}}}}\n{{\"n\":{n}}}\n"
+        ));
+    }
+    let (s, v) = es.bulk("/t/_bulk?refresh=true", &body);
+    assert_eq!((s, v["errors"].as_bool()), (200, Some(false)), "{v}");
+    let (_, v) = es.post("/t/_pit?keep_alive=1m", "");
+    let pit = v["id"].as_str().unwrap().to_string();
+    let search = |sort: Value, after: Value| {
+        es.post(
+            "/_search",
+            &json!({"pit": {"id": pit}, "sort": sort, "search_after": after}).to_string(),
+        )
+    };
+    // One value for a one-field sort: everything with n == 2 is skipped.
+    let (s, v) = search(json!([{"n": "asc"}]), json!([2]));
+    assert_eq!(s, 200, "{v}");
+    let ids: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["e"]);
+    // The hits still carry the tiebreaker.
+    assert_eq!(v["hits"]["hits"][0]["sort"].as_array().unwrap().len(), 2);
+    let (_, v) = search(json!([{"n": "desc"}]), json!([2]));
+    let ids: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["a", "f"]);
+    // Two fields, both given: only the (implicit) tiebreaker is missing.
+    let (s, v) = search(json!([{"n": "asc"}, "_score"]), json!([1, 1.0]));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["hits"]["hits"].as_array().unwrap().len(), 4);
+    // Fewer values than that, or more than the sort plus the tiebreaker, are refused.
+    es.expect_err(
+        "POST",
+        "/_search",
+        Some(
+            &json!({"pit": {"id": pit}, "sort": [{"n": "asc"}, "_score"], "search_after": [1]})
+                .to_string(),
+        ),
+        400,
+        "search_phase_execution_exception",
+        "",
+    );
+    let (s, v) = search(json!([{"n": "asc"}]), json!([1, 2, 3]));
+    assert_eq!(s, 400);
+    assert_eq!(
+        v["error"]["root_cause"][0]["reason"],
+        "search_after has 3 value(s) but sort has 2."
+    );
+    // An explicit _shard_doc is not implicit: its value cannot be left out.
+    let (s, v) = search(json!([{"n": "asc"}, "_shard_doc"]), json!([2]));
+    assert_eq!(s, 400);
+    assert_eq!(
+        v["error"]["root_cause"][0]["reason"],
+        "search_after has 1 value(s) but sort has 2."
+    );
+}
