@@ -461,6 +461,9 @@ enum SortSpec {
 enum SV<'a> {
     I(i64),
     F(f64),
+    /// A `_score`: a float, rendered as `_score` is (0.3, not 0.30000001192092896) and
+    /// compared as a float so that a value sent back as `search_after` keeps its ties.
+    Score(f32),
     S(Option<Cow<'a, str>>),
 }
 
@@ -468,6 +471,8 @@ fn sv_json(v: &SV) -> Value {
     match v {
         SV::I(i) => json!(i),
         SV::F(f) => json!(f),
+        // The shortest decimal that reads back as this f32, as `_score` itself is rendered.
+        SV::Score(f) => json!(f.to_string().parse::<f64>().unwrap_or(*f as f64)),
         SV::S(Some(s)) => json!(&**s),
         SV::S(None) => Value::Null,
     }
@@ -716,6 +721,7 @@ fn cmp_one(spec: &SortSpec, a: &SV, b: &SV) -> Ordering {
     let natural = match (a, b) {
         (SV::I(x), SV::I(y)) => x.cmp(y),
         (SV::F(x), SV::F(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
+        (SV::Score(x), SV::Score(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
         (SV::I(x), SV::F(y)) => (*x as f64).partial_cmp(y).unwrap_or(Ordering::Equal),
         (SV::F(x), SV::I(y)) => x.partial_cmp(&(*y as f64)).unwrap_or(Ordering::Equal),
         (SV::S(None), SV::S(None)) => Ordering::Equal,
@@ -756,10 +762,10 @@ fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV<'static>> {
         ))
     };
     Ok(match spec {
-        SortSpec::Score { .. } => SV::F(
+        SortSpec::Score { .. } => SV::Score(
             v.as_f64()
                 .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                .ok_or_else(|| fail("_score"))?,
+                .ok_or_else(|| fail("_score"))? as f32,
         ),
         SortSpec::Doc { .. } | SortSpec::ShardDoc { .. } => SV::I(
             v.as_i64()
@@ -1043,7 +1049,7 @@ pub fn execute(
     for m in &matches {
         for s in &effective {
             keys.push(match s {
-                SortSpec::Score { .. } => SV::F(m.score as f64),
+                SortSpec::Score { .. } => SV::Score(m.score),
                 SortSpec::Doc { .. } => SV::I(m.doc.seq_no),
                 SortSpec::ShardDoc { .. } => {
                     SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
@@ -1167,7 +1173,7 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
             let key = effective
                 .iter()
                 .map(|s| match s {
-                    SortSpec::Score { .. } => SV::F(m.score as f64),
+                    SortSpec::Score { .. } => SV::Score(m.score),
                     SortSpec::Doc { .. } | SortSpec::ShardDoc { .. } => SV::I(m.doc.seq_no),
                     SortSpec::Field { .. } => field_sv(s, m.ti, m.doc),
                 })

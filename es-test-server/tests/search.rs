@@ -898,3 +898,40 @@ fn pit_search_after_may_omit_the_implicit_tiebreaker() {
         "search_after has 1 value(s) but sort has 2."
     );
 }
+
+/// A `_score` sort value is a float, rendered like `_score` (0.3, not 0.30000001192092896),
+/// and taken back as `search_after` without losing ties.
+#[test]
+fn score_sort_values_render_like_score() {
+    let es = start();
+    let mut body = String::new();
+    for i in 0..4 {
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"d{i}\"}}}}\n{{\"k\":\"x\"}}\n"
+        ));
+    }
+    let (s, v) = es.bulk("/t/_bulk?refresh=true", &body);
+    assert_eq!((s, v["errors"].as_bool()), (200, Some(false)), "{v}");
+    let q = json!({"term": {"k": {"value": "x", "boost": 0.3}}});
+    let (_, v) = es.post(
+        "/t/_search",
+        &json!({"query": q, "sort": ["_score", "_doc"], "size": 2}).to_string(),
+    );
+    let hits = v["hits"]["hits"].as_array().unwrap();
+    for h in hits {
+        assert_eq!(h["sort"][0], h["_score"], "{h}");
+    }
+    assert_eq!(hits[0]["_score"].as_f64(), Some(0.3), "{v}");
+    let (_, v) = es.post(
+        "/t/_search",
+        &json!({"query": q, "sort": ["_score", "_doc"], "search_after": hits[1]["sort"]})
+            .to_string(),
+    );
+    let ids: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["d2", "d3"]);
+}
