@@ -943,7 +943,8 @@ fn total_json(n: usize, tt: TrackTotal, as_int: bool) -> Option<String> {
     }
 }
 
-/// Runs a search. `pit` says a point in time is used (adds the `_shard_doc` tiebreaker).
+/// Runs a search. `pit` says a point in time is used (adds the `_shard_doc` tiebreaker, and
+/// a `_score` sort when there is none).
 pub fn execute(
     targets: &[Target],
     req: &SearchReq,
@@ -978,10 +979,17 @@ pub fn execute(
         Some(s) => compile_sort(s, targets, pit).map_err(wrap)?,
         None => vec![],
     };
+    // Every point-in-time search is sorted, as in Elasticsearch: without a sort by `_score`
+    // desc, and with the implicit `_shard_doc` asc tiebreaker unless one is given.
     let mut implicit_tiebreaker = false;
-    if pit && !specs.is_empty() && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
-        specs.push(SortSpec::ShardDoc { desc: false });
-        implicit_tiebreaker = true;
+    if pit {
+        if specs.is_empty() {
+            specs.push(SortSpec::Score { desc: true });
+        }
+        if !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
+            specs.push(SortSpec::ShardDoc { desc: false });
+            implicit_tiebreaker = true;
+        }
     }
     // Hits carry `sort` values only for a sorted search.
     let sorted = !specs.is_empty();

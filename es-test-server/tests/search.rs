@@ -935,3 +935,75 @@ fn score_sort_values_render_like_score() {
         .collect();
     assert_eq!(ids, vec!["d2", "d3"]);
 }
+
+/// Every point-in-time search gets the `_shard_doc` tiebreaker, also without `sort`: it then
+/// sorts by `_score` desc, `_shard_doc` asc, returns both as `sort`, and pages with them.
+#[test]
+fn sortless_pit_search_pages_with_score_and_shard_doc() {
+    let es = start();
+    es.put("/t", r#"{"mappings":{"properties":{"n":{"type":"long"},"k":{"type":"keyword"},"x":{"type":"text"}}}}"#);
+    const N: usize = 2500;
+    let mut body = String::new();
+    for i in 0..N {
+        let text = if i % 3 == 0 { "apple apple" } else { "apple" };
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"d{i}\"}}}}\n{{\"n\":{i},\"x\":\"{text}\"}}\n"
+        ));
+    }
+    let (s, v) = es.bulk("/t/_bulk?refresh=true", &body);
+    assert_eq!((s, v["errors"].as_bool()), (200, Some(false)));
+    let (_, v) = es.post("/t/_pit?keep_alive=1m", "");
+    let pit = v["id"].as_str().unwrap().to_string();
+    // A boost that is not exact in binary: `sort` renders the score as `_score` does (a
+    // float) and takes it back without losing the tie.
+    for query in [
+        json!({"match_all": {}}),
+        json!({"match": {"x": "apple"}}),
+        json!({"match": {"x": {"query": "apple", "boost": 0.3}}}),
+    ] {
+        let mut seen = std::collections::HashSet::new();
+        let mut after: Option<Value> = None;
+        let mut prev: Option<(f64, i64)> = None;
+        let mut pages = 0;
+        loop {
+            let mut b = json!({"size": 1000, "pit": {"id": pit, "keep_alive": "1m"}, "query": query, "_source": false});
+            if let Some(a) = &after {
+                b["search_after"] = a.clone();
+            }
+            let (s, v) = es.post("/_search", &b.to_string());
+            assert_eq!(s, 200, "{v}");
+            let hits = v["hits"]["hits"].as_array().unwrap();
+            if hits.is_empty() {
+                break;
+            }
+            pages += 1;
+            assert!(pages <= 3, "paging does not advance");
+            for h in hits {
+                let sort = h["sort"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("no sort: {h}"));
+                assert_eq!(sort.len(), 2, "{h}");
+                let score = sort[0].as_f64().unwrap();
+                assert_eq!(score, h["_score"].as_f64().unwrap());
+                let k = (score, sort[1].as_i64().unwrap());
+                if let Some(p) = prev {
+                    assert!(k.0 < p.0 || (k.0 == p.0 && k.1 > p.1), "{k:?} after {p:?}");
+                }
+                prev = Some(k);
+                assert!(seen.insert(h["_id"].as_str().unwrap().to_string()));
+            }
+            after = Some(hits.last().unwrap()["sort"].clone());
+        }
+        assert_eq!((pages, seen.len()), (3, N), "{query}");
+    }
+    // The score alone (tiebreaker omitted) is accepted too.
+    let (s, v) = es.post(
+        "/_search",
+        &json!({"pit": {"id": pit}, "query": {"match": {"x": "apple"}}, "search_after": [f64::MAX], "size": 1}).to_string(),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["hits"]["hits"].as_array().unwrap().len(), 1);
+    // Without a point in time, a search without sort still returns no sort values.
+    let (_, v) = es.post("/t/_search", r#"{"size":1}"#);
+    assert!(v["hits"]["hits"][0].get("sort").is_none(), "{v}");
+}
