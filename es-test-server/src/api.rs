@@ -1258,12 +1258,12 @@ fn bulk(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Outcome> {
         if index.is_none() {
             msgs.push("index is missing".into());
         }
-        if id.as_deref() == Some("") {
-            msgs.push("if _id is specified it must not be empty".into());
-        }
+        // An empty id fails an index or create item alone (in run_bulk_item); delete and
+        // update need an id, so for them it is missing.
+        let no_id = id.as_deref().is_none_or(str::is_empty);
         let op = match action_name {
             "delete" => {
-                if id.is_none() {
+                if no_id {
                     msgs.push("id is missing".into());
                 }
                 BulkOp::Delete
@@ -1277,7 +1277,7 @@ fn bulk(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Outcome> {
                 let src_line = lines[i].trim_end_matches('\r');
                 i += 1;
                 if action_name == "update" {
-                    if id.is_none() {
+                    if no_id {
                         msgs.push("id is missing".into());
                     }
                     let parsed: Result<Value, _> = serde_json::from_str(src_line);
@@ -1371,9 +1371,17 @@ fn run_bulk_item(st: &mut Cluster, it: &BulkItem) -> EsResult<(String, WriteOk)>
             Ok((id.clone(), ix.delete(&id, it.cas)?))
         }
         BulkOp::Index { create, source } => {
+            // The index is auto-created before the item is looked at, as in Elasticsearch.
+            let ix = st.index_for_write(&it.index)?;
+            if it.id.as_deref() == Some("") {
+                return Err(EsError::new(
+                    400,
+                    "illegal_argument_exception",
+                    "if _id is specified it must not be empty",
+                ));
+            }
             let (raw, v) = source.as_ref().map_err(Clone::clone)?;
             let id = it.id.clone().unwrap_or_else(|| random_id(20));
-            let ix = st.index_for_write(&it.index)?;
             Ok((id.clone(), ix.put(&id, raw.clone(), v, *create, it.cas)?))
         }
         BulkOp::Update(u) => {

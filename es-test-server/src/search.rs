@@ -461,6 +461,9 @@ enum SortSpec {
 enum SV<'a> {
     I(i64),
     F(f64),
+    /// A `_score`: a float, rendered as `_score` is (0.3, not 0.30000001192092896) and
+    /// compared as a float so that a value sent back as `search_after` keeps its ties.
+    Score(f32),
     S(Option<Cow<'a, str>>),
 }
 
@@ -468,6 +471,8 @@ fn sv_json(v: &SV) -> Value {
     match v {
         SV::I(i) => json!(i),
         SV::F(f) => json!(f),
+        // The shortest decimal that reads back as this f32, as `_score` itself is rendered.
+        SV::Score(f) => json!(f.to_string().parse::<f64>().unwrap_or(*f as f64)),
         SV::S(Some(s)) => json!(&**s),
         SV::S(None) => Value::Null,
     }
@@ -716,6 +721,7 @@ fn cmp_one(spec: &SortSpec, a: &SV, b: &SV) -> Ordering {
     let natural = match (a, b) {
         (SV::I(x), SV::I(y)) => x.cmp(y),
         (SV::F(x), SV::F(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
+        (SV::Score(x), SV::Score(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
         (SV::I(x), SV::F(y)) => (*x as f64).partial_cmp(y).unwrap_or(Ordering::Equal),
         (SV::F(x), SV::I(y)) => x.partial_cmp(&(*y as f64)).unwrap_or(Ordering::Equal),
         (SV::S(None), SV::S(None)) => Ordering::Equal,
@@ -756,10 +762,10 @@ fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV<'static>> {
         ))
     };
     Ok(match spec {
-        SortSpec::Score { .. } => SV::F(
+        SortSpec::Score { .. } => SV::Score(
             v.as_f64()
                 .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                .ok_or_else(|| fail("_score"))?,
+                .ok_or_else(|| fail("_score"))? as f32,
         ),
         SortSpec::Doc { .. } | SortSpec::ShardDoc { .. } => SV::I(
             v.as_i64()
@@ -937,7 +943,8 @@ fn total_json(n: usize, tt: TrackTotal, as_int: bool) -> Option<String> {
     }
 }
 
-/// Runs a search. `pit` says a point in time is used (adds the `_shard_doc` tiebreaker).
+/// Runs a search. `pit` says a point in time is used (adds the `_shard_doc` tiebreaker, and
+/// a `_score` sort when there is none).
 pub fn execute(
     targets: &[Target],
     req: &SearchReq,
@@ -972,11 +979,21 @@ pub fn execute(
         Some(s) => compile_sort(s, targets, pit).map_err(wrap)?,
         None => vec![],
     };
-    let explicit_sort = req.sort.is_some() && !specs.is_empty();
-    if pit && explicit_sort && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
-        specs.push(SortSpec::ShardDoc { desc: false });
+    // Every point-in-time search is sorted, as in Elasticsearch: without a sort by `_score`
+    // desc, and with the implicit `_shard_doc` asc tiebreaker unless one is given.
+    let mut implicit_tiebreaker = false;
+    if pit {
+        if specs.is_empty() {
+            specs.push(SortSpec::Score { desc: true });
+        }
+        if !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
+            specs.push(SortSpec::ShardDoc { desc: false });
+            implicit_tiebreaker = true;
+        }
     }
-    let effective: Vec<SortSpec> = if explicit_sort {
+    // Hits carry `sort` values only for a sorted search.
+    let sorted = !specs.is_empty();
+    let effective: Vec<SortSpec> = if sorted {
         specs.clone()
     } else {
         vec![SortSpec::Score { desc: true }]
@@ -984,21 +1001,27 @@ pub fn execute(
     let after: Option<Vec<SV>> = match &req.search_after {
         None => None,
         Some(vals) => {
-            if vals.len() != effective.len() {
+            // Elasticsearch accepts a search_after without the implicit tiebreaker (backward
+            // compatibility): it continues after every document with those values, as if the
+            // tiebreaker were the largest one.
+            let omitted = implicit_tiebreaker && vals.len() + 1 == effective.len();
+            if vals.len() != effective.len() && !omitted {
                 return Err(wrap(EsError::bad_request(format!(
                     "search_after has {} value(s) but sort has {}.",
                     vals.len(),
                     effective.len()
                 ))));
             }
-            Some(
-                effective
-                    .iter()
-                    .zip(vals)
-                    .map(|(s, v)| after_value(s, v))
-                    .collect::<EsResult<_>>()
-                    .map_err(wrap)?,
-            )
+            let mut a: Vec<SV> = effective
+                .iter()
+                .zip(vals)
+                .map(|(s, v)| after_value(s, v))
+                .collect::<EsResult<_>>()
+                .map_err(wrap)?;
+            if omitted {
+                a.push(SV::I(i64::MAX));
+            }
+            Some(a)
         }
     };
 
@@ -1017,9 +1040,8 @@ pub fn execute(
         }
     };
     let total = matches.len();
-    let scoring = !explicit_sort
-        || req.track_scores
-        || specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
+    let scoring =
+        !sorted || req.track_scores || specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
     let max_score = if scoring && req.size > 0 {
         matches
             .iter()
@@ -1035,7 +1057,7 @@ pub fn execute(
     for m in &matches {
         for s in &effective {
             keys.push(match s {
-                SortSpec::Score { .. } => SV::F(m.score as f64),
+                SortSpec::Score { .. } => SV::Score(m.score),
                 SortSpec::Doc { .. } => SV::I(m.doc.seq_no),
                 SortSpec::ShardDoc { .. } => {
                     SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
@@ -1075,7 +1097,7 @@ pub fn execute(
         hits_s.push(hit_json(
             t,
             m,
-            explicit_sort.then_some(key(i)),
+            sorted.then_some(key(i)),
             scoring.then_some(m.score),
             &req.source,
             req.seq_no_primary_term,
@@ -1159,7 +1181,7 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
             let key = effective
                 .iter()
                 .map(|s| match s {
-                    SortSpec::Score { .. } => SV::F(m.score as f64),
+                    SortSpec::Score { .. } => SV::Score(m.score),
                     SortSpec::Doc { .. } | SortSpec::ShardDoc { .. } => SV::I(m.doc.seq_no),
                     SortSpec::Field { .. } => field_sv(s, m.ti, m.doc),
                 })

@@ -209,3 +209,53 @@ fn bulk_seq_nos_are_per_index_and_monotonic() {
         last[i % 2] = seq;
     }
 }
+
+/// An index or create item with `"_id": ""` fails alone (400 `illegal_argument_exception`);
+/// the others are applied.
+#[test]
+fn empty_id_fails_only_that_item() {
+    let es = start();
+    es.put("/fs", FS_INDEX);
+    let body = concat!(
+        "{\"index\":{\"_id\":\"a\"}}\n{\"name\":\"a\"}\n",
+        "{\"index\":{\"_id\":\"\"}}\n{\"name\":\"empty\"}\n",
+        "{\"create\":{\"_id\":\"\"}}\n{\"name\":\"empty\"}\n",
+        "{\"index\":{\"_id\":\"\"}}\n{\"name\":\n",
+        "{\"create\":{\"_id\":\"b\"}}\n{\"name\":\"b\"}\n",
+    );
+    let (s, v) = es.bulk("/fs/_bulk", body);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["errors"], true);
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 5);
+    let err = json!({"type":"illegal_argument_exception","reason":"if _id is specified it must not be empty"});
+    for (i, action) in [(1, "index"), (2, "create"), (3, "index")] {
+        assert_eq!(
+            items[i],
+            json!({action: {"_index":"fs","_id":"","status":400,"error":err}}),
+            "{i}"
+        );
+    }
+    assert_eq!(items[0]["index"]["status"], 201);
+    assert_eq!(items[4]["create"]["status"], 201);
+    assert_eq!(es.get("/fs/_doc/a").0, 200);
+    assert_eq!(es.get("/fs/_doc/b").0, 200);
+    // Delete and update need an id: an empty one fails the whole request.
+    for body in [
+        "{\"index\":{\"_id\":\"c\"}}\n{}\n{\"delete\":{\"_id\":\"\"}}\n",
+        "{\"index\":{\"_id\":\"c\"}}\n{}\n{\"update\":{\"_id\":\"\"}}\n{\"doc\":{}}\n",
+    ] {
+        let (s, v) = es.bulk("/fs/_bulk", body);
+        assert_eq!(s, 400, "{v}");
+        assert_eq!(v["error"]["type"], "action_request_validation_exception");
+        assert_eq!(v["error"]["reason"], "Validation Failed: 1: id is missing;");
+    }
+    assert_eq!(es.get("/fs/_doc/c").0, 404);
+    // The index of a failed item is still auto-created.
+    let (s, v) = es.bulk(
+        "/_bulk",
+        "{\"index\":{\"_index\":\"fresh\",\"_id\":\"\"}}\n{}\n",
+    );
+    assert_eq!((s, v["errors"].as_bool()), (200, Some(true)), "{v}");
+    assert_eq!(es.req("HEAD", "/fresh", None).0, 200);
+}

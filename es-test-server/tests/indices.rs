@@ -14,6 +14,9 @@ fn root_is_honest_about_what_it_is() {
     assert_eq!(v["version"]["build_flavor"], "default");
     assert_eq!(v["version"]["build_snapshot"], false);
     assert_eq!(v["tagline"], "You Know, for Search");
+    // Elasticsearch has no version.distribution (OpenSearch says "opensearch" there); clients
+    // tell the two apart by it.
+    assert!(v["version"].get("distribution").is_none(), "{v}");
     assert!(v["name"].as_str().unwrap().contains("es-test-server"));
     for k in [
         "build_type",

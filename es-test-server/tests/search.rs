@@ -821,3 +821,189 @@ fn term_index_stays_exact_across_refreshes_and_pits() {
     );
     assert_eq!(v["hits"]["total"]["value"], 0);
 }
+
+/// Elasticsearch accepts a point-in-time `search_after` without the implicit `_shard_doc`
+/// tiebreaker (backward compatibility): the page starts strictly after every document whose
+/// other sort values equal the given ones.
+#[test]
+fn pit_search_after_may_omit_the_implicit_tiebreaker() {
+    let es = start();
+    es.put(
+        "/t",
+        r#"{"mappings":{"properties":{"n":{"type":"long"},"k":{"type":"keyword"}}}}"#,
+    );
+    let mut body = String::new();
+    for (id, n) in [("a", 1), ("b", 2), ("c", 2), ("d", 2), ("e", 3), ("f", 1)] {
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"{id}\"}}}}\n{{\"n\":{n}}}\n"
+        ));
+    }
+    let (s, v) = es.bulk("/t/_bulk?refresh=true", &body);
+    assert_eq!((s, v["errors"].as_bool()), (200, Some(false)), "{v}");
+    let (_, v) = es.post("/t/_pit?keep_alive=1m", "");
+    let pit = v["id"].as_str().unwrap().to_string();
+    let search = |sort: Value, after: Value| {
+        es.post(
+            "/_search",
+            &json!({"pit": {"id": pit}, "sort": sort, "search_after": after}).to_string(),
+        )
+    };
+    // One value for a one-field sort: everything with n == 2 is skipped.
+    let (s, v) = search(json!([{"n": "asc"}]), json!([2]));
+    assert_eq!(s, 200, "{v}");
+    let ids: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["e"]);
+    // The hits still carry the tiebreaker.
+    assert_eq!(v["hits"]["hits"][0]["sort"].as_array().unwrap().len(), 2);
+    let (_, v) = search(json!([{"n": "desc"}]), json!([2]));
+    let ids: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["a", "f"]);
+    // Two fields, both given: only the (implicit) tiebreaker is missing.
+    let (s, v) = search(json!([{"n": "asc"}, "_score"]), json!([1, 1.0]));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["hits"]["hits"].as_array().unwrap().len(), 4);
+    // Fewer values than that, or more than the sort plus the tiebreaker, are refused.
+    es.expect_err(
+        "POST",
+        "/_search",
+        Some(
+            &json!({"pit": {"id": pit}, "sort": [{"n": "asc"}, "_score"], "search_after": [1]})
+                .to_string(),
+        ),
+        400,
+        "search_phase_execution_exception",
+        "",
+    );
+    let (s, v) = search(json!([{"n": "asc"}]), json!([1, 2, 3]));
+    assert_eq!(s, 400);
+    assert_eq!(
+        v["error"]["root_cause"][0]["reason"],
+        "search_after has 3 value(s) but sort has 2."
+    );
+    // An explicit _shard_doc is not implicit: its value cannot be left out.
+    let (s, v) = search(json!([{"n": "asc"}, "_shard_doc"]), json!([2]));
+    assert_eq!(s, 400);
+    assert_eq!(
+        v["error"]["root_cause"][0]["reason"],
+        "search_after has 1 value(s) but sort has 2."
+    );
+}
+
+/// A `_score` sort value is a float, rendered like `_score` (0.3, not 0.30000001192092896),
+/// and taken back as `search_after` without losing ties.
+#[test]
+fn score_sort_values_render_like_score() {
+    let es = start();
+    let mut body = String::new();
+    for i in 0..4 {
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"d{i}\"}}}}\n{{\"k\":\"x\"}}\n"
+        ));
+    }
+    let (s, v) = es.bulk("/t/_bulk?refresh=true", &body);
+    assert_eq!((s, v["errors"].as_bool()), (200, Some(false)), "{v}");
+    let q = json!({"term": {"k": {"value": "x", "boost": 0.3}}});
+    let (_, v) = es.post(
+        "/t/_search",
+        &json!({"query": q, "sort": ["_score", "_doc"], "size": 2}).to_string(),
+    );
+    let hits = v["hits"]["hits"].as_array().unwrap();
+    for h in hits {
+        assert_eq!(h["sort"][0], h["_score"], "{h}");
+    }
+    assert_eq!(hits[0]["_score"].as_f64(), Some(0.3), "{v}");
+    let (_, v) = es.post(
+        "/t/_search",
+        &json!({"query": q, "sort": ["_score", "_doc"], "search_after": hits[1]["sort"]})
+            .to_string(),
+    );
+    let ids: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["d2", "d3"]);
+}
+
+/// Every point-in-time search gets the `_shard_doc` tiebreaker, also without `sort`: it then
+/// sorts by `_score` desc, `_shard_doc` asc, returns both as `sort`, and pages with them.
+#[test]
+fn sortless_pit_search_pages_with_score_and_shard_doc() {
+    let es = start();
+    es.put("/t", r#"{"mappings":{"properties":{"n":{"type":"long"},"k":{"type":"keyword"},"x":{"type":"text"}}}}"#);
+    const N: usize = 2500;
+    let mut body = String::new();
+    for i in 0..N {
+        let text = if i % 3 == 0 { "apple apple" } else { "apple" };
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"d{i}\"}}}}\n{{\"n\":{i},\"x\":\"{text}\"}}\n"
+        ));
+    }
+    let (s, v) = es.bulk("/t/_bulk?refresh=true", &body);
+    assert_eq!((s, v["errors"].as_bool()), (200, Some(false)));
+    let (_, v) = es.post("/t/_pit?keep_alive=1m", "");
+    let pit = v["id"].as_str().unwrap().to_string();
+    // A boost that is not exact in binary: `sort` renders the score as `_score` does (a
+    // float) and takes it back without losing the tie.
+    for query in [
+        json!({"match_all": {}}),
+        json!({"match": {"x": "apple"}}),
+        json!({"match": {"x": {"query": "apple", "boost": 0.3}}}),
+    ] {
+        let mut seen = std::collections::HashSet::new();
+        let mut after: Option<Value> = None;
+        let mut prev: Option<(f64, i64)> = None;
+        let mut pages = 0;
+        loop {
+            let mut b = json!({"size": 1000, "pit": {"id": pit, "keep_alive": "1m"}, "query": query, "_source": false});
+            if let Some(a) = &after {
+                b["search_after"] = a.clone();
+            }
+            let (s, v) = es.post("/_search", &b.to_string());
+            assert_eq!(s, 200, "{v}");
+            let hits = v["hits"]["hits"].as_array().unwrap();
+            if hits.is_empty() {
+                break;
+            }
+            pages += 1;
+            assert!(pages <= 3, "paging does not advance");
+            for h in hits {
+                let sort = h["sort"]
+                    .as_array()
+                    .unwrap_or_else(|| panic!("no sort: {h}"));
+                assert_eq!(sort.len(), 2, "{h}");
+                let score = sort[0].as_f64().unwrap();
+                assert_eq!(score, h["_score"].as_f64().unwrap());
+                let k = (score, sort[1].as_i64().unwrap());
+                if let Some(p) = prev {
+                    assert!(k.0 < p.0 || (k.0 == p.0 && k.1 > p.1), "{k:?} after {p:?}");
+                }
+                prev = Some(k);
+                assert!(seen.insert(h["_id"].as_str().unwrap().to_string()));
+            }
+            after = Some(hits.last().unwrap()["sort"].clone());
+        }
+        assert_eq!((pages, seen.len()), (3, N), "{query}");
+    }
+    // The score alone (tiebreaker omitted) is accepted too.
+    let (s, v) = es.post(
+        "/_search",
+        &json!({"pit": {"id": pit}, "query": {"match": {"x": "apple"}}, "search_after": [f64::MAX], "size": 1}).to_string(),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["hits"]["hits"].as_array().unwrap().len(), 1);
+    // Without a point in time, a search without sort still returns no sort values.
+    let (_, v) = es.post("/t/_search", r#"{"size":1}"#);
+    assert!(v["hits"]["hits"][0].get("sort").is_none(), "{v}");
+}
