@@ -652,6 +652,10 @@ impl Fs {
                 loop {
                     std::thread::sleep(STATE_WRITE_BACK);
                     let Some(fs) = fs.upgrade() else { return };
+                    let _pass = fs.write_back_pass.lock();
+                    if fs.closing.load(Ordering::Acquire) {
+                        return;
+                    }
                     if fs.lazy_close()
                         && let Err(e) = fs.write_back()
                     {
@@ -666,6 +670,25 @@ impl Fs {
                 }
             })
             .expect("spawn write-back");
+    }
+
+    /// Clean unmount, once no request can come: stop the background
+    /// writers, write back what waits in memory, end the lock session, and
+    /// commit. The commit must be the last write: anything written after it
+    /// (the session's deletion did) stays in the redo log, and the next
+    /// mount replays it as if this one had crashed.
+    pub fn shutdown(&self) -> FsResult<()> {
+        self.closing.store(true, Ordering::Release);
+        // Waits for a pass of the write-back thread in progress.
+        drop(self.write_back_pass.lock());
+        if let Some(h) = self.search.get() {
+            h.indexer.stop();
+        }
+        self.write_back()?;
+        self.write_back_atimes()?;
+        self.lm.shutdown();
+        self.store.sync()?;
+        Ok(())
     }
 
     /// After setattr: the open state follows the stored inode.

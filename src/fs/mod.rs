@@ -150,6 +150,10 @@ pub struct Fs {
     /// overlaid by `getattr`, absorbed by any write of the directory, and
     /// covered by the journal (see `touch_dir`).
     dir_times: Mutex<HashMap<u64, i64>>,
+    /// Set by `shutdown`: the background write-back stops.
+    closing: std::sync::atomic::AtomicBool,
+    /// Held by a background write-back pass (`shutdown` waits for it).
+    write_back_pass: Mutex<()>,
 }
 
 fn encode_name(name: &[u8]) -> FsResult<String> {
@@ -193,6 +197,8 @@ impl Fs {
             forgotten: Mutex::new(Vec::new()),
             stale_dirs: Mutex::new(Default::default()),
             dir_times: Mutex::new(HashMap::new()),
+            closing: Default::default(),
+            write_back_pass: Mutex::new(()),
         };
         if fs.cfg.maintenance {
             if fs.store.get(Idx::Meta, "fs")?.is_none() {

@@ -75,6 +75,8 @@ struct State {
     changes: BTreeSet<u64>,
     next_seq: u64,
     stop: bool,
+    /// A batch is being indexed (its writes are under way).
+    busy: bool,
     /// Inodes indexed since start (for logs and tests).
     done: u64,
     /// When the last change was queued, and since when the queue has held
@@ -188,6 +190,20 @@ impl Indexer {
     }
 }
 
+impl Indexer {
+    /// Stop indexing and wait for a batch in progress to finish: at
+    /// unmount, the final commit must follow the indexer's last write.
+    /// What is still queued is indexed by the next mount (its backfill).
+    pub fn stop(&self) {
+        let mut st = self.inner.state.lock();
+        st.stop = true;
+        self.inner.work.notify_all();
+        while st.busy {
+            self.inner.progress.wait(&mut st);
+        }
+    }
+}
+
 impl Drop for Indexer {
     fn drop(&mut self) {
         self.inner.state.lock().stop = true;
@@ -228,6 +244,7 @@ impl Inner {
                     }
                     self.work.wait_until(&mut st, at);
                 }
+                st.busy = true;
                 let n = st.queue.len().min(BATCH);
                 let inos: Vec<u64> = st.queue.drain(..n).collect();
                 inos.into_iter()
@@ -237,6 +254,12 @@ impl Inner {
             let inos: Vec<u64> = batch.iter().map(|(i, _)| *i).collect();
             let failed = self.index_batch(&inos).err();
             let mut st = self.state.lock();
+            st.busy = false;
+            if st.stop {
+                drop(st);
+                self.progress.notify_all();
+                return;
+            }
             if let Some(e) = failed {
                 // A store or data error (overload, a transient outage): try
                 // the batch again later, a few times, before giving up on it
