@@ -305,3 +305,12 @@ fn wait_for(mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// `cp` within an Elasticsearch mount copies inside the chunk store
+/// (COPY_FILE_RANGE), quietly: see `check_copy_file_range`.
+#[test]
+fn cp_within_an_elasticsearch_mount_copies_in_the_data_store() {
+    let c = Cluster::new();
+    let mut m = c.mount(&c.index(), &[]);
+    check_copy_file_range(&mut m);
+}

@@ -178,6 +178,12 @@ impl Fs {
         let mut buf = vec![0u8; n];
         // Bytes past what the store holds are a hole: they stay zero.
         self.data.read(&key, off, &mut buf)?;
+        self.accessed(ino)?;
+        Ok(buf)
+    }
+
+    /// A read of `ino`: atime moves as `relatime` says.
+    fn accessed(&self, ino: u64) -> FsResult<()> {
         let now = now_ns();
         self.with_state(ino, |st| {
             if st.atime_ns <= st.mtime_ns
@@ -188,13 +194,28 @@ impl Fs {
                 st.dirty = true;
                 st.epoch += 1;
             }
-        })?;
-        Ok(buf)
+        })
     }
 
     pub fn write(&self, ino: u64, fh: u64, off: u64, data: &[u8]) -> FsResult<u32> {
         let (key, _) = self.open_file(ino, fh)?;
         let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
+        self.write_range(ino, end, |ns| match ns {
+            Some(ns) => self.data.write_stamped(&key, off, data, ns),
+            None => self.data.write(&key, off, data),
+        })?;
+        Ok(data.len() as u32)
+    }
+
+    /// What every write does around storing its bytes (`put`, given the
+    /// mtime to stamp the data with under lazy close): the size grows to
+    /// `end`, times move, the file's state turns dirty and is journaled.
+    fn write_range(
+        &self,
+        ino: u64,
+        end: u64,
+        put: impl FnOnce(Option<i64>) -> std::io::Result<()>,
+    ) -> FsResult<()> {
         if end > i64::MAX as u64 {
             return Err(FsError::TooBig);
         }
@@ -206,20 +227,49 @@ impl Fs {
         } else {
             now_ns()
         };
-        if self.journal.is_some() {
-            // The data's own mtime is what a crash recovery will read.
-            self.data.write_stamped(&key, off, data, now)?;
-        } else {
-            self.data.write(&key, off, data)?;
-        }
+        // With the journal, the data's own mtime is what a crash recovery
+        // will read.
+        put(self.journal.is_some().then_some(now))?;
         self.note_write(ino, |st| {
             st.size = st.size.max(end);
             if !kernel_times {
                 st.mtime_ns = now;
                 st.ctime_ns = now;
             }
+        })
+    }
+
+    /// copy_file_range(2) within this filesystem: up to `len` bytes of
+    /// `ino_in` from `off_in` (fewer at its end) to `ino_out` at `off_out`,
+    /// copied inside the data store, never through the kernel. The
+    /// destination changes as by a write (size, times, lazy-close state
+    /// and journal); the kernel clears setuid/setgid first, as it does
+    /// before a write. Returns the bytes copied.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range(
+        &self,
+        ino_in: u64,
+        fh_in: u64,
+        off_in: u64,
+        ino_out: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> FsResult<u64> {
+        let (src, size) = self.open_file(ino_in, fh_in)?;
+        let (dst, _) = self.open_file(ino_out, fh_out)?;
+        if off_in >= size || len == 0 {
+            return Ok(0);
+        }
+        // The reply counts bytes in 32 bits: a larger request is answered
+        // in part, and the caller asks again for the rest.
+        let n = len.min(size - off_in).min(u32::MAX as u64 & !0xfff);
+        let end = off_out.checked_add(n).ok_or(FsError::TooBig)?;
+        self.write_range(ino_out, end, |ns| {
+            self.data.copy_range(&src, off_in, &dst, off_out, n, ns)
         })?;
-        Ok(data.len() as u32)
+        self.accessed(ino_in)?;
+        Ok(n)
     }
 
     /// Apply what a write changed (`f`) to `ino`'s state, mark it written,
