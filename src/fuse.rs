@@ -828,5 +828,6 @@ fn placeholder() -> Inode {
         content: None,
         links: vec![],
         orphan: false,
+        stored: None,
     }
 }

@@ -367,3 +367,11 @@ fn cp_within_the_mount_copies_in_the_data_store() {
     let mut m = Mount::new();
     check_copy_file_range(&mut m);
 }
+
+/// `du` of a sparse file counts what is stored: see `check_sparse_blocks`.
+#[test]
+fn du_counts_what_a_sparse_file_stores() {
+    skip_in_plain_mode!("du_counts_what_a_sparse_file_stores");
+    let mut m = Mount::new();
+    check_sparse_blocks(&mut m);
+}

@@ -33,6 +33,31 @@ struct State {
     dirty: HashMap<String, BTreeMap<u64, Vec<u8>>>,
     clean: HashMap<(String, u64), Arc<Vec<u8>>>,
     lru: VecDeque<(String, u64)>,
+    /// Stored length of each dirty chunk before it turned dirty.
+    was: HashMap<(String, u64), usize>,
+    /// Bytes stored per key, counted as chunks are written and deleted
+    /// (see `stored_bytes`): st_blocks without a search per stat.
+    stored: HashMap<String, Stored>,
+}
+
+/// What this mount knows of a key's stored bytes.
+enum Stored {
+    /// Changed by this much since the figure in the inode document.
+    Delta(i64),
+    Exact(u64),
+}
+
+impl State {
+    fn stored_changed(&mut self, key: &str, by: i64) {
+        let e = self
+            .stored
+            .entry(key.to_string())
+            .or_insert(Stored::Delta(0));
+        *e = match *e {
+            Stored::Delta(d) => Stored::Delta(d + by),
+            Stored::Exact(b) => Stored::Exact((b as i64 + by).max(0) as u64),
+        };
+    }
 }
 
 pub struct ChunkStore {
@@ -99,7 +124,8 @@ impl ChunkStore {
             .map(|(n, data)| BulkOp::Index {
                 index: Idx::Chunks,
                 id: chunk_id(key, *n),
-                source: json!({"file": key, "n": n, "data": B64.encode(data)}),
+                // `len`: what a truncate deleting the chunk subtracts.
+                source: json!({"file": key, "n": n, "len": data.len(), "data": B64.encode(data)}),
                 if_version: None,
             })
             .collect();
@@ -120,6 +146,8 @@ impl ChunkStore {
         let mut st = self.state.lock();
         for (n, data) in chunks {
             let k = (key.to_string(), n);
+            let was = st.was.remove(&k).unwrap_or(0);
+            st.stored_changed(key, data.len() as i64 - was as i64);
             if st.clean.contains_key(&k) {
                 st.clean.insert(k, Arc::new(data));
             }
@@ -127,8 +155,9 @@ impl ChunkStore {
         Ok(())
     }
 
-    /// Ids of every stored chunk of `key` at or after chunk `from`.
-    fn stored_chunks(&self, key: &str, from: u64) -> io::Result<Vec<(u64, String)>> {
+    /// Ids (and stored lengths) of every stored chunk of `key` at or after
+    /// chunk `from`.
+    fn stored_chunks(&self, key: &str, from: u64) -> io::Result<Vec<(u64, String, u64)>> {
         let mut out = Vec::new();
         let q = Query::and(vec![
             Query::term("file", key),
@@ -140,9 +169,10 @@ impl ChunkStore {
                 lt: None,
             },
         ]);
-        self.chunk_rows(q, &["n"], |row| {
+        self.chunk_rows(q, &["n", "len"], 1, |row| {
             if let Some(n) = row[0].as_u64() {
-                out.push((n, chunk_id(key, n)));
+                // Chunks written before `len` was: counted as full.
+                out.push((n, chunk_id(key, n), row[1].as_u64().unwrap_or(CHUNK)));
             }
         })?;
         Ok(out)
@@ -153,14 +183,21 @@ impl ChunkStore {
     /// its data, and a search for a 1 GiB file's chunks with their sources
     /// was a 1.4 GB reply, past the request timeout (the delete then
     /// failed with EIO and left the chunks behind).
-    fn chunk_rows(&self, q: Query, fields: &[&str], mut f: impl FnMut(&[Value])) -> io::Result<()> {
+    /// `fields` past the `sorted` first ones are only read (unmapped).
+    fn chunk_rows(
+        &self,
+        q: Query,
+        fields: &[&str],
+        sorted: usize,
+        mut f: impl FnMut(&[Value]),
+    ) -> io::Result<()> {
         const PAGE: usize = 1000;
         let mut after = None;
         loop {
             let req = SearchRequest {
                 index: Idx::Chunks,
                 query: q.clone(),
-                sort: fields.iter().map(|s| Sort::asc(s)).collect(),
+                sort: fields[..sorted].iter().map(|s| Sort::asc(s)).collect(),
                 search_after: after.take(),
                 size: PAGE,
             };
@@ -169,7 +206,7 @@ impl ChunkStore {
             if rows.len() < PAGE {
                 return Ok(());
             }
-            after = rows.last().cloned();
+            after = rows.last().map(|r| r[..sorted].to_vec());
         }
     }
 }
@@ -217,12 +254,16 @@ impl DataStore for ChunkStore {
                 .is_some_and(|d| d.contains_key(&n));
             let base = if has { None } else { Some(self.load(key, n)?) };
             let mut st = self.state.lock();
-            let chunk = st
-                .dirty
+            let State { dirty, was, .. } = &mut *st;
+            let chunk = dirty
                 .entry(key.to_string())
                 .or_default()
                 .entry(n)
-                .or_insert_with(|| base.map(|b| (*b).clone()).unwrap_or_default());
+                .or_insert_with(|| {
+                    let b = base.map(|b| (*b).clone()).unwrap_or_default();
+                    was.insert((key.to_string(), n), b.len());
+                    b
+                });
             if chunk.len() < within + k {
                 chunk.resize(within + k, 0);
             }
@@ -251,9 +292,10 @@ impl DataStore for ChunkStore {
         let keep = size.div_ceil(CHUNK); // chunks [0, keep) survive
         let doomed = self.stored_chunks(key, keep)?;
         if !doomed.is_empty() {
+            let freed: u64 = doomed.iter().map(|(_, _, len)| len).sum();
             let ops = doomed
                 .into_iter()
-                .map(|(_, id)| BulkOp::Delete {
+                .map(|(_, id, _)| BulkOp::Delete {
                     index: Idx::Chunks,
                     id,
                     if_version: None,
@@ -265,6 +307,7 @@ impl DataStore for ChunkStore {
                     Err(e) => return Err(io_err(e)),
                 }
             }
+            self.state.lock().stored_changed(key, -(freed as i64));
         }
         // Cut the last kept chunk so bytes past `size` read as zeros if the
         // file grows again.
@@ -273,12 +316,13 @@ impl DataStore for ChunkStore {
             let data = self.load(key, n)?;
             let cut = (size % CHUNK) as usize;
             if data.len() > cut {
-                self.state
-                    .lock()
-                    .dirty
+                let mut st = self.state.lock();
+                st.was.insert((key.to_string(), n), data.len());
+                st.dirty
                     .entry(key.to_string())
                     .or_default()
                     .insert(n, data[..cut].to_vec());
+                drop(st);
                 self.write_out(key)?;
                 self.forget_clean(key);
             }
@@ -292,12 +336,39 @@ impl DataStore for ChunkStore {
     }
 
     fn remove(&self, key: &str) -> io::Result<()> {
-        self.state.lock().dirty.remove(key);
-        self.truncate(key, 0)
+        {
+            let mut st = self.state.lock();
+            st.dirty.remove(key);
+            st.was.retain(|(k, _), _| k != key);
+        }
+        self.truncate(key, 0)?;
+        self.state.lock().stored.remove(key);
+        Ok(())
+    }
+
+    /// Counted from the inode's figure (`known`) as this mount writes and
+    /// deletes chunks: the stored chunks' lengths, buffered writes not yet.
+    fn stored_bytes(&self, key: &str, known: Option<u64>) -> io::Result<Option<u64>> {
+        let mut st = self.state.lock();
+        let Some(s) = st.stored.get_mut(key) else {
+            return Ok(known);
+        };
+        Ok(match (&*s, known) {
+            (Stored::Exact(b), _) => Some(*b),
+            (Stored::Delta(d), Some(k)) => {
+                let b = (k as i64 + d).max(0) as u64;
+                *s = Stored::Exact(b);
+                Some(b)
+            }
+            // A file from before the figure was kept: unknown.
+            (Stored::Delta(_), None) => None,
+        })
     }
 
     fn release(&self, key: &str) {
         self.forget_clean(key);
+        // Written back with the inode (its release follows a persist).
+        self.state.lock().stored.remove(key);
     }
 
     /// The cluster's capacity is not ours to know; report a large constant
@@ -313,7 +384,7 @@ impl DataStore for ChunkStore {
 
     fn keys(&self) -> io::Result<Vec<String>> {
         let mut keys = std::collections::BTreeSet::new();
-        self.chunk_rows(Query::MatchAll, &["file", "n"], |row| {
+        self.chunk_rows(Query::MatchAll, &["file", "n"], 2, |row| {
             if let Some(k) = row[0].as_str() {
                 keys.insert(k.to_string());
             }

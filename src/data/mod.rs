@@ -69,6 +69,12 @@ pub trait DataStore: Send + Sync {
     ) -> io::Result<()> {
         copy_buffered(self, src, src_off, dst, dst_off, len, ns)
     }
+    /// Bytes stored for `key` (st_blocks; holes are not stored), where
+    /// this store knows it without a round trip: `known` is the figure in
+    /// the inode document (as of the last write-back). None: unknown.
+    fn stored_bytes(&self, _key: &str, known: Option<u64>) -> io::Result<Option<u64>> {
+        Ok(known)
+    }
     /// Set the length (extending leaves a hole).
     fn truncate(&self, key: &str, size: u64) -> io::Result<()>;
     /// Make the contents durable, also against power loss (fsync).
@@ -469,6 +475,22 @@ impl DataStore for LocalDataStore {
                 tx.commit()
             }
             None => self.file(key, true)?.expect("created").set_len(size),
+        }
+    }
+
+    /// A file's allocated blocks, a row's length: local calls only.
+    fn stored_bytes(&self, key: &str, _known: Option<u64>) -> io::Result<Option<u64>> {
+        use std::os::unix::fs::MetadataExt;
+        if let Some(f) = self.cached(key) {
+            return Ok(Some(f.metadata()?.blocks() * 512));
+        }
+        if let Some((blob, _)) = self.small.lock().get(key)? {
+            return Ok(Some(blob.len() as u64));
+        }
+        match std::fs::metadata(self.path(key)) {
+            Ok(m) => Ok(Some(m.blocks() * 512)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(0)),
+            Err(e) => Err(e),
         }
     }
 

@@ -476,6 +476,9 @@ impl Fs {
             changed = st.wrote && (i.size != st.size || i.mtime_ns != st.mtime_ns);
             st.apply(i);
             written = Some(st.epoch);
+            if let Some(k) = &st.key {
+                i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+            }
             if let Some(a) = pending {
                 i.atime_ns = i.atime_ns.max(a);
             }
@@ -511,8 +514,19 @@ impl Fs {
             inode.mtime_ns = inode.mtime_ns.max(t);
             inode.ctime_ns = inode.ctime_ns.max(t);
         }
-        if let Some(st) = self.open.lock().get(&inode.ino) {
-            st.apply(inode);
+        let written = match self.open.lock().get(&inode.ino) {
+            Some(st) => {
+                st.apply(inode);
+                st.key.clone().filter(|_| st.wrote)
+            }
+            None => None,
+        };
+        if let Some(k) = written {
+            // Blocks written since the write-back: the data store knows
+            // them without a round trip (a local call, or a count in memory).
+            if let Ok(Some(b)) = self.data.stored_bytes(&k, inode.stored) {
+                inode.stored = Some(b);
+            }
         }
         if let Some(a) = self.atimes.lock().get(&inode.ino) {
             inode.atime_ns = inode.atime_ns.max(*a);
@@ -685,6 +699,9 @@ impl Fs {
                 i.size = i.size.max(len);
                 i.mtime_ns = mtime;
                 i.ctime_ns = i.ctime_ns.max(mtime);
+                if let Some(k) = &i.content {
+                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+                }
                 Ok(())
             })
             .and_then(|i| self.sync_entries(&i))

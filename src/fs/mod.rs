@@ -325,6 +325,7 @@ impl Fs {
             content: None,
             links: vec![],
             orphan: false,
+            stored: None,
         };
         for (idx, id, doc) in [
             (Idx::Inodes, inode_id(ROOT_INO), to_doc(&root)),
@@ -834,6 +835,9 @@ impl Fs {
             if let Some(s) = set.size {
                 i.size = s;
                 i.mtime_ns = now;
+                if let Some(k) = &i.content {
+                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+                }
             }
             match (set.atime, pending) {
                 (Some(TimeSpec::Now), _) => i.atime_ns = now,

@@ -845,3 +845,48 @@ for _ in range(3):
     let warns: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
     assert!(warns.is_empty(), "warnings logged:\n{}", warns.join("\n"));
 }
+
+/// `st_blocks` counts what is stored: a 1 TiB sparse file takes nothing
+/// until written in, then what was written; a dense file its size; before
+/// and after a remount. `du` must not say 1.1T for an empty sparse file.
+pub fn check_sparse_blocks(m: &mut Mount) {
+    let du = |m: &Mount, rel: &str| -> u64 {
+        let out = sh_ok(m.path(), &format!("du -k {rel}"));
+        out.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    sh_ok(m.path(), "truncate -s 1T sparse");
+    assert_eq!(du(m, "sparse"), 0, "an empty sparse file");
+    sh_ok(
+        m.path(),
+        "dd if=/dev/urandom of=sparse bs=1M count=2 seek=500000 conv=notrunc status=none
+         dd if=/dev/urandom of=dense bs=1M count=3 status=none
+         head -c 1000 /dev/urandom > small",
+    );
+    let check = |m: &Mount, when: &str| {
+        // Allocation may add a few blocks of the data file's own metadata.
+        let (s, d) = (du(m, "sparse"), du(m, "dense"));
+        assert!(
+            (2048..2048 + 64).contains(&s),
+            "{when}: du of the sparse file {s}K"
+        );
+        assert!(
+            (3072..3072 + 64).contains(&d),
+            "{when}: du of the dense file {d}K"
+        );
+        assert_eq!(fs::metadata(m.p("sparse")).unwrap().len(), 1 << 40);
+        let b = sh_ok(m.path(), "stat -c %b small");
+        assert_eq!(b.trim(), "2", "{when}: blocks of a 1000-byte file");
+    };
+    // Cut back to a hole: its blocks go.
+    sh_ok(
+        m.path(),
+        "truncate -s 1T cut
+         dd if=/dev/urandom of=cut bs=1M count=1 seek=1000 conv=notrunc status=none
+         truncate -s 1M cut",
+    );
+    assert_eq!(du(m, "cut"), 0, "cut back to its hole");
+    check(m, "written");
+    m.remount();
+    check(m, "after remount");
+    assert_eq!(du(m, "cut"), 0, "cut back to its hole, after remount");
+}
