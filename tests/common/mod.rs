@@ -750,11 +750,24 @@ pub fn check_copy_file_range(m: &mut Mount) {
     fs::write(m.p("big"), &big).unwrap();
     fs::write(m.p("small"), &small).unwrap();
     fs::write(m.p("mid"), pattern(100 << 10, 23)).unwrap();
+    // The source reads back whole first (a failure here is not the copy's).
+    let back = fs::read(m.p("big")).unwrap();
+    let zeros = back.iter().filter(|&&b| b == 0).count();
+    assert!(
+        back == big,
+        "the 5 MiB source reads back wrong ({zeros} zero bytes)"
+    );
     sh_ok(
         m.path(),
         "cp big big.copy && cp small small.copy && cp mid mid.copy",
     );
-    assert!(fs::read(m.p("big.copy")).unwrap() == big);
+    let got = fs::read(m.p("big.copy")).unwrap();
+    let diff = got.iter().zip(&big).position(|(a, b)| a != b);
+    assert!(
+        got == big,
+        "big.copy: {} bytes, first difference at {diff:?}",
+        got.len()
+    );
     assert_eq!(fs::read(m.p("small.copy")).unwrap(), small);
     assert!(fs::read(m.p("mid.copy")).unwrap() == pattern(100 << 10, 23));
     // Offsets, one call for 3 MiB, the end of the source, past it, and
