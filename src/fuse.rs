@@ -533,6 +533,94 @@ impl Filesystem for FuseFs {
         Self::empty(r, reply)
     }
 
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // The kernel has checked the ranges (no overlap within a file,
+        // both files on this mount) and passes no flags.
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        let r = self.fs.batch(|| {
+            self.fs.copy_file_range(
+                ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len,
+            )
+        });
+        match r {
+            Ok(n) => {
+                log::debug!(
+                    "copy_file_range: {n} bytes of inode {} copied to inode {} in the data store",
+                    ino_in.0,
+                    ino_out.0
+                );
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    // Normal events on any filesystem that does not implement them, quiet
+    // (fuser's defaults log a WARN for each: thousands on a desktop).
+
+    /// No ioctls: ENOTTY, what an ioctl a file does not know gets (the
+    /// kernel asks every time: isatty(3) on a file, lsattr, file managers).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        log::debug!("ioctl {cmd:#x}: ENOTTY");
+        reply.error(Errno::ENOTTY)
+    }
+
+    /// Only SEEK_DATA/SEEK_HOLE reach here; ENOSYS makes the kernel use its
+    /// generic lseek from then on (the whole file is data, holes read as
+    /// zeros: correct, and what sparse-aware tools fall back to).
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        log::debug!("lseek whence {whence}: ENOSYS, the kernel's generic lseek from now on");
+        reply.error(Errno::ENOSYS)
+    }
+
+    /// ENOSYS: the kernel stops asking and reports regular files always
+    /// ready, as for any file without a poll method.
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: PollNotifier,
+        _events: PollEvents,
+        _flags: PollFlags,
+        reply: ReplyPoll,
+    ) {
+        log::debug!("poll: ENOSYS, files always ready from now on");
+        reply.error(Errno::ENOSYS)
+    }
+
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.opendir(ino.0) {
             // One mount, one writer: the kernel may keep listings in its
@@ -740,5 +828,6 @@ fn placeholder() -> Inode {
         content: None,
         links: vec![],
         orphan: false,
+        stored: None,
     }
 }

@@ -197,6 +197,11 @@ pub struct Inode {
     /// the next mount, if this one dies first).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub orphan: bool,
+    /// Bytes the data store holds for the contents (what `st_blocks`
+    /// counts: a sparse file's holes are not stored), taken when they are
+    /// written back. Absent in documents from before: the size stands in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<u64>,
 }
 
 impl Inode {
@@ -205,8 +210,9 @@ impl Inode {
         self.links.first().map(|l| l.p)
     }
 
+    /// 512-byte blocks, as `st_blocks` counts them.
     pub fn blocks(&self) -> u64 {
-        self.size.div_ceil(512)
+        self.stored.unwrap_or(self.size).div_ceil(512)
     }
 }
 

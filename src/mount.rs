@@ -460,11 +460,8 @@ fn serve(args: &MountArgs) -> Result<(), String> {
             args.mountpoint.display()
         );
     }
-    fs.write_back()
-        .map_err(|e| format!("writing back file sizes and times: {e}"))?;
-    fs.write_back_atimes()
-        .map_err(|e| format!("writing back access times: {e}"))?;
-    fs.store().sync().map_err(|e| format!("final sync: {e}"))?;
+    fs.shutdown()
+        .map_err(|e| format!("final write-back and sync: {e}"))?;
     r.map_err(|e| format!("session ended with error: {e}"))
 }
 

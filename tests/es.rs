@@ -385,3 +385,21 @@ fn wait_for(mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// `cp` within an Elasticsearch mount copies inside the chunk store
+/// (COPY_FILE_RANGE), quietly: see `check_copy_file_range`.
+#[test]
+fn cp_within_an_elasticsearch_mount_copies_in_the_data_store() {
+    let c = Cluster::new();
+    let mut m = c.mount(&c.index(), &[]);
+    check_copy_file_range(&mut m);
+}
+
+/// `du` of a sparse file on Elasticsearch counts the chunks stored: see
+/// `check_sparse_blocks`.
+#[test]
+fn du_counts_the_chunks_a_sparse_file_stores() {
+    let c = Cluster::new();
+    let mut m = c.mount(&c.index(), &[]);
+    check_sparse_blocks(&mut m);
+}

@@ -358,3 +358,20 @@ fn directory_with_10000_entries_lists_completely() {
     sh_ok(m.path(), "rm -rf big");
     assert_eq!(sh_ok(m.path(), "ls -A"), "");
 }
+
+/// `cp` within the mount copies inside the data store (COPY_FILE_RANGE),
+/// quietly: see `check_copy_file_range`.
+#[test]
+fn cp_within_the_mount_copies_in_the_data_store() {
+    skip_in_plain_mode!("cp_within_the_mount_copies_in_the_data_store");
+    let mut m = Mount::new();
+    check_copy_file_range(&mut m);
+}
+
+/// `du` of a sparse file counts what is stored: see `check_sparse_blocks`.
+#[test]
+fn du_counts_what_a_sparse_file_stores() {
+    skip_in_plain_mode!("du_counts_what_a_sparse_file_stores");
+    let mut m = Mount::new();
+    check_sparse_blocks(&mut m);
+}

@@ -52,9 +52,32 @@ struct State {
     /// Per stripe, bumped whenever stored chunks change (a write-out
     /// landed, a truncate): a chunk fetched before is not trusted.
     generation: [u64; STRIPES],
+    /// Stored length of each dirty chunk before it turned dirty.
+    was: HashMap<(String, u64), usize>,
+    /// Bytes stored per key, counted as chunks are written and deleted
+    /// (see `stored_bytes`): st_blocks without a search per stat.
+    stored: HashMap<String, Stored>,
+}
+
+/// What this mount knows of a key's stored bytes.
+enum Stored {
+    /// Changed by this much since the figure in the inode document.
+    Delta(i64),
+    Exact(u64),
 }
 
 impl State {
+    fn count_stored(&mut self, key: &str, by: i64) {
+        let e = self
+            .stored
+            .entry(key.to_string())
+            .or_insert(Stored::Delta(0));
+        *e = match *e {
+            Stored::Delta(d) => Stored::Delta(d + by),
+            Stored::Exact(b) => Stored::Exact((b as i64 + by).max(0) as u64),
+        };
+    }
+
     /// The newest contents of chunk `n` held in memory.
     fn current(&self, key: &str, n: u64) -> Option<Arc<Vec<u8>>> {
         [&self.dirty, &self.flushing]
@@ -175,7 +198,8 @@ impl ChunkStore {
             .map(|(n, data)| BulkOp::Index {
                 index: Idx::Chunks,
                 id: chunk_id(key, *n),
-                source: json!({"file": key, "n": n, "data": B64.encode(&**data)}),
+                // `len`: what a truncate deleting the chunk subtracts.
+                source: json!({"file": key, "n": n, "len": data.len(), "data": B64.encode(&**data)}),
                 if_version: None,
             })
             .collect();
@@ -197,6 +221,8 @@ impl ChunkStore {
         st.generation[stripe(key)] += 1;
         for (n, data) in chunks {
             let k = (key.to_string(), n);
+            let was = st.was.remove(&k).unwrap_or(0);
+            st.count_stored(key, data.len() as i64 - was as i64);
             if let Some(c) = st.clean.get_mut(&k) {
                 *c = data;
             }
@@ -204,8 +230,9 @@ impl ChunkStore {
         Ok(())
     }
 
-    /// Ids of every stored chunk of `key` at or after chunk `from`.
-    fn stored_chunks(&self, key: &str, from: u64) -> io::Result<Vec<(u64, String)>> {
+    /// Ids (and stored lengths) of every stored chunk of `key` at or after
+    /// chunk `from`.
+    fn stored_chunks(&self, key: &str, from: u64) -> io::Result<Vec<(u64, String, u64)>> {
         let mut out = Vec::new();
         let q = Query::and(vec![
             Query::term("file", key),
@@ -217,9 +244,10 @@ impl ChunkStore {
                 lt: None,
             },
         ]);
-        self.chunk_rows(q, &["n"], |row| {
+        self.chunk_rows(q, &["n", "len"], 1, |row| {
             if let Some(n) = row[0].as_u64() {
-                out.push((n, chunk_id(key, n)));
+                // Chunks written before `len` was: counted as full.
+                out.push((n, chunk_id(key, n), row[1].as_u64().unwrap_or(CHUNK)));
             }
         })?;
         Ok(out)
@@ -230,14 +258,21 @@ impl ChunkStore {
     /// its data, and a search for a 1 GiB file's chunks with their sources
     /// was a 1.4 GB reply, past the request timeout (the delete then
     /// failed with EIO and left the chunks behind).
-    fn chunk_rows(&self, q: Query, fields: &[&str], mut f: impl FnMut(&[Value])) -> io::Result<()> {
+    /// `fields` past the `sorted` first ones are only read (unmapped).
+    fn chunk_rows(
+        &self,
+        q: Query,
+        fields: &[&str],
+        sorted: usize,
+        mut f: impl FnMut(&[Value]),
+    ) -> io::Result<()> {
         const PAGE: usize = 1000;
         let mut after = None;
         loop {
             let req = SearchRequest {
                 index: Idx::Chunks,
                 query: q.clone(),
-                sort: fields.iter().map(|s| Sort::asc(s)).collect(),
+                sort: fields[..sorted].iter().map(|s| Sort::asc(s)).collect(),
                 search_after: after.take(),
                 size: PAGE,
             };
@@ -246,7 +281,7 @@ impl ChunkStore {
             if rows.len() < PAGE {
                 return Ok(());
             }
-            after = rows.last().cloned();
+            after = rows.last().map(|r| r[..sorted].to_vec());
         }
     }
 
@@ -262,9 +297,10 @@ impl ChunkStore {
         let keep = size.div_ceil(CHUNK); // chunks [0, keep) survive
         let doomed = self.stored_chunks(key, keep)?;
         if !doomed.is_empty() {
+            let freed: u64 = doomed.iter().map(|(_, _, len)| len).sum();
             let ops = doomed
                 .into_iter()
-                .map(|(_, id)| BulkOp::Delete {
+                .map(|(_, id, _)| BulkOp::Delete {
                     index: Idx::Chunks,
                     id,
                     if_version: None,
@@ -278,6 +314,7 @@ impl ChunkStore {
                     Err(e) => return Err(io_err(e)),
                 }
             }
+            self.state.lock().count_stored(key, -(freed as i64));
         }
         // Cut the last kept chunk so bytes past `size` read as zeros if the
         // file grows again.
@@ -287,6 +324,7 @@ impl ChunkStore {
             let cutting = self.with_chunk(key, n, |st, data| {
                 let long = data.len() > cut;
                 if long {
+                    st.was.insert((key.to_string(), n), data.len());
                     st.dirty
                         .entry(key.to_string())
                         .or_default()
@@ -330,12 +368,15 @@ impl DataStore for ChunkStore {
             let (n, within) = (pos / CHUNK, (pos % CHUNK) as usize);
             let k = (data.len() - done).min(CHUNK as usize - within);
             self.with_chunk(key, n, |st, base| {
-                let chunk = st
-                    .dirty
+                let State { dirty, was, .. } = st;
+                let chunk = dirty
                     .entry(key.to_string())
                     .or_default()
                     .entry(n)
-                    .or_insert(base);
+                    .or_insert_with(|| {
+                        was.insert((key.to_string(), n), base.len());
+                        base
+                    });
                 let chunk = Arc::make_mut(chunk);
                 if chunk.len() < within + k {
                     chunk.resize(within + k, 0);
@@ -372,12 +413,39 @@ impl DataStore for ChunkStore {
 
     fn remove(&self, key: &str) -> io::Result<()> {
         let _w = self.writing[stripe(key)].lock();
-        self.state.lock().dirty.remove(key);
-        self.truncate_locked(key, 0)
+        {
+            let mut st = self.state.lock();
+            st.dirty.remove(key);
+            st.was.retain(|(k, _), _| k != key);
+        }
+        self.truncate_locked(key, 0)?;
+        self.state.lock().stored.remove(key);
+        Ok(())
+    }
+
+    /// Counted from the inode's figure (`known`) as this mount writes and
+    /// deletes chunks: the stored chunks' lengths, buffered writes not yet.
+    fn stored_bytes(&self, key: &str, known: Option<u64>) -> io::Result<Option<u64>> {
+        let mut st = self.state.lock();
+        let Some(s) = st.stored.get_mut(key) else {
+            return Ok(known);
+        };
+        Ok(match (&*s, known) {
+            (Stored::Exact(b), _) => Some(*b),
+            (Stored::Delta(d), Some(k)) => {
+                let b = (k as i64 + d).max(0) as u64;
+                *s = Stored::Exact(b);
+                Some(b)
+            }
+            // A file from before the figure was kept: unknown.
+            (Stored::Delta(_), None) => None,
+        })
     }
 
     fn release(&self, key: &str) {
         self.forget_clean(key);
+        // Written back with the inode (its release follows a persist).
+        self.state.lock().stored.remove(key);
     }
 
     /// The cluster's capacity is not ours to know; report a large constant
@@ -393,7 +461,7 @@ impl DataStore for ChunkStore {
 
     fn keys(&self) -> io::Result<Vec<String>> {
         let mut keys = std::collections::BTreeSet::new();
-        self.chunk_rows(Query::MatchAll, &["file", "n"], |row| {
+        self.chunk_rows(Query::MatchAll, &["file", "n"], 2, |row| {
             if let Some(k) = row[0].as_str() {
                 keys.insert(k.to_string());
             }

@@ -53,6 +53,28 @@ pub trait DataStore: Send + Sync {
         self.write(key, off, data)?;
         self.set_mtime(key, ns)
     }
+    /// Copy `len` bytes of `src` at `src_off` to `dst` at `dst_off` inside
+    /// the store (copy_file_range), as `write` (`write_stamped` with `ns`)
+    /// would. Past what `src` holds is a hole: zeros. Overlapping ranges
+    /// of one key copy as memmove does. By default through a buffer (see
+    /// [`copy_buffered`]); stores override it where they can do better.
+    fn copy_range(
+        &self,
+        src: &str,
+        src_off: u64,
+        dst: &str,
+        dst_off: u64,
+        len: u64,
+        ns: Option<i64>,
+    ) -> io::Result<()> {
+        copy_buffered(self, src, src_off, dst, dst_off, len, ns)
+    }
+    /// Bytes stored for `key` (st_blocks; holes are not stored), where
+    /// this store knows it without a round trip: `known` is the figure in
+    /// the inode document (as of the last write-back). None: unknown.
+    fn stored_bytes(&self, _key: &str, known: Option<u64>) -> io::Result<Option<u64>> {
+        Ok(known)
+    }
     /// Set the length (extending leaves a hole).
     fn truncate(&self, key: &str, size: u64) -> io::Result<()>;
     /// Make the contents durable, also against power loss (fsync).
@@ -63,6 +85,38 @@ pub trait DataStore: Send + Sync {
     fn capacity(&self) -> io::Result<Capacity>;
     /// Every key held (for fsck's orphan check).
     fn keys(&self) -> io::Result<Vec<String>>;
+}
+
+/// [`DataStore::copy_range`] a piece at a time through a buffer: the
+/// bytes stay in this process (no round trip through the kernel).
+pub fn copy_buffered<S: DataStore + ?Sized>(
+    store: &S,
+    src: &str,
+    src_off: u64,
+    dst: &str,
+    dst_off: u64,
+    len: u64,
+    ns: Option<i64>,
+) -> io::Result<()> {
+    const PIECE: u64 = 1 << 20;
+    // Destination after source within one key: copy from the end, so no
+    // piece overwrites bytes still to be read.
+    let backwards = src == dst && dst_off > src_off && dst_off < src_off + len;
+    let mut buf = vec![0u8; PIECE.min(len) as usize];
+    let mut done = 0;
+    while done < len {
+        let k = PIECE.min(len - done);
+        let at = if backwards { len - done - k } else { done };
+        let b = &mut buf[..k as usize];
+        b.fill(0);
+        store.read(src, src_off + at, b)?;
+        match ns {
+            Some(ns) => store.write_stamped(dst, dst_off + at, b, ns)?,
+            None => store.write(dst, dst_off + at, b)?,
+        }
+        done += k;
+    }
+    Ok(())
 }
 
 /// Contents under a directory: small ones as rows of one SQLite database
@@ -260,6 +314,84 @@ impl LocalDataStore {
         }
     }
 
+    /// The files of a copy from `src` to `dst` ending at `end`, when both
+    /// are (or `dst` is to become) files; None when a row is involved or
+    /// `src` holds nothing (the buffered copy handles those).
+    fn copy_files(
+        &self,
+        src: &str,
+        dst: &str,
+        end: u64,
+    ) -> io::Result<Option<(Arc<File>, Arc<File>)>> {
+        let from = match self.cached(src) {
+            Some(f) => f,
+            None if self.small.lock().get(src)?.is_some() => return Ok(None),
+            None => match self.file(src, false)? {
+                Some(f) => f,
+                None => return Ok(None),
+            },
+        };
+        if let Some(to) = self.cached(dst) {
+            return Ok(Some((from, to)));
+        }
+        // As in `write_at`: the rows' lock keeps a row from appearing.
+        let small = self.small.lock();
+        if small.get(dst)?.is_some() {
+            return Ok(None);
+        }
+        let to = match self.file(dst, false)? {
+            Some(f) => f,
+            None if end > INLINE_MAX => self.file(dst, true)?.expect("created"),
+            None => return Ok(None),
+        };
+        drop(small);
+        Ok(Some((from, to)))
+    }
+
+    /// copy_file_range(2) between two data files: the kernel copies (or
+    /// shares) the blocks without them passing through this process. Past
+    /// the end of `from` (a hole at the end of the file) `to` reads zeros.
+    fn copy_file(from: &File, off_in: u64, to: &File, off_out: u64, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut done = 0u64;
+        while done < len {
+            let (mut i, mut o) = ((off_in + done) as i64, (off_out + done) as i64);
+            let want = (len - done).min(1 << 30) as usize;
+            // SAFETY: valid descriptors and offsets owned by this call.
+            let n = unsafe {
+                libc::copy_file_range(from.as_raw_fd(), &mut i, to.as_raw_fd(), &mut o, want, 0)
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                break;
+            }
+            done += n as u64;
+        }
+        if done < len {
+            // The source ended: the rest is a hole. Zeros over whatever
+            // `to` holds there, a hole past its end.
+            let (start, end) = (off_out + done, off_out + len);
+            let held = to.metadata()?.len();
+            let mut at = start;
+            let zeros = vec![0u8; (1 << 20).min(len - done) as usize];
+            while at < end.min(held) {
+                let k = (end.min(held) - at).min(zeros.len() as u64) as usize;
+                to.write_all_at(&zeros[..k], at)?;
+                at += k as u64;
+            }
+            if held < end {
+                to.set_len(end)?;
+            }
+        }
+        Ok(())
+    }
+
     fn read_file(f: &File, off: u64, buf: &mut [u8]) -> io::Result<usize> {
         let mut done = 0;
         while done < buf.len() {
@@ -296,6 +428,31 @@ impl DataStore for LocalDataStore {
         self.write_at(key, off, data, Some(ns))
     }
 
+    fn copy_range(
+        &self,
+        src: &str,
+        src_off: u64,
+        dst: &str,
+        dst_off: u64,
+        len: u64,
+        ns: Option<i64>,
+    ) -> io::Result<()> {
+        // The kernel refuses overlapping ranges of one file.
+        let overlap = src == dst && src_off < dst_off + len && dst_off < src_off + len;
+        let end = dst_off + len;
+        match self.copy_files(src, dst, end)? {
+            Some((from, to)) if !overlap && len > 0 => {
+                Self::copy_file(&from, src_off, &to, dst_off, len)?;
+                match ns {
+                    Some(ns) => to.set_modified(crate::model::system_time(ns)),
+                    None => Ok(()),
+                }
+            }
+            // Rows, a source holding nothing, or overlap.
+            _ => copy_buffered(self, src, src_off, dst, dst_off, len, ns),
+        }
+    }
+
     fn truncate(&self, key: &str, size: u64) -> io::Result<()> {
         if let Some(f) = self.cached(key) {
             return f.set_len(size);
@@ -318,6 +475,22 @@ impl DataStore for LocalDataStore {
                 tx.commit()
             }
             None => self.file(key, true)?.expect("created").set_len(size),
+        }
+    }
+
+    /// A file's allocated blocks, a row's length: local calls only.
+    fn stored_bytes(&self, key: &str, _known: Option<u64>) -> io::Result<Option<u64>> {
+        use std::os::unix::fs::MetadataExt;
+        if let Some(f) = self.cached(key) {
+            return Ok(Some(f.metadata()?.blocks() * 512));
+        }
+        if let Some((blob, _)) = self.small.lock().get(key)? {
+            return Ok(Some(blob.len() as u64));
+        }
+        match std::fs::metadata(self.path(key)) {
+            Ok(m) => Ok(Some(m.blocks() * 512)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(0)),
+            Err(e) => Err(e),
         }
     }
 

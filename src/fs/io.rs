@@ -182,6 +182,12 @@ impl Fs {
         let mut buf = vec![0u8; n];
         // Bytes past what the store holds are a hole: they stay zero.
         self.data.read(&key, off, &mut buf)?;
+        self.accessed(ino)?;
+        Ok(buf)
+    }
+
+    /// A read of `ino`: atime moves as `relatime` says.
+    fn accessed(&self, ino: u64) -> FsResult<()> {
         let now = now_ns();
         self.with_state(ino, |st| {
             if st.atime_ns <= st.mtime_ns
@@ -192,13 +198,28 @@ impl Fs {
                 st.dirty = true;
                 st.epoch += 1;
             }
-        })?;
-        Ok(buf)
+        })
     }
 
     pub fn write(&self, ino: u64, fh: u64, off: u64, data: &[u8]) -> FsResult<u32> {
         let (key, _) = self.open_file(ino, fh)?;
         let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
+        self.write_range(ino, end, |ns| match ns {
+            Some(ns) => self.data.write_stamped(&key, off, data, ns),
+            None => self.data.write(&key, off, data),
+        })?;
+        Ok(data.len() as u32)
+    }
+
+    /// What every write does around storing its bytes (`put`, given the
+    /// mtime to stamp the data with under lazy close): the size grows to
+    /// `end`, times move, the file's state turns dirty and is journaled.
+    fn write_range(
+        &self,
+        ino: u64,
+        end: u64,
+        put: impl FnOnce(Option<i64>) -> std::io::Result<()>,
+    ) -> FsResult<()> {
         if end > i64::MAX as u64 {
             return Err(FsError::TooBig);
         }
@@ -210,20 +231,49 @@ impl Fs {
         } else {
             now_ns()
         };
-        if self.journal.is_some() {
-            // The data's own mtime is what a crash recovery will read.
-            self.data.write_stamped(&key, off, data, now)?;
-        } else {
-            self.data.write(&key, off, data)?;
-        }
+        // With the journal, the data's own mtime is what a crash recovery
+        // will read.
+        put(self.journal.is_some().then_some(now))?;
         self.note_write(ino, |st| {
             st.size = st.size.max(end);
             if !kernel_times {
                 st.mtime_ns = now;
                 st.ctime_ns = now;
             }
+        })
+    }
+
+    /// copy_file_range(2) within this filesystem: up to `len` bytes of
+    /// `ino_in` from `off_in` (fewer at its end) to `ino_out` at `off_out`,
+    /// copied inside the data store, never through the kernel. The
+    /// destination changes as by a write (size, times, lazy-close state
+    /// and journal); the kernel clears setuid/setgid first, as it does
+    /// before a write. Returns the bytes copied.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range(
+        &self,
+        ino_in: u64,
+        fh_in: u64,
+        off_in: u64,
+        ino_out: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> FsResult<u64> {
+        let (src, size) = self.open_file(ino_in, fh_in)?;
+        let (dst, _) = self.open_file(ino_out, fh_out)?;
+        if off_in >= size || len == 0 {
+            return Ok(0);
+        }
+        // The reply counts bytes in 32 bits: a larger request is answered
+        // in part, and the caller asks again for the rest.
+        let n = len.min(size - off_in).min(u32::MAX as u64 & !0xfff);
+        let end = off_out.checked_add(n).ok_or(FsError::TooBig)?;
+        self.write_range(ino_out, end, |ns| {
+            self.data.copy_range(&src, off_in, &dst, off_out, n, ns)
         })?;
-        Ok(data.len() as u32)
+        self.accessed(ino_in)?;
+        Ok(n)
     }
 
     /// Apply what a write changed (`f`) to `ino`'s state, mark it written,
@@ -433,6 +483,9 @@ impl Fs {
             changed = st.wrote && (i.size != st.size || i.mtime_ns != st.mtime_ns);
             st.apply(i);
             written = Some(st.epoch);
+            if let Some(k) = &st.key {
+                i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+            }
             if let Some(a) = pending {
                 i.atime_ns = i.atime_ns.max(a);
             }
@@ -481,13 +534,22 @@ impl Fs {
     /// the kernel knows (it shrinks the file to it: an O_APPEND write then
     /// lands on earlier data, `tail -F` sees a truncation). Read it again.
     pub(super) fn overlay(&self, inode: &mut Inode, mark: u64) -> bool {
+        let written;
         {
             let open = self.open.lock();
             if self.settle_mark(inode.ino) != mark {
                 return false;
             }
-            if let Some(st) = open.get(&inode.ino) {
+            written = open.get(&inode.ino).and_then(|st| {
                 st.apply(inode);
+                st.key.clone().filter(|_| st.wrote)
+            });
+        }
+        if let Some(k) = written {
+            // Blocks written since the write-back: the data store knows
+            // them without a round trip (a local call, or a count in memory).
+            if let Ok(Some(b)) = self.data.stored_bytes(&k, inode.stored) {
+                inode.stored = Some(b);
             }
         }
         if let Some(t) = self.pending_dir_time(inode) {
@@ -666,6 +728,9 @@ impl Fs {
                 i.size = i.size.max(len);
                 i.mtime_ns = mtime;
                 i.ctime_ns = i.ctime_ns.max(mtime);
+                if let Some(k) = &i.content {
+                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+                }
                 Ok(())
             })
             .and_then(|i| self.sync_entries(&i))
@@ -683,6 +748,10 @@ impl Fs {
                 loop {
                     std::thread::sleep(STATE_WRITE_BACK);
                     let Some(fs) = fs.upgrade() else { return };
+                    let _pass = fs.write_back_pass.lock();
+                    if fs.closing.load(Ordering::Acquire) {
+                        return;
+                    }
                     if fs.lazy_close()
                         && let Err(e) = fs.write_back()
                     {
@@ -697,6 +766,25 @@ impl Fs {
                 }
             })
             .expect("spawn write-back");
+    }
+
+    /// Clean unmount, once no request can come: stop the background
+    /// writers, write back what waits in memory, end the lock session, and
+    /// commit. The commit must be the last write: anything written after it
+    /// (the session's deletion did) stays in the redo log, and the next
+    /// mount replays it as if this one had crashed.
+    pub fn shutdown(&self) -> FsResult<()> {
+        self.closing.store(true, Ordering::Release);
+        // Waits for a pass of the write-back thread in progress.
+        drop(self.write_back_pass.lock());
+        if let Some(h) = self.search.get() {
+            h.indexer.stop();
+        }
+        self.write_back()?;
+        self.write_back_atimes()?;
+        self.lm.shutdown();
+        self.store.sync()?;
+        Ok(())
     }
 
     /// After setattr: the open state follows the stored inode.

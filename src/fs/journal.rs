@@ -13,6 +13,13 @@
 //! rewritten without the files whose state reached the store. Like the
 //! store's WAL it survives the death of the process, not of the machine;
 //! fsync is what survives a power cut, and it persists directly.
+//!
+//! A directory is also marked when a name made or removed in it moves its
+//! times in memory (see `Fs::touch_dir`); the next mount then moves them to
+//! its start. Once a write of the directory's inode that took those times
+//! along is acknowledged (a `touch -d`, `cp -a` setting the directory's
+//! times), an *unmark* record follows its mark: recovery must not replace
+//! a time set after the mark. The last record of an inode decides.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -20,6 +27,10 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
+
+/// Set in a record that unmarks the inode in its low bits (inode numbers
+/// never come near it).
+const UNMARK: u64 = 1 << 63;
 
 pub struct Journal {
     path: PathBuf,
@@ -54,13 +65,18 @@ impl Journal {
                 let mut buf = Vec::new();
                 f.read_to_end(&mut buf)?;
                 // A torn last record (a crash inside the append) is dropped:
-                // its write(2) had not returned.
-                left.extend(
-                    buf.chunks_exact(8)
-                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
-                );
-                left.sort_unstable();
-                left.dedup();
+                // its write(2) had not returned. In order: an unmark only
+                // cancels the marks before it.
+                let mut set = std::collections::BTreeSet::new();
+                for c in buf.chunks_exact(8) {
+                    let r = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+                    if r & UNMARK != 0 {
+                        set.remove(&(r & !UNMARK));
+                    } else {
+                        set.insert(r);
+                    }
+                }
+                left.extend(set);
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -81,6 +97,24 @@ impl Journal {
         }
         g.file.write_all(&ino.to_le_bytes())?;
         g.marked.insert(ino);
+        Ok(())
+    }
+
+    /// Unmark those of `inos` that are marked and not `pending` (checked
+    /// under the journal's lock, so a mark made concurrently is either
+    /// seen pending or appended after the unmark): one append for all.
+    pub fn unmark(&self, inos: &[u64], pending: impl Fn(u64) -> bool) -> io::Result<()> {
+        let mut g = self.inner.lock();
+        let mut buf = Vec::new();
+        for &ino in inos {
+            if g.marked.contains(&ino) && !pending(ino) {
+                g.marked.remove(&ino);
+                buf.extend_from_slice(&(ino | UNMARK).to_le_bytes());
+            }
+        }
+        if !buf.is_empty() {
+            g.file.write_all(&buf)?;
+        }
         Ok(())
     }
 
@@ -135,6 +169,25 @@ mod tests {
         j.settle(|_| true).unwrap();
         assert!(j.is_empty());
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn an_unmark_cancels_the_marks_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("unflushed");
+        let (j, _) = Journal::open(&p).unwrap();
+        j.mark(5).unwrap();
+        j.mark(7).unwrap();
+        j.unmark(&[5, 7, 9], |ino| ino == 7).unwrap();
+        assert!(!j.is_empty());
+        j.mark(3).unwrap();
+        drop(j);
+        let (j, left) = Journal::open(&p).unwrap();
+        assert_eq!(left, vec![3, 7]);
+        j.unmark(&[3], |_| false).unwrap();
+        j.mark(3).unwrap();
+        drop(j);
+        assert_eq!(Journal::read(&p).unwrap(), vec![3, 7], "marked again");
     }
 
     #[test]

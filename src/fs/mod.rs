@@ -154,6 +154,19 @@ pub struct Fs {
     /// overlaid by `getattr`, absorbed by any write of the directory, and
     /// covered by the journal (see `touch_dir`).
     dir_times: Mutex<HashMap<u64, i64>>,
+    /// Set by `shutdown`: the background write-back stops.
+    closing: std::sync::atomic::AtomicBool,
+    /// Held by a background write-back pass (`shutdown` waits for it).
+    write_back_pass: Mutex<()>,
+}
+
+thread_local! {
+    /// `Fs::batch`es open on this thread.
+    static BATCH_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Directory inodes written in this thread's open batch, with the
+    /// deferred time each write took along (see `Fs::dirs_written`).
+    static WRITTEN_DIRS: std::cell::RefCell<Vec<(u64, Option<i64>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn encode_name(name: &[u8]) -> FsResult<String> {
@@ -197,6 +210,8 @@ impl Fs {
             forgotten: Mutex::new(Vec::new()),
             stale_dirs: Mutex::new(Default::default()),
             dir_times: Mutex::new(HashMap::new()),
+            closing: Default::default(),
+            write_back_pass: Mutex::new(()),
         };
         if fs.cfg.maintenance {
             if fs.store.get(Idx::Meta, "fs")?.is_none() {
@@ -227,18 +242,34 @@ impl Fs {
         impl Drop for Guard<'_> {
             // A panic still ends the batch (and commits what it wrote).
             fn drop(&mut self) {
+                BATCH_DEPTH.with(|d| d.set(d.get() - 1));
                 if !self.1 {
                     let _ = self.0.end_batch();
                 }
             }
         }
         self.store.begin_batch();
+        BATCH_DEPTH.with(|d| d.set(d.get() + 1));
         let mut g = Guard(&*self.store, false);
         let r = f();
         g.1 = true;
-        match self.store.end_batch() {
-            Ok(()) => r,
-            Err(e) => Err(e.into()),
+        let end = self.store.end_batch();
+        drop(g);
+        let outermost = BATCH_DEPTH.with(|d| d.get()) == 0;
+        match end {
+            Ok(()) => {
+                if outermost {
+                    self.dirs_written(None);
+                }
+                r
+            }
+            Err(e) => {
+                if outermost {
+                    // Not acknowledged: their times stay pending.
+                    WRITTEN_DIRS.with(|w| w.borrow_mut().clear());
+                }
+                Err(e.into())
+            }
         }
     }
 
@@ -298,6 +329,7 @@ impl Fs {
             content: None,
             links: vec![],
             orphan: false,
+            stored: None,
         };
         for (idx, id, doc) in [
             (Idx::Inodes, inode_id(ROOT_INO), to_doc(&root)),
@@ -507,8 +539,8 @@ impl Fs {
             };
             match r {
                 Ok(()) => {
-                    if let Some(t) = pending {
-                        self.settle_dir_time(ino, t);
+                    if inode.kind == Kind::Dir && self.journal.is_some() {
+                        self.dirs_written(Some((ino, pending)));
                     }
                     return Ok((inode, fate));
                 }
@@ -532,6 +564,38 @@ impl Fs {
         let mut times = self.dir_times.lock();
         if times.get(&ino) == Some(&t) {
             times.remove(&ino);
+        }
+    }
+
+    /// A directory's inode was written (`Some`, with the deferred time the
+    /// write took along), or this thread's batch was acknowledged (`None`).
+    /// Only an acknowledged write settles: until then the time stays
+    /// pending (a crash could still lose the write), and then the journal
+    /// unmarks the directory if nothing newer waits, so that recovery does
+    /// not move a time set afterwards (`touch -d`, `cp -a`) to its start.
+    fn dirs_written(&self, wrote: Option<(u64, Option<i64>)>) {
+        let in_batch = BATCH_DEPTH.with(|d| d.get()) > 0;
+        let done = WRITTEN_DIRS.with(|w| {
+            let mut w = w.borrow_mut();
+            w.extend(wrote);
+            if in_batch {
+                return Vec::new();
+            }
+            std::mem::take(&mut *w)
+        });
+        let Some(j) = &self.journal else { return };
+        if done.is_empty() {
+            return;
+        }
+        for &(ino, t) in &done {
+            if let Some(t) = t {
+                self.settle_dir_time(ino, t);
+            }
+        }
+        let inos: Vec<u64> = done.iter().map(|(ino, _)| *ino).collect();
+        if let Err(e) = j.unmark(&inos, |ino| self.dir_times.lock().contains_key(&ino)) {
+            // The marks stay: recovery would move those times to its start.
+            log::warn!("unflushed journal: {e}");
         }
     }
 
@@ -779,6 +843,9 @@ impl Fs {
             if let Some(s) = set.size {
                 i.size = s;
                 i.mtime_ns = now;
+                if let Some(k) = &i.content {
+                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+                }
             }
             match (set.atime, pending) {
                 (Some(TimeSpec::Now), _) => i.atime_ns = now,

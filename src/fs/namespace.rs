@@ -91,6 +91,8 @@ impl Fs {
                 n: ename.clone(),
             }],
             orphan: false,
+            // Nothing stored yet: the base a chunk store counts from.
+            stored: (kind == Kind::File).then_some(0),
         };
         let mut entry = Entry {
             parent,

@@ -57,6 +57,8 @@ struct Inner {
     state: Mutex<State>,
     /// Work was queued (or stop was asked).
     work: Condvar,
+    /// A batch finished (`stop` waits for the one under way).
+    progress: Condvar,
     /// Milliseconds from `epoch` to the last namespace change (see
     /// `Indexer::activity`).
     epoch: Instant,
@@ -69,6 +71,8 @@ struct State {
     /// The inodes in `queue` (each is queued once).
     queued: HashSet<u64>,
     stop: bool,
+    /// A batch is being indexed (its writes are under way).
+    busy: bool,
     /// Inodes indexed since start (for logs and tests).
     done: u64,
     /// When the last change was queued, and since when the queue has held
@@ -96,6 +100,7 @@ impl Indexer {
             max_bytes,
             state: Mutex::new(State::default()),
             work: Condvar::new(),
+            progress: Condvar::new(),
             epoch: Instant::now(),
             activity_ms: AtomicU64::new(0),
         });
@@ -141,6 +146,20 @@ impl Indexer {
     }
 }
 
+impl Indexer {
+    /// Stop indexing and wait for a batch in progress to finish: at
+    /// unmount, the final commit must follow the indexer's last write.
+    /// What is still queued is indexed by the next mount (its backfill).
+    pub fn stop(&self) {
+        let mut st = self.inner.state.lock();
+        st.stop = true;
+        self.inner.work.notify_all();
+        while st.busy {
+            self.inner.progress.wait(&mut st);
+        }
+    }
+}
+
 impl Drop for Indexer {
     fn drop(&mut self) {
         self.inner.state.lock().stop = true;
@@ -177,6 +196,7 @@ impl Inner {
                     }
                     self.work.wait_until(&mut st, at);
                 }
+                st.busy = true;
                 let n = st.queue.len().min(BATCH);
                 let inos: Vec<u64> = st.queue.drain(..n).collect();
                 for ino in &inos {
@@ -186,6 +206,12 @@ impl Inner {
             };
             let failed = self.index_batch(&batch).err();
             let mut st = self.state.lock();
+            st.busy = false;
+            if st.stop {
+                drop(st);
+                self.progress.notify_all();
+                return;
+            }
             if let Some(e) = failed {
                 // A store or data error (overload, a transient outage): try
                 // the batch again later, a few times, before giving up on it

@@ -98,6 +98,8 @@ pub struct Mount {
     backend: Option<Vec<String>>,
     /// Extra `-o` options.
     options: Vec<String>,
+    /// The daemon's RUST_LOG (from its next start on: see `set_log_filter`).
+    log_filter: String,
 }
 
 impl Mount {
@@ -142,6 +144,7 @@ impl Mount {
             plain: allow_plain && plain_mode(),
             backend,
             options: options.iter().map(|o| o.to_string()).collect(),
+            log_filter: "warn".into(),
         };
         if !m.plain {
             m.start();
@@ -179,6 +182,11 @@ impl Mount {
         })
     }
 
+    /// RUST_LOG of the daemon from its next start (e.g. after `remount`).
+    pub fn set_log_filter(&mut self, filter: &str) {
+        self.log_filter = filter.to_string();
+    }
+
     /// The --store directory (metadata).
     pub fn store_dir(&self) -> PathBuf {
         self.tmp.path().join("store")
@@ -213,7 +221,7 @@ impl Mount {
             .arg("-o")
             .arg("allow_other")
             .args(self.options.iter().flat_map(|o| ["-o", o.as_str()]))
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", &self.log_filter)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -777,4 +785,174 @@ pub fn check_tmpfile_pattern(m: &Mount, len: usize) -> fs::File {
     assert_eq!(f.metadata().unwrap().len(), len as u64);
     assert!(!m.p("tmpfile").exists());
     f
+}
+
+/// `cp` of files within the mount goes through COPY_FILE_RANGE, copied
+/// inside the data store (the daemon logs each at debug level), with the
+/// bytes, offsets, end of file, size, setuid clearing and a `kill -9` right
+/// after as a write would have them; and nothing is logged at WARN (the
+/// fallback used to log `[Not Implemented] copy_file_range`, and ioctl,
+/// lseek and poll one line per call).
+pub fn check_copy_file_range(m: &mut Mount) {
+    // (fuser's unmount warning is filtered as the default filter does.)
+    m.set_log_filter("warn,fuser::session=error,esfs::fuse=debug");
+    m.remount();
+    let logged_before = m.log().len();
+    let big = pattern((5 << 20) + 123, 21);
+    let small = pattern(1000, 22);
+    fs::write(m.p("big"), &big).unwrap();
+    fs::write(m.p("small"), &small).unwrap();
+    fs::write(m.p("mid"), pattern(100 << 10, 23)).unwrap();
+    // The source reads back whole first (a failure here is not the copy's).
+    let back = fs::read(m.p("big")).unwrap();
+    let zeros = back.iter().filter(|&&b| b == 0).count();
+    assert!(
+        back == big,
+        "the 5 MiB source reads back wrong ({zeros} zero bytes)"
+    );
+    sh_ok(
+        m.path(),
+        "cp big big.copy && cp small small.copy && cp mid mid.copy",
+    );
+    let got = fs::read(m.p("big.copy")).unwrap();
+    let diff = got.iter().zip(&big).position(|(a, b)| a != b);
+    assert!(
+        got == big,
+        "big.copy: {} bytes, first difference at {diff:?}",
+        got.len()
+    );
+    assert_eq!(fs::read(m.p("small.copy")).unwrap(), small);
+    assert!(fs::read(m.p("mid.copy")).unwrap() == pattern(100 << 10, 23));
+    // Offsets, one call for 3 MiB, the end of the source, past it, and
+    // ranges of one file (overlapping ones the kernel refuses).
+    let py = r#"
+import errno, os
+fi = os.open("big", os.O_RDONLY)
+fo = os.open("dst", os.O_WRONLY | os.O_CREAT, 0o644)
+print(os.copy_file_range(fi, fo, 3 << 20, 1000, 5000))
+print(os.copy_file_range(fi, fo, 1 << 30, (5 << 20) + 100, 10))
+print(os.copy_file_range(fi, fo, 10, (5 << 20) + 123, 0))
+fs = os.open("same", os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fs, b"0123456789" * 10000)
+print(os.copy_file_range(fs, fs, 30000, 0, 50000))
+try:
+    os.copy_file_range(fs, fs, 100, 0, 50)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+fm = os.open("small", os.O_RDWR)
+print(os.copy_file_range(fi, fm, 600, 7, 900))
+"#;
+    let out = sh_ok(m.path(), &format!("python3 -c '{py}'"));
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["3145728", "23", "0", "30000", "EINVAL", "600"]
+    );
+    let dst = fs::read(m.p("dst")).unwrap();
+    assert_eq!(dst.len(), 5000 + (3 << 20));
+    assert!(dst[..10].iter().all(|&b| b == 0));
+    assert!(dst[5000..] == big[1000..1000 + (3 << 20)]);
+    let dst = fs::read(m.p("small")).unwrap();
+    assert_eq!(dst.len(), 1500);
+    assert_eq!(&dst[..900], &small[..900]);
+    assert_eq!(&dst[900..], &big[7..607]);
+    let same = fs::read(m.p("same")).unwrap();
+    let orig: Vec<u8> = b"0123456789".repeat(10000);
+    assert_eq!(&same[50000..80000], &orig[..30000]);
+    assert_eq!(&same[..50000], &orig[..50000]);
+    // The kernel clears setuid before a non-root caller's copy, as before
+    // its write.
+    sh_ok(
+        m.path(),
+        "cp small suid && chown 65534 suid && chmod 4755 suid",
+    );
+    let r = sh_nobody(
+        m.path(),
+        "python3 -c 'import os; print(os.copy_file_range(os.open(\"big\", 0), os.open(\"suid\", os.O_WRONLY), 10))'",
+    );
+    assert_success("copy into a setuid file as nobody", &r);
+    assert_eq!(r.1.trim(), "10");
+    assert_eq!(
+        fs::metadata(m.p("suid")).unwrap().permissions().mode() & 0o7777,
+        0o755
+    );
+    // ioctl, poll and SEEK_DATA/SEEK_HOLE: the right answers, quietly.
+    let py = r#"
+import errno, fcntl, os, select, termios
+fd = os.open("mid", os.O_RDONLY)
+for _ in range(3):
+    try:
+        fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+    print(os.isatty(fd))
+    p = select.poll(); p.register(fd, select.POLLIN); print(len(p.poll(0)))
+    print(os.lseek(fd, 10, os.SEEK_DATA), os.lseek(fd, 10, os.SEEK_HOLE))
+"#;
+    let out = sh_ok(m.path(), &format!("python3 -c '{py}'"));
+    assert_eq!(out, "ENOTTY\nFalse\n1\n10 102400\n".repeat(3));
+    // A kill -9 right after: bytes and size as copied.
+    m.kill9_right_after("cp big big.again && cp small small.again");
+    let log = m.log()[logged_before..].to_string();
+    m.start_again();
+    assert!(fs::read(m.p("big.again")).unwrap() == big);
+    assert_eq!(
+        fs::metadata(m.p("big.again")).unwrap().len(),
+        big.len() as u64
+    );
+    assert_eq!(
+        fs::read(m.p("small.again")).unwrap(),
+        fs::read(m.p("small")).unwrap()
+    );
+    let copies = log.matches("copy_file_range: ").count();
+    assert!(
+        copies >= 8,
+        "{copies} copies went through COPY_FILE_RANGE; log:\n{log}"
+    );
+    let warns: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert!(warns.is_empty(), "warnings logged:\n{}", warns.join("\n"));
+}
+
+/// `st_blocks` counts what is stored: a 1 TiB sparse file takes nothing
+/// until written in, then what was written; a dense file its size; before
+/// and after a remount. `du` must not say 1.1T for an empty sparse file.
+pub fn check_sparse_blocks(m: &mut Mount) {
+    let du = |m: &Mount, rel: &str| -> u64 {
+        let out = sh_ok(m.path(), &format!("du -k {rel}"));
+        out.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    sh_ok(m.path(), "truncate -s 1T sparse");
+    assert_eq!(du(m, "sparse"), 0, "an empty sparse file");
+    sh_ok(
+        m.path(),
+        "dd if=/dev/urandom of=sparse bs=1M count=2 seek=500000 conv=notrunc status=none
+         dd if=/dev/urandom of=dense bs=1M count=3 status=none
+         head -c 1000 /dev/urandom > small",
+    );
+    let check = |m: &Mount, when: &str| {
+        // Allocation may add a few blocks of the data file's own metadata.
+        let (s, d) = (du(m, "sparse"), du(m, "dense"));
+        assert!(
+            (2048..2048 + 64).contains(&s),
+            "{when}: du of the sparse file {s}K"
+        );
+        assert!(
+            (3072..3072 + 64).contains(&d),
+            "{when}: du of the dense file {d}K"
+        );
+        assert_eq!(fs::metadata(m.p("sparse")).unwrap().len(), 1 << 40);
+        let b = sh_ok(m.path(), "stat -c %b small");
+        assert_eq!(b.trim(), "2", "{when}: blocks of a 1000-byte file");
+    };
+    // Cut back to a hole: its blocks go.
+    sh_ok(
+        m.path(),
+        "truncate -s 1T cut
+         dd if=/dev/urandom of=cut bs=1M count=1 seek=1000 conv=notrunc status=none
+         truncate -s 1M cut",
+    );
+    assert_eq!(du(m, "cut"), 0, "cut back to its hole");
+    check(m, "written");
+    m.remount();
+    check(m, "after remount");
+    assert_eq!(du(m, "cut"), 0, "cut back to its hole, after remount");
 }
