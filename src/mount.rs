@@ -8,10 +8,10 @@ use crate::data::chunks::ChunkStore;
 use crate::data::{DataStore, LocalDataStore};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
-use crate::store::MetaStore;
 use crate::store::cache::CachedStore;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::es::{EsConfig, EsStore, redact};
+use crate::store::{Idx, MetaStore, StoreError};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -331,13 +331,20 @@ pub struct Stores {
     pub lock: Option<File>,
 }
 
-/// Open the metadata store and the content store; with `lock`, claim an
-/// embedded store for this process.
-pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result<Stores, String> {
+/// Open the metadata store and the content store. A mount (`mount`) claims
+/// an embedded store for this process and creates what is missing; the
+/// maintenance commands (fsck, locks, search) create nothing and fail with
+/// "no esfs filesystem at ..." where there is none.
+pub fn open_stores(backend: &Backend, data: Option<&Path>, mount: bool) -> Result<Stores, String> {
     let (store, guard): (Arc<dyn MetaStore>, _) = match backend {
         Backend::Embedded(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| format!("store {}: {e}", dir.display()))?;
-            let guard = if lock { Some(lock_store(dir)?) } else { None };
+            if mount {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("store {}: {e}", dir.display()))?;
+            } else if !EmbeddedStore::exists(dir) {
+                return Err(format!("no esfs filesystem at {}", dir.display()));
+            }
+            let guard = if mount { Some(lock_store(dir)?) } else { None };
             let s = Arc::new(
                 EmbeddedStore::open(dir)
                     .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?,
@@ -356,12 +363,36 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result
             (s, guard)
         }
         Backend::Elasticsearch(cfg) => {
-            let s = EsStore::connect(cfg).map_err(|e| e.to_string())?;
+            let s = match mount {
+                true => EsStore::connect(cfg),
+                false => EsStore::connect_existing(cfg),
+            };
+            let s = s.map_err(|e| match e {
+                StoreError::NotFound(m) => m,
+                e => e.to_string(),
+            })?;
             log::info!("connected: {}", s.describe());
             (Arc::new(s), None)
         }
     };
+    // (An embedded store's database file is its filesystem: beside a live
+    // mount a fresh superblock may not be committed yet, and Fs::new checks.)
+    if !mount
+        && matches!(backend, Backend::Elasticsearch(_))
+        && store
+            .get(Idx::Meta, "fs")
+            .map_err(|e| e.to_string())?
+            .is_none()
+    {
+        return Err(format!(
+            "no esfs filesystem at {}",
+            describe_backend(backend)
+        ));
+    }
     let data: Arc<dyn DataStore> = match data {
+        Some(dir) if !mount && !dir.is_dir() => {
+            return Err(format!("data directory {} does not exist", dir.display()));
+        }
         Some(dir) => Arc::new(
             LocalDataStore::open(dir)
                 .map_err(|e| format!("cannot open data directory {}: {e}", dir.display()))?,

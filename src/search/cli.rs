@@ -436,7 +436,8 @@ impl Search {
                 if cfg.ca.is_none() {
                     cfg.ca = m["ca"].as_str().map(PathBuf::from);
                 }
-                let s = crate::store::es::EsStore::connect(&cfg).map_err(|e| e.to_string())?;
+                let s =
+                    crate::store::es::EsStore::connect_existing(&cfg).map_err(|e| e.to_string())?;
                 // The mount's writes become searchable at its next refresh:
                 // make them visible now.
                 s.refresh(Idx::Entries).map_err(|e| e.to_string())?;
