@@ -147,8 +147,10 @@ fn run_mount(m: MountCmd) -> Result<i32, String> {
 }
 
 /// An Fs for a maintenance command: no formatting or recovery on open.
-fn open_fs(store: &StoreArgs) -> Result<(Fs, mount::Stores), String> {
+/// Without `contents` the data directory is not opened (nor checked).
+fn open_fs(store: &StoreArgs, contents: bool) -> Result<(Fs, mount::Stores), String> {
     let (backend, data, _) = store.resolve();
+    let data = data.filter(|_| contents);
     let stores = mount::open_stores(&backend, data.as_deref(), false)?;
     let fs = Fs::new(
         stores.meta.clone(),
@@ -164,7 +166,7 @@ fn open_fs(store: &StoreArgs) -> Result<(Fs, mount::Stores), String> {
 }
 
 fn run_fsck(f: FsckCmd) -> Result<i32, String> {
-    let (fs, stores) = open_fs(&f.store)?;
+    let (fs, stores) = open_fs(&f.store, true)?;
     // A dead mount's unflushed journal is checked (and, with --repair,
     // applied); a live mount's is its own business. Holding the mount lock
     // also keeps a mount from starting halfway through.
@@ -204,7 +206,7 @@ fn run_fsck(f: FsckCmd) -> Result<i32, String> {
 }
 
 fn run_locks(l: LocksCmd) -> Result<i32, String> {
-    let (fs, stores) = open_fs(&l.store)?;
+    let (fs, stores) = open_fs(&l.store, false)?;
     let lm = fs.lock_manager();
     if let Some(id) = l.break_id {
         let gone = stores

@@ -226,6 +226,21 @@ pub fn unflushed_journal(store_dir: &Path) -> PathBuf {
     store_dir.join("unflushed")
 }
 
+/// Whether a live mount serves this embedded store.
+fn in_use_beside(backend: &Backend) -> bool {
+    matches!(backend, Backend::Embedded(dir) if store_in_use(dir))
+}
+
+/// Whether a live mount holds the embedded store in `dir` (a probe that
+/// neither takes nor changes its lock file).
+fn store_in_use(dir: &Path) -> bool {
+    let Ok(f) = File::open(dir.join("mount.lock")) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; released when it closes.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
+}
+
 /// Exclusive claim on an embedded store: one mount serves it at a time.
 pub fn lock_store(dir: &Path) -> Result<File, String> {
     let path = dir.join("mount.lock");
@@ -338,11 +353,19 @@ pub struct Stores {
 pub fn open_stores(backend: &Backend, data: Option<&Path>, mount: bool) -> Result<Stores, String> {
     let (store, guard): (Arc<dyn MetaStore>, _) = match backend {
         Backend::Embedded(dir) => {
+            if !EmbeddedStore::exists(dir) {
+                if !mount {
+                    return Err(format!("no esfs filesystem at {}", dir.display()));
+                }
+                // A new store: refuse another filesystem's contents before
+                // making anything.
+                if let Some(d) = data {
+                    check_data(&Ident::default(), backend, d, true)?;
+                }
+            }
             if mount {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| format!("store {}: {e}", dir.display()))?;
-            } else if !EmbeddedStore::exists(dir) {
-                return Err(format!("no esfs filesystem at {}", dir.display()));
             }
             let guard = if mount { Some(lock_store(dir)?) } else { None };
             let s = Arc::new(
@@ -363,9 +386,15 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, mount: bool) -> Resul
             (s, guard)
         }
         Backend::Elasticsearch(cfg) => {
-            let s = match mount {
-                true => EsStore::connect(cfg),
-                false => EsStore::connect_existing(cfg),
+            let s = match EsStore::connect_existing(cfg) {
+                Err(StoreError::NotFound(_)) if mount => {
+                    // A new index set: as a new embedded store above.
+                    if let Some(d) = data {
+                        check_data(&Ident::default(), backend, d, true)?;
+                    }
+                    EsStore::connect(cfg)
+                }
+                r => r,
             };
             let s = s.map_err(|e| match e {
                 StoreError::NotFound(m) => m,
@@ -389,9 +418,37 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, mount: bool) -> Resul
             describe_backend(backend)
         ));
     }
+    // The filesystem id, and the data directory bound to it.
+    if mount || data.is_some() {
+        let id = ident(&*store)?;
+        let stamp = match data {
+            Some(dir) if mount || id.id.is_some() || !in_use_beside(backend) => {
+                check_data(&id, backend, dir, mount)?
+            }
+            // Beside a live mount whose id is not committed yet: it checked.
+            _ => false,
+        };
+        if mount {
+            let fsid = ensure_fsid(&*store, &id)?;
+            if let Some(dir) = data.filter(|_| stamp) {
+                if id.formatted && id.id.is_none() {
+                    log::info!(
+                        "data directory {} adopted by store {} (filesystem {fsid})",
+                        dir.display(),
+                        describe_backend(backend)
+                    );
+                }
+                stamp_data(dir, &fsid, &describe_backend(backend))
+                    .map_err(|e| format!("data directory {}: {e}", dir.display()))?;
+            }
+        }
+    }
     let data: Arc<dyn DataStore> = match data {
         Some(dir) if !mount && !dir.is_dir() => {
-            return Err(format!("data directory {} does not exist", dir.display()));
+            return Err(format!(
+                "data directory {} does not exist (give the mount's --data)",
+                dir.display()
+            ));
         }
         Some(dir) => Arc::new(
             LocalDataStore::open(dir)
@@ -404,6 +461,159 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, mount: bool) -> Resul
         data,
         lock: guard,
     })
+}
+
+/// The metadata document holding the filesystem's id.
+const FSID_DOC: &str = "fsid";
+/// The file in a data directory naming the filesystem its contents belong to.
+pub const FSID_FILE: &str = "esfs-fsid";
+
+/// The data directory of a store given without --data: inside the store
+/// directory, so that two stores never share one. The default store keeps
+/// `$XDG_DATA_HOME/esfs/data`, which older esfs used for every store, when
+/// that exists and `STORE/data` does not.
+pub fn default_data(store: &Path) -> PathBuf {
+    let own = store.join("data");
+    let home = std::path::absolute(default_home()).unwrap_or_else(|_| default_home());
+    let legacy = home.join("data");
+    if !own.exists() && store == home.join("store") && legacy.is_dir() {
+        legacy
+    } else {
+        own
+    }
+}
+
+/// The filesystem id a data directory is stamped with (None: no stamp).
+pub fn data_fsid(dir: &Path) -> Result<Option<String>, String> {
+    let path = dir.join(FSID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| format!("{}: not an esfs stamp: {e}", path.display()))?;
+            match v["fs_id"].as_str() {
+                Some(id) => Ok(Some(id.to_string())),
+                None => Err(format!("{}: not an esfs stamp (no fs_id)", path.display())),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn new_fsid() -> Result<String, String> {
+    let mut b = [0u8; 16];
+    // SAFETY: fills the buffer we own, of the length given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        return Err(format!(
+            "no random bytes for a filesystem id: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// A store's identity: its filesystem id (None: a new store, or one made
+/// before ids) and whether it holds a filesystem (a superblock).
+#[derive(Default)]
+struct Ident {
+    id: Option<String>,
+    formatted: bool,
+}
+
+fn ident(store: &dyn MetaStore) -> Result<Ident, String> {
+    let get = |id| store.get(Idx::Meta, id).map_err(|e| e.to_string());
+    Ok(Ident {
+        id: get(FSID_DOC)?.and_then(|d| d.source["id"].as_str().map(String::from)),
+        formatted: get("fs")?.is_some(),
+    })
+}
+
+/// The store's filesystem id, made now if it has none (its first mount).
+fn ensure_fsid(store: &dyn MetaStore, ident: &Ident) -> Result<String, String> {
+    if let Some(id) = &ident.id {
+        return Ok(id.clone());
+    }
+    let id = new_fsid()?;
+    match store.create(Idx::Meta, FSID_DOC, &serde_json::json!({ "id": id })) {
+        Ok(_) => Ok(id),
+        // Another mount of a shared store made it first.
+        Err(StoreError::Conflict(_)) => ident_of_store(store),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn ident_of_store(store: &dyn MetaStore) -> Result<String, String> {
+    ident(store)?
+        .id
+        .ok_or_else(|| "the filesystem id vanished while it was made".to_string())
+}
+
+/// Whether the data directory `dir` may serve the filesystem of the store
+/// described by `ident`: contents are keyed by inode number, so another
+/// filesystem's directory would serve (and overwrite) the wrong bytes. The
+/// store holds a random id (made by its first mount) and the directory a
+/// stamp with it; a mismatch is refused, naming both. Ok(true): a mount
+/// should stamp it (a new or empty directory, or the unstamped directory of
+/// a store from before ids, which adopts it).
+fn check_data(ident: &Ident, backend: &Backend, dir: &Path, mount: bool) -> Result<bool, String> {
+    let stamp = data_fsid(dir)?;
+    let holds_contents = std::fs::read_dir(dir)
+        .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != FSID_FILE)))
+        .unwrap_or(false);
+    let (sdesc, ddesc) = (describe_backend(backend), dir.display());
+    let (old, new) = (
+        ident.formatted && ident.id.is_none(),
+        !ident.formatted && ident.id.is_none(),
+    );
+    match (&ident.id, &stamp) {
+        (Some(a), Some(b)) if a == b => Ok(false),
+        (Some(a), Some(b)) => Err(format!(
+            "data directory {ddesc} belongs to filesystem {b}, not to store {sdesc} \
+             (filesystem {a}): give each store its own --data"
+        )),
+        (None, Some(b)) => Err(format!(
+            "data directory {ddesc} belongs to filesystem {b}, not to store {sdesc} ({}): \
+             give each store its own --data",
+            if old {
+                "made by an older esfs, without a filesystem id"
+            } else {
+                "a new filesystem"
+            }
+        )),
+        (Some(a), None) if holds_contents => Err(format!(
+            "data directory {ddesc} holds contents of an unknown filesystem (no {FSID_FILE}), \
+             not of store {sdesc} (filesystem {a}): give each store its own --data"
+        )),
+        (None, None) if holds_contents && new => Err(format!(
+            "data directory {ddesc} holds contents of an unknown filesystem (no {FSID_FILE}) \
+             and store {sdesc} is new: give it an empty or new --data"
+        )),
+        (None, None) if old && mount && !dir.exists() => Err(format!(
+            "store {sdesc} was made by an older esfs (no filesystem id) and data directory \
+             {ddesc} does not exist: give --data with the directory holding its contents \
+             (older esfs used {} for every store), or create {ddesc} if it had none",
+            default_home().join("data").display()
+        )),
+        (_, None) => Ok(true),
+    }
+}
+
+/// Write the stamp (a whole new file renamed into place).
+fn stamp_data(dir: &Path, id: &str, store: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("{FSID_FILE}.{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    let text = serde_json::json!({ "fs_id": id, "store": store }).to_string();
+    f.write_all(format!("{text}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(FSID_FILE))?;
+    File::open(dir)?.sync_all()
 }
 
 fn serve(args: &MountArgs) -> Result<(), String> {

@@ -465,7 +465,7 @@ impl Search {
                 .a
                 .data
                 .clone()
-                .unwrap_or_else(|| dir.parent().unwrap_or(dir).join("data"));
+                .unwrap_or_else(|| crate::mount::default_data(dir));
             (crate::mount::Backend::Embedded(dir.clone()), Some(data))
         } else {
             let url = self.a.es.as_deref().expect("direct mode");
