@@ -95,6 +95,10 @@ struct LocksCmd {
 }
 
 fn main() {
+    // Whatever esfs creates outside the mount (stores, data, logs, SQLite's
+    // own files) is its owner's alone; see esfs::private.
+    // SAFETY: umask only sets the process's file mode mask.
+    unsafe { libc::umask(0o077) };
     // fuser's one session warning is its unmount at the session's end
     // failing after the user unmounted (mount.rs reports a real failure).
     env_logger::Builder::from_env(

@@ -73,6 +73,12 @@ pub fn run(args: MountArgs) -> Result<(), String> {
         ..args
     };
     fuse_config(&args)?; // bad options fail here, not in the background server
+    if !args.foreground {
+        // (The server logs them too; in the foreground its log is stderr.)
+        for w in loose_permissions(&args) {
+            eprintln!("esfs: warning: {w}");
+        }
+    }
     if args.foreground {
         serve(&args)
     } else {
@@ -82,9 +88,9 @@ pub fn run(args: MountArgs) -> Result<(), String> {
 
 fn background(args: &MountArgs) -> Result<(), String> {
     if let Some(dir) = args.log.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("log dir {}: {e}", dir.display()))?;
+        crate::private::dir_all(dir).map_err(|e| format!("log dir {}: {e}", dir.display()))?;
     }
-    let log = std::fs::OpenOptions::new()
+    let log = crate::private::options()
         .create(true)
         .append(true)
         .open(&args.log)
@@ -184,6 +190,18 @@ fn background(args: &MountArgs) -> Result<(), String> {
     }
 }
 
+/// Warnings about the store, data directory and log when other local users
+/// may read them (made by an older esfs, or by hand).
+fn loose_permissions(args: &MountArgs) -> Vec<String> {
+    let mut dirs: Vec<&Path> = Vec::new();
+    if let Backend::Embedded(dir) = &args.backend {
+        dirs.push(dir);
+    }
+    dirs.extend(args.data.as_deref());
+    dirs.push(&args.log);
+    crate::private::loose_warnings(&dirs)
+}
+
 /// Whether the kernel lists `mnt` as an esfs mount (reads /proc/self/mountinfo).
 pub fn is_mounted(mnt: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
@@ -244,7 +262,7 @@ fn store_in_use(dir: &Path) -> bool {
 /// Exclusive claim on an embedded store: one mount serves it at a time.
 pub fn lock_store(dir: &Path) -> Result<File, String> {
     let path = dir.join("mount.lock");
-    let f = std::fs::OpenOptions::new()
+    let f = crate::private::options()
         .create(true)
         .truncate(false)
         .read(true)
@@ -364,7 +382,7 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, mount: bool) -> Resul
                 }
             }
             if mount {
-                std::fs::create_dir_all(dir)
+                crate::private::dir_all(dir)
                     .map_err(|e| format!("store {}: {e}", dir.display()))?;
             }
             let guard = if mount { Some(lock_store(dir)?) } else { None };
@@ -602,9 +620,9 @@ fn check_data(ident: &Ident, backend: &Backend, dir: &Path, mount: bool) -> Resu
 /// Write the stamp (a whole new file renamed into place).
 fn stamp_data(dir: &Path, id: &str, store: &str) -> std::io::Result<()> {
     use std::io::Write;
-    std::fs::create_dir_all(dir)?;
+    crate::private::dir_all(dir)?;
     let tmp = dir.join(format!("{FSID_FILE}.{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
+    let mut f = crate::private::options()
         .write(true)
         .create(true)
         .truncate(true)
@@ -635,6 +653,9 @@ fn serve(args: &MountArgs) -> Result<(), String> {
             "-o writeback_cache needs the embedded store (a mount that is its store's only user)"
                 .into(),
         );
+    }
+    for w in loose_permissions(args) {
+        log::warn!("{w}");
     }
     let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
 

@@ -397,3 +397,105 @@ fn elasticsearch_data_directory_is_bound_to_its_index() {
     m2.umount();
     m.umount();
 }
+
+/// Every path under `dir` (itself included) that group or others may access.
+fn loose(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    for rel in std::iter::once(String::new()).chain(tree(dir)) {
+        let p = dir.join(&rel);
+        let md = fs::symlink_metadata(&p).unwrap();
+        if md.mode() & 0o077 != 0 {
+            out.push(format!("{} {:o}", p.display(), md.mode() & 0o7777));
+        }
+    }
+    out
+}
+
+/// Store and data files are 0600 and directories 0700 whatever the umask
+/// (022 here): a file made 0600 in the mount cannot be read from the
+/// store's files by another local user.
+#[test]
+fn store_and_data_are_private_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    fs::set_permissions(h, fs::Permissions::from_mode(0o755)).unwrap();
+    let (a, mnt) = (h.join("A"), h.join("mnt"));
+    fs::create_dir(&mnt).unwrap();
+    fs::set_permissions(&mnt, fs::Permissions::from_mode(0o755)).unwrap();
+    let m = Bg::mount(h, &mnt, &["--store", s(&a), "-o", "allow_other"]);
+    let w = Command::new("sh")
+        .arg("-c")
+        .arg("umask 077 && echo secret-words > f && head -c 300000 /dev/zero > big && echo small > g")
+        .current_dir(&mnt)
+        .status()
+        .unwrap();
+    assert!(w.success());
+    let files = tree(&a);
+    for f in [
+        "meta.sqlite",
+        "meta.sqlite-wal",
+        "data/small.db",
+        "data/esfs-fsid",
+        "esfs.log",
+        "mount.lock",
+    ] {
+        assert!(files.contains(&f.to_string()), "{f} not in {files:?}");
+    }
+    assert_eq!(loose(&a), Vec::<String>::new(), "while mounted");
+    // Another user finds nothing, neither beside the mount nor through it.
+    let (st, out, _) = common::sh_nobody(h, "grep -rhao secret-words A; cat mnt/f");
+    assert!(!st.success() && !out.contains("secret"), "{out}");
+    m.umount();
+    assert_eq!(loose(&a), Vec::<String>::new(), "after unmount");
+}
+
+/// A store or data directory other users can read (made by an older esfs,
+/// or by hand) is warned about at mount, on stderr and in the log.
+#[test]
+fn loose_existing_store_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let (a, mnt) = (h.join("A"), h.join("mnt"));
+    fs::create_dir(&mnt).unwrap();
+    let m = Bg::mount(h, &mnt, &["--store", s(&a)]);
+    m.umount();
+    let (_, out, err) = esfs_in(h, &["mount", s(&mnt), "--store", s(&a)]);
+    assert!(!err.contains("warning"), "{out}{err}");
+    Bg {
+        home: h.to_path_buf(),
+        mnt: mnt.clone(),
+        pid: out
+            .split("(pid ")
+            .nth(1)
+            .and_then(|r| r.split(')').next()?.parse().ok()),
+    }
+    .umount();
+    fs::set_permissions(&a, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(a.join("meta.sqlite"), fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, out, err) = esfs_in(h, &["mount", s(&mnt), "--store", s(&a)]);
+    let pid = out
+        .split("(pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next()?.parse().ok());
+    let m = Bg {
+        home: h.to_path_buf(),
+        mnt: mnt.clone(),
+        pid,
+    };
+    assert_eq!(code, 0, "{out}{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("esfs: warning: ") && l.contains(s(&a)))
+        .unwrap_or_else(|| panic!("no warning: {err}"));
+    assert!(line.contains("0755") && line.contains("chmod"), "{line}");
+    m.umount();
+    let log = fs::read_to_string(a.join("esfs.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains(s(&a)) && l.contains("0755")),
+        "{log}"
+    );
+}

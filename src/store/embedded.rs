@@ -167,9 +167,11 @@ static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Core {
     fn open(dir: &Path) -> StoreResult<Core> {
-        std::fs::create_dir_all(dir)
+        crate::private::dir_all(dir)
             .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
         let path = dir.join(DB_FILE);
+        crate::private::touch(&path)
+            .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
         let conn = Connection::open(&path).map_err(sql_err)?;
         // First, so that even the pragmas below wait for a busy mount.
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err)?;
