@@ -27,8 +27,14 @@ enum Cmd {
     ///
     /// Returns once the mount is live (the server keeps running in the
     /// background and logs to --log), unless --foreground is given.
-    /// Unmount with `fusermount3 -u MOUNTPOINT` (or `umount` as root).
+    /// Unmount with `esfs umount MOUNTPOINT`. A non-empty MOUNTPOINT is
+    /// refused unless `-o nonempty` is given (its files would be hidden).
     Mount(MountCmd),
+    /// Unmount an esfs mount and wait for its server's final sync.
+    ///
+    /// Also clears the dead mount of a killed server (lazily, if something
+    /// still uses it). A live mount that is busy is refused.
+    Umount(UmountCmd),
     /// Check the filesystem's documents and, with --repair, restore them.
     ///
     /// Safe while mounts are live. Exit status: 0 clean, 1 problems found
@@ -55,8 +61,9 @@ struct MountCmd {
     foreground: bool,
     /// FUSE mount options, comma-separated: allow_other, allow_root, ro, rw,
     /// noatime, nodev, nosuid, noexec, dev, suid, exec, sync, dirsync,
-    /// auto_unmount, fsname=NAME, writeback_cache (embedded store only; see
-    /// the README). default_permissions is always on.
+    /// auto_unmount, fsname=NAME, nonempty (mount over a non-empty
+    /// directory), writeback_cache (embedded store only; see the README).
+    /// default_permissions is always on.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// How long the kernel may cache names and attributes, in seconds
@@ -72,6 +79,12 @@ struct MountCmd {
     /// $XDG_DATA_HOME/esfs/esfs.log with --es].
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct UmountCmd {
+    /// The mountpoint.
+    mountpoint: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -109,6 +122,15 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Mount(m) => run_mount(m),
+        Cmd::Umount(u) => mount::umount(&u.mountpoint)
+            .map(|()| {
+                println!("esfs: unmounted {}", u.mountpoint.display());
+                0
+            })
+            .map_err(|e| {
+                eprintln!("esfs: {e}");
+                std::process::exit(1)
+            }),
         Cmd::Fsck(f) => run_fsck(f),
         Cmd::Locks(l) => run_locks(l),
         Cmd::Search(s) => Ok(esfs::search::cli::run(s)),

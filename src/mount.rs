@@ -13,6 +13,7 @@ use crate::store::embedded::EmbeddedStore;
 use crate::store::es::{EsConfig, EsStore, redact};
 use crate::store::{Idx, MetaStore, StoreError};
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -67,6 +68,21 @@ pub fn run(args: MountArgs) -> Result<(), String> {
     }
     if is_mounted(&mnt) {
         return Err(format!("{} is already an esfs mount", mnt.display()));
+    }
+    let nonempty = args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o == "nonempty");
+    let in_it = std::fs::read_dir(&mnt)
+        .map_err(|e| format!("mountpoint {}: {e}", mnt.display()))?
+        .next()
+        .is_some();
+    if in_it && !nonempty {
+        return Err(format!(
+            "mountpoint {} is not empty: the mount would hide its files (-o nonempty mounts over them)",
+            mnt.display()
+        ));
     }
     let args = MountArgs {
         mountpoint: mnt,
@@ -154,7 +170,7 @@ fn background(args: &MountArgs) -> Result<(), String> {
     loop {
         if is_mounted(&args.mountpoint) {
             println!(
-                "esfs: mounted {} (pid {})\n  metadata: {}\n  data:     {}\n  log:      {}\n  unmount:  fusermount3 -u {}",
+                "esfs: mounted {} (pid {})\n  metadata: {}\n  data:     {}\n  log:      {}\n  unmount:  esfs umount {}",
                 args.mountpoint.display(),
                 child.id(),
                 describe_backend(&args.backend),
@@ -313,6 +329,8 @@ fn fuse_config(args: &MountArgs) -> Result<fuser::Config, String> {
                 continue;
             }
             "default_permissions" => continue,
+            // Checked by `run`: the kernel mounts over anything.
+            "nonempty" => continue,
             // Not a kernel option: asked for in FUSE's INIT (see `FuseFs`).
             "writeback_cache" => continue,
             "auto_unmount" => M::AutoUnmount,
@@ -718,7 +736,7 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     // so a mount that really stayed is reported here.
     if is_mounted(&args.mountpoint) {
         log::error!(
-            "{} is still mounted: unmount it with fusermount3 -u",
+            "{} is still mounted: unmount it with esfs umount",
             args.mountpoint.display()
         );
     }
@@ -728,6 +746,97 @@ fn serve(args: &MountArgs) -> Result<(), String> {
         .map_err(|e| format!("writing back access times: {e}"))?;
     fs.store().sync().map_err(|e| format!("final sync: {e}"))?;
     r.map_err(|e| format!("session ended with error: {e}"))
+}
+
+/// `esfs umount MNT`: unmount cleanly, then wait for the server's final
+/// sync (its exit). The dead mount of a killed server is cleared (detached
+/// lazily if something still uses it); a live, busy mount is refused.
+pub fn umount(mnt: &Path) -> Result<(), String> {
+    // Not canonicalize: a dead mount's root cannot be stat'ed.
+    let abs = std::path::absolute(mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    let mnt = match (abs.parent(), abs.file_name()) {
+        (Some(p), Some(n)) => std::fs::canonicalize(p).unwrap_or(p.to_path_buf()).join(n),
+        _ => abs.clone(),
+    };
+    if !is_mounted(&mnt) {
+        return Err(format!("{} is not an esfs mount", mnt.display()));
+    }
+    let servers = server_pids(&mnt);
+    let dead = servers.is_empty()
+        || std::fs::metadata(&mnt).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+    if let Err(e) = unmount_retrying(&mnt) {
+        if !dead {
+            return Err(format!("cannot unmount {}: {e}", mnt.display()));
+        }
+        detach(&mnt).map_err(|e| format!("cannot unmount {}: {e}", mnt.display()))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for pid in servers {
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "unmounted {}, but its server (pid {pid}) is still writing back",
+                    mnt.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+/// PIDs of the esfs servers of `mnt`: `esfs mount MNT --foreground`
+/// processes, from their command lines.
+fn server_pids(mnt: &Path) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let argv: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+            let exe = argv
+                .first()
+                .map(|a| Path::new(std::ffi::OsStr::from_bytes(a)));
+            if exe.and_then(|p| p.file_name()) != Some(std::ffi::OsStr::new("esfs"))
+                || argv.get(1) != Some(&&b"mount"[..])
+                || !argv.iter().any(|a| *a == b"--foreground" || *a == b"-f")
+            {
+                return false;
+            }
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+            argv[2..]
+                .iter()
+                .filter(|a| !a.starts_with(b"-"))
+                .any(|a| cwd.join(std::ffi::OsStr::from_bytes(a)) == mnt)
+        })
+        .collect()
+}
+
+/// Detach a dead mount that is still in use (umount -l).
+fn detach(mnt: &Path) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(mnt.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let out = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mnt)
+        .output()?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(std::io::Error::other(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )),
+    }
 }
 
 /// Unmount `mnt` as its user would (umount(2) as root, else `fusermount3
@@ -749,7 +858,6 @@ fn unmount_retrying(mnt: &Path) -> std::io::Result<()> {
 }
 
 fn unmount_once(mnt: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(mnt.as_os_str().as_bytes())?;
     // SAFETY: a valid NUL-terminated path.
     if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
