@@ -38,6 +38,17 @@ if [ ! -x "$bin" ] || [ -n "$(find "$here/src" "$here/Cargo.toml" -newer "$bin" 
     echo "esfs: building release binary..." >&2
     (cd "$here" && cargo build --release --quiet)
 fi
+# `esfs` on PATH, for the README's `esfs search`, `esfs fsck`, `esfs umount`:
+# a link in ~/.cargo/bin (on PATH where rustup installed Rust), else in
+# ~/.local/bin (on PATH in Debian's and Ubuntu's ~/.profile). An esfs
+# installed there otherwise (not a link) is left alone.
+if [ -d "$HOME/.cargo/bin" ]; then bindir="$HOME/.cargo/bin"; else bindir="$HOME/.local/bin"; fi
+if [ ! -e "$bindir/esfs" ] || [ -L "$bindir/esfs" ]; then
+    if [ "$(readlink "$bindir/esfs" 2>/dev/null)" != "$bin" ]; then
+        mkdir -p "$bindir" && ln -sfn "$bin" "$bindir/esfs"
+        echo "esfs: linked $bindir/esfs -> $bin (a new shell finds it on PATH)" >&2
+    fi
+fi
 mkdir -p "$mnt"
 mnt="$(realpath "$mnt")"
 if mounted "$mnt"; then

@@ -159,3 +159,78 @@ fn readme_and_ci_run_the_test_script() {
         "{ci}"
     );
 }
+
+/// The README's setup on a fresh account: `./mount.sh MNT` (rustup's
+/// ~/.cargo/bin and ~/.profile, no esfs anywhere on PATH), then in a new
+/// login shell the README's `esfs search`, `esfs fsck` and `./mount.sh -u`
+/// work as written.
+#[test]
+fn after_mount_sh_esfs_is_on_path_in_a_new_login_shell() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // A checkout whose release binary is built (this test's binary).
+    let checkout = t.join("esfs");
+    fs::create_dir_all(checkout.join("src")).unwrap();
+    fs::create_dir_all(checkout.join("target/release")).unwrap();
+    fs::write(checkout.join("Cargo.toml"), "").unwrap();
+    fs::copy(repo().join("mount.sh"), checkout.join("mount.sh")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_esfs"),
+        checkout.join("target/release/esfs"),
+    )
+    .unwrap();
+    // A home as rustup leaves it.
+    let home = t.join("home");
+    fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+    fs::write(
+        home.join(".cargo/env"),
+        "case \":$PATH:\" in *:\"$HOME/.cargo/bin\":*) ;; *) export PATH=\"$HOME/.cargo/bin:$PATH\" ;; esac\n",
+    )
+    .unwrap();
+    fs::write(home.join(".profile"), ". \"$HOME/.cargo/env\"\n").unwrap();
+    let shell = |login: bool, script: &str| {
+        let out = Command::new("env")
+            .args(["-i", &format!("HOME={}", home.display())])
+            .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+            .arg("RUST_LOG=warn")
+            .arg("bash")
+            .args(if login {
+                &["-l", "-c"][..]
+            } else {
+                &["-c"][..]
+            })
+            .arg(script)
+            .current_dir(t)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (ok, out) = shell(false, "command -v esfs");
+    assert!(!ok, "esfs already on PATH: {out}");
+    let (ok, out) = shell(false, "./esfs/mount.sh ~/mnt");
+    assert!(ok, "{out}");
+    let (ok, out) = shell(
+        true,
+        "set -e; command -v esfs; cd ~/mnt && echo needle > f && esfs search needle; cd && esfs fsck",
+    );
+    let (ok_u, out_u) = shell(true, "./esfs/mount.sh -u ~/mnt");
+    assert!(ok, "{out}");
+    assert!(ok_u, "{out_u}");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some(home.join(".cargo/bin/esfs").to_str().unwrap())
+    );
+    assert_eq!(lines.next(), Some("f:needle"), "{out}");
+    assert!(
+        out.contains("esfs fsck: ") && out.contains("0 problem(s)"),
+        "{out}"
+    );
+}
