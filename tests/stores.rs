@@ -187,6 +187,17 @@ impl Drop for Bg {
     }
 }
 
+/// `esfs mount MNT ARGS...` expected to be refused: its stderr. A mount
+/// that succeeds is unmounted before the test fails.
+fn refused(home: &Path, mnt: &Path, args: &[&str]) -> String {
+    let (code, out, err) = try_mount(home, mnt, args);
+    if code == 0 {
+        esfs_in(home, &["umount", s(mnt)]);
+        panic!("esfs mount {args:?} was not refused: {out}{err}");
+    }
+    err
+}
+
 fn try_mount(home: &Path, mnt: &Path, args: &[&str]) -> (i32, String, String) {
     let mut all = vec!["mount", mnt.to_str().unwrap()];
     all.extend_from_slice(args);
@@ -252,8 +263,7 @@ fn a_data_directory_of_another_filesystem_is_refused() {
     assert_eq!(id_a.len(), 32, "{stamp}");
     // B is new: refused before anything is made in D.
     let before = tree(&d);
-    let (code, out, err) = try_mount(h, &mnt, &["--store", s(&b), "--data", s(&d)]);
-    assert_ne!(code, 0, "{out}{err}");
+    let err = refused(h, &mnt, &["--store", s(&b), "--data", s(&d)]);
     let line = err.trim();
     assert_eq!(line.lines().count(), 1, "{err}");
     for needle in [s(&b), s(&d), &id_a] {
@@ -266,8 +276,7 @@ fn a_data_directory_of_another_filesystem_is_refused() {
     // B made with its own data, then pointed at A's.
     let m = Bg::mount(h, &mnt, &["--store", s(&b)]);
     m.umount();
-    let (code, out, err) = try_mount(h, &mnt, &["--store", s(&b), "--data", s(&d)]);
-    assert_ne!(code, 0, "{out}{err}");
+    let err = refused(h, &mnt, &["--store", s(&b), "--data", s(&d)]);
     let id_b = serde_json::from_str::<serde_json::Value>(
         &fs::read_to_string(b.join("data/esfs-fsid")).unwrap(),
     )
@@ -289,8 +298,7 @@ fn a_data_directory_of_another_filesystem_is_refused() {
     assert_eq!(code, 0, "{out}{err}");
     // An unstamped directory with contents is not taken either.
     fs::remove_file(d.join("esfs-fsid")).unwrap();
-    let (code, out, err) = try_mount(h, &mnt, &["--store", s(&b), "--data", s(&d)]);
-    assert_ne!(code, 0, "{out}{err}");
+    let err = refused(h, &mnt, &["--store", s(&b), "--data", s(&d)]);
     assert!(err.contains("unknown filesystem"), "{err}");
 }
 
@@ -338,8 +346,7 @@ fn stores_from_before_ids_adopt_their_data_directory() {
     fs::write(mnt.join("g"), b"x\n").unwrap();
     m.umount();
     make_pre_id(&x, &xd);
-    let (code, out, err) = try_mount(h, &mnt, &["--store", s(&x)]);
-    assert_ne!(code, 0, "{out}{err}");
+    let err = refused(h, &mnt, &["--store", s(&x)]);
     assert!(
         err.contains("older esfs") && err.contains(s(&legacy)),
         "{err}"
@@ -368,8 +375,7 @@ fn elasticsearch_data_directory_is_bound_to_its_index() {
     let m = Bg::mount(h, &mnt, &["--es", &url, "--index", "one", "--data", s(&d)]);
     fs::write(mnt.join("f"), b"one\n").unwrap();
     m.umount();
-    let (code, out, err) = try_mount(h, &mnt, &["--es", &url, "--index", "two", "--data", s(&d)]);
-    assert_ne!(code, 0, "{out}{err}");
+    let err = refused(h, &mnt, &["--es", &url, "--index", "two", "--data", s(&d)]);
     assert!(
         err.contains("belongs to filesystem") && err.contains(s(&d)),
         "{err}"
