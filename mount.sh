@@ -13,15 +13,6 @@ usage() {
     exit 2
 }
 
-# PIDs of esfs servers for a mountpoint (from their command lines).
-server_pids() {
-    local mnt=$1 p
-    for p in /proc/[0-9]*; do
-        { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "esfs mount $mnt --foreground" && echo "${p#/proc/}"
-    done
-    return 0
-}
-
 # Whether MOUNTPOINT is a FUSE mount (mountinfo: the fstype follows the "-"
 # after a variable number of optional fields).
 mounted() {
@@ -32,19 +23,10 @@ mounted() {
 [ $# -ge 1 ] || usage
 if [ "$1" = "-u" ]; then
     [ $# -eq 2 ] || usage
-    mnt="$(realpath -m "$2")"
-    mounted "$mnt" || { echo "esfs: $mnt is not mounted" >&2; exit 1; }
-    pids="$(server_pids "$mnt")"
-    # A clean unmount; if the server died (kill -9), the mount is dead and
-    # busy users may hold it: detach it lazily instead.
-    fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt" 2>/dev/null ||
-        fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt"
-    # Wait for the server to finish its final sync.
-    for pid in $pids; do
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    done
-    echo "esfs: unmounted $mnt"
-    exit 0
+    # Clean unmount (or clearing a killed server's dead mount), then waits
+    # for the server's final sync.
+    [ -x "$bin" ] || bin=esfs
+    exec "$bin" umount "$2"
 fi
 
 mnt="$1"; shift
@@ -56,12 +38,23 @@ if [ ! -x "$bin" ] || [ -n "$(find "$here/src" "$here/Cargo.toml" -newer "$bin" 
     echo "esfs: building release binary..." >&2
     (cd "$here" && cargo build --release --quiet)
 fi
+# `esfs` on PATH, for the README's `esfs search`, `esfs fsck`, `esfs umount`:
+# a link in ~/.cargo/bin (on PATH where rustup installed Rust), else in
+# ~/.local/bin (on PATH in Debian's and Ubuntu's ~/.profile). An esfs
+# installed there otherwise (not a link) is left alone.
+if [ -d "$HOME/.cargo/bin" ]; then bindir="$HOME/.cargo/bin"; else bindir="$HOME/.local/bin"; fi
+if [ ! -e "$bindir/esfs" ] || [ -L "$bindir/esfs" ]; then
+    if [ "$(readlink "$bindir/esfs" 2>/dev/null)" != "$bin" ]; then
+        mkdir -p "$bindir" && ln -sfn "$bin" "$bindir/esfs"
+        echo "esfs: linked $bindir/esfs -> $bin (a new shell finds it on PATH)" >&2
+    fi
+fi
 mkdir -p "$mnt"
 mnt="$(realpath "$mnt")"
 if mounted "$mnt"; then
     # A dead mount left by a killed server: clear it before mounting again.
     if ! stat "$mnt" >/dev/null 2>&1; then
-        fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt"
+        "$bin" umount "$mnt" >/dev/null
     else
         echo "esfs: $mnt is already mounted" >&2; exit 1
     fi

@@ -14,7 +14,8 @@ pub struct StoreArgs {
     #[arg(long, value_name = "DIR", env = "ESFS_STORE", conflicts_with = "es")]
     pub store: Option<PathBuf>,
     /// Directory holding file contents [default with the embedded store:
-    /// $XDG_DATA_HOME/esfs/data; with --es: chunk documents in the cluster].
+    /// STORE/data; with --es: chunk documents in the cluster]. It is bound
+    /// to its filesystem: another store's is refused.
     #[arg(long, value_name = "DIR", env = "ESFS_DATA")]
     pub data: Option<PathBuf>,
     #[command(flatten)]
@@ -114,7 +115,10 @@ impl StoreArgs {
             }
             None => {
                 let store = abs(self.store.clone().unwrap_or_else(|| home.join("store")));
-                let data = abs(self.data.clone().unwrap_or_else(|| home.join("data")));
+                let data = match self.data.clone() {
+                    Some(d) => abs(d),
+                    None => crate::mount::default_data(&store),
+                };
                 (Backend::Embedded(store.clone()), Some(data), store)
             }
         }

@@ -18,5 +18,6 @@ pub mod fuse;
 pub mod locks;
 pub mod model;
 pub mod mount;
+pub mod private;
 pub mod search;
 pub mod store;

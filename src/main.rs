@@ -27,8 +27,14 @@ enum Cmd {
     ///
     /// Returns once the mount is live (the server keeps running in the
     /// background and logs to --log), unless --foreground is given.
-    /// Unmount with `fusermount3 -u MOUNTPOINT` (or `umount` as root).
+    /// Unmount with `esfs umount MOUNTPOINT`. A non-empty MOUNTPOINT is
+    /// refused unless `-o nonempty` is given (its files would be hidden).
     Mount(MountCmd),
+    /// Unmount an esfs mount and wait for its server's final sync.
+    ///
+    /// Also clears the dead mount of a killed server (lazily, if something
+    /// still uses it). A live mount that is busy is refused.
+    Umount(UmountCmd),
     /// Check the filesystem's documents and, with --repair, restore them.
     ///
     /// Safe while mounts are live. Exit status: 0 clean, 1 problems found
@@ -55,8 +61,9 @@ struct MountCmd {
     foreground: bool,
     /// FUSE mount options, comma-separated: allow_other, allow_root, ro, rw,
     /// noatime, nodev, nosuid, noexec, dev, suid, exec, sync, dirsync,
-    /// auto_unmount, fsname=NAME, writeback_cache (embedded store only; see
-    /// the README). default_permissions is always on.
+    /// auto_unmount, fsname=NAME, nonempty (mount over a non-empty
+    /// directory), writeback_cache (embedded store only; see the README).
+    /// default_permissions is always on.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
     /// How long the kernel may cache names and attributes, in seconds
@@ -72,6 +79,12 @@ struct MountCmd {
     /// $XDG_DATA_HOME/esfs/esfs.log with --es].
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct UmountCmd {
+    /// The mountpoint.
+    mountpoint: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -95,6 +108,10 @@ struct LocksCmd {
 }
 
 fn main() {
+    // Whatever esfs creates outside the mount (stores, data, logs, SQLite's
+    // own files) is its owner's alone; see esfs::private.
+    // SAFETY: umask only sets the process's file mode mask.
+    unsafe { libc::umask(0o077) };
     // fuser's one session warning is its unmount at the session's end
     // failing after the user unmounted (mount.rs reports a real failure).
     env_logger::Builder::from_env(
@@ -105,6 +122,15 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Mount(m) => run_mount(m),
+        Cmd::Umount(u) => mount::umount(&u.mountpoint)
+            .map(|()| {
+                println!("esfs: unmounted {}", u.mountpoint.display());
+                0
+            })
+            .map_err(|e| {
+                eprintln!("esfs: {e}");
+                std::process::exit(1)
+            }),
         Cmd::Fsck(f) => run_fsck(f),
         Cmd::Locks(l) => run_locks(l),
         Cmd::Search(s) => Ok(esfs::search::cli::run(s)),
@@ -147,8 +173,10 @@ fn run_mount(m: MountCmd) -> Result<i32, String> {
 }
 
 /// An Fs for a maintenance command: no formatting or recovery on open.
-fn open_fs(store: &StoreArgs) -> Result<(Fs, mount::Stores), String> {
+/// Without `contents` the data directory is not opened (nor checked).
+fn open_fs(store: &StoreArgs, contents: bool) -> Result<(Fs, mount::Stores), String> {
     let (backend, data, _) = store.resolve();
+    let data = data.filter(|_| contents);
     let stores = mount::open_stores(&backend, data.as_deref(), false)?;
     let fs = Fs::new(
         stores.meta.clone(),
@@ -164,7 +192,7 @@ fn open_fs(store: &StoreArgs) -> Result<(Fs, mount::Stores), String> {
 }
 
 fn run_fsck(f: FsckCmd) -> Result<i32, String> {
-    let (fs, stores) = open_fs(&f.store)?;
+    let (fs, stores) = open_fs(&f.store, true)?;
     // A dead mount's unflushed journal is checked (and, with --repair,
     // applied); a live mount's is its own business. Holding the mount lock
     // also keeps a mount from starting halfway through.
@@ -204,7 +232,7 @@ fn run_fsck(f: FsckCmd) -> Result<i32, String> {
 }
 
 fn run_locks(l: LocksCmd) -> Result<i32, String> {
-    let (fs, stores) = open_fs(&l.store)?;
+    let (fs, stores) = open_fs(&l.store, false)?;
     let lm = fs.lock_manager();
     if let Some(id) = l.break_id {
         let gone = stores

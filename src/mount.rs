@@ -8,11 +8,12 @@ use crate::data::chunks::ChunkStore;
 use crate::data::{DataStore, LocalDataStore};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
-use crate::store::MetaStore;
 use crate::store::cache::CachedStore;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::es::{EsConfig, EsStore, redact};
+use crate::store::{Idx, MetaStore, StoreError};
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -68,11 +69,32 @@ pub fn run(args: MountArgs) -> Result<(), String> {
     if is_mounted(&mnt) {
         return Err(format!("{} is already an esfs mount", mnt.display()));
     }
+    let nonempty = args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o == "nonempty");
+    let in_it = std::fs::read_dir(&mnt)
+        .map_err(|e| format!("mountpoint {}: {e}", mnt.display()))?
+        .next()
+        .is_some();
+    if in_it && !nonempty {
+        return Err(format!(
+            "mountpoint {} is not empty: the mount would hide its files (-o nonempty mounts over them)",
+            mnt.display()
+        ));
+    }
     let args = MountArgs {
         mountpoint: mnt,
         ..args
     };
     fuse_config(&args)?; // bad options fail here, not in the background server
+    if !args.foreground {
+        // (The server logs them too; in the foreground its log is stderr.)
+        for w in loose_permissions(&args) {
+            eprintln!("esfs: warning: {w}");
+        }
+    }
     if args.foreground {
         serve(&args)
     } else {
@@ -82,9 +104,9 @@ pub fn run(args: MountArgs) -> Result<(), String> {
 
 fn background(args: &MountArgs) -> Result<(), String> {
     if let Some(dir) = args.log.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("log dir {}: {e}", dir.display()))?;
+        crate::private::dir_all(dir).map_err(|e| format!("log dir {}: {e}", dir.display()))?;
     }
-    let log = std::fs::OpenOptions::new()
+    let log = crate::private::options()
         .create(true)
         .append(true)
         .open(&args.log)
@@ -148,7 +170,7 @@ fn background(args: &MountArgs) -> Result<(), String> {
     loop {
         if is_mounted(&args.mountpoint) {
             println!(
-                "esfs: mounted {} (pid {})\n  metadata: {}\n  data:     {}\n  log:      {}\n  unmount:  fusermount3 -u {}",
+                "esfs: mounted {} (pid {})\n  metadata: {}\n  data:     {}\n  log:      {}\n  unmount:  esfs umount {}",
                 args.mountpoint.display(),
                 child.id(),
                 describe_backend(&args.backend),
@@ -182,6 +204,18 @@ fn background(args: &MountArgs) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Warnings about the store, data directory and log when other local users
+/// may read them (made by an older esfs, or by hand).
+fn loose_permissions(args: &MountArgs) -> Vec<String> {
+    let mut dirs: Vec<&Path> = Vec::new();
+    if let Backend::Embedded(dir) = &args.backend {
+        dirs.push(dir);
+    }
+    dirs.extend(args.data.as_deref());
+    dirs.push(&args.log);
+    crate::private::loose_warnings(&dirs)
 }
 
 /// Whether the kernel lists `mnt` as an esfs mount (reads /proc/self/mountinfo).
@@ -226,10 +260,25 @@ pub fn unflushed_journal(store_dir: &Path) -> PathBuf {
     store_dir.join("unflushed")
 }
 
+/// Whether a live mount serves this embedded store.
+fn in_use_beside(backend: &Backend) -> bool {
+    matches!(backend, Backend::Embedded(dir) if store_in_use(dir))
+}
+
+/// Whether a live mount holds the embedded store in `dir` (a probe that
+/// neither takes nor changes its lock file).
+fn store_in_use(dir: &Path) -> bool {
+    let Ok(f) = File::open(dir.join("mount.lock")) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; released when it closes.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
+}
+
 /// Exclusive claim on an embedded store: one mount serves it at a time.
 pub fn lock_store(dir: &Path) -> Result<File, String> {
     let path = dir.join("mount.lock");
-    let f = std::fs::OpenOptions::new()
+    let f = crate::private::options()
         .create(true)
         .truncate(false)
         .read(true)
@@ -280,6 +329,8 @@ fn fuse_config(args: &MountArgs) -> Result<fuser::Config, String> {
                 continue;
             }
             "default_permissions" => continue,
+            // Checked by `run`: the kernel mounts over anything.
+            "nonempty" => continue,
             // Not a kernel option: asked for in FUSE's INIT (see `FuseFs`).
             "writeback_cache" => continue,
             "auto_unmount" => M::AutoUnmount,
@@ -331,13 +382,28 @@ pub struct Stores {
     pub lock: Option<File>,
 }
 
-/// Open the metadata store and the content store; with `lock`, claim an
-/// embedded store for this process.
-pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result<Stores, String> {
+/// Open the metadata store and the content store. A mount (`mount`) claims
+/// an embedded store for this process and creates what is missing; the
+/// maintenance commands (fsck, locks, search) create nothing and fail with
+/// "no esfs filesystem at ..." where there is none.
+pub fn open_stores(backend: &Backend, data: Option<&Path>, mount: bool) -> Result<Stores, String> {
     let (store, guard): (Arc<dyn MetaStore>, _) = match backend {
         Backend::Embedded(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| format!("store {}: {e}", dir.display()))?;
-            let guard = if lock { Some(lock_store(dir)?) } else { None };
+            if !EmbeddedStore::exists(dir) {
+                if !mount {
+                    return Err(format!("no esfs filesystem at {}", dir.display()));
+                }
+                // A new store: refuse another filesystem's contents before
+                // making anything.
+                if let Some(d) = data {
+                    check_data(&Ident::default(), backend, d, true)?;
+                }
+            }
+            if mount {
+                crate::private::dir_all(dir)
+                    .map_err(|e| format!("store {}: {e}", dir.display()))?;
+            }
+            let guard = if mount { Some(lock_store(dir)?) } else { None };
             let s = Arc::new(
                 EmbeddedStore::open(dir)
                     .map_err(|e| format!("cannot open store {}: {e}", dir.display()))?,
@@ -356,12 +422,70 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result
             (s, guard)
         }
         Backend::Elasticsearch(cfg) => {
-            let s = EsStore::connect(cfg).map_err(|e| e.to_string())?;
+            let s = match EsStore::connect_existing(cfg) {
+                Err(StoreError::NotFound(_)) if mount => {
+                    // A new index set: as a new embedded store above.
+                    if let Some(d) = data {
+                        check_data(&Ident::default(), backend, d, true)?;
+                    }
+                    EsStore::connect(cfg)
+                }
+                r => r,
+            };
+            let s = s.map_err(|e| match e {
+                StoreError::NotFound(m) => m,
+                e => e.to_string(),
+            })?;
             log::info!("connected: {}", s.describe());
             (Arc::new(s), None)
         }
     };
+    // (An embedded store's database file is its filesystem: beside a live
+    // mount a fresh superblock may not be committed yet, and Fs::new checks.)
+    if !mount
+        && matches!(backend, Backend::Elasticsearch(_))
+        && store
+            .get(Idx::Meta, "fs")
+            .map_err(|e| e.to_string())?
+            .is_none()
+    {
+        return Err(format!(
+            "no esfs filesystem at {}",
+            describe_backend(backend)
+        ));
+    }
+    // The filesystem id, and the data directory bound to it.
+    if mount || data.is_some() {
+        let id = ident(&*store)?;
+        let stamp = match data {
+            Some(dir) if mount || id.id.is_some() || !in_use_beside(backend) => {
+                check_data(&id, backend, dir, mount)?
+            }
+            // Beside a live mount whose id is not committed yet: it checked.
+            _ => false,
+        };
+        if mount {
+            let fsid = ensure_fsid(&*store, &id)?;
+            if let Some(dir) = data.filter(|_| stamp) {
+                if id.formatted && id.id.is_none() {
+                    log::info!(
+                        "data directory {} adopted by store {} (filesystem {fsid})",
+                        dir.display(),
+                        describe_backend(backend)
+                    );
+                }
+                stamp_data(dir, &fsid, &describe_backend(backend))
+                    .map_err(|e| format!("data directory {}: {e}", dir.display()))?;
+            }
+        }
+    }
     let data: Arc<dyn DataStore> = match data {
+        Some(dir) if !mount && !dir.is_dir() => {
+            return Err(format!(
+                "data directory {} does not exist (give the mount's --data)",
+                dir.display()
+            ));
+        }
         Some(dir) => Arc::new(
             LocalDataStore::open(dir)
                 .map_err(|e| format!("cannot open data directory {}: {e}", dir.display()))?,
@@ -373,6 +497,159 @@ pub fn open_stores(backend: &Backend, data: Option<&Path>, lock: bool) -> Result
         data,
         lock: guard,
     })
+}
+
+/// The metadata document holding the filesystem's id.
+const FSID_DOC: &str = "fsid";
+/// The file in a data directory naming the filesystem its contents belong to.
+pub const FSID_FILE: &str = "esfs-fsid";
+
+/// The data directory of a store given without --data: inside the store
+/// directory, so that two stores never share one. The default store keeps
+/// `$XDG_DATA_HOME/esfs/data`, which older esfs used for every store, when
+/// that exists and `STORE/data` does not.
+pub fn default_data(store: &Path) -> PathBuf {
+    let own = store.join("data");
+    let home = std::path::absolute(default_home()).unwrap_or_else(|_| default_home());
+    let legacy = home.join("data");
+    if !own.exists() && store == home.join("store") && legacy.is_dir() {
+        legacy
+    } else {
+        own
+    }
+}
+
+/// The filesystem id a data directory is stamped with (None: no stamp).
+pub fn data_fsid(dir: &Path) -> Result<Option<String>, String> {
+    let path = dir.join(FSID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| format!("{}: not an esfs stamp: {e}", path.display()))?;
+            match v["fs_id"].as_str() {
+                Some(id) => Ok(Some(id.to_string())),
+                None => Err(format!("{}: not an esfs stamp (no fs_id)", path.display())),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn new_fsid() -> Result<String, String> {
+    let mut b = [0u8; 16];
+    // SAFETY: fills the buffer we own, of the length given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        return Err(format!(
+            "no random bytes for a filesystem id: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// A store's identity: its filesystem id (None: a new store, or one made
+/// before ids) and whether it holds a filesystem (a superblock).
+#[derive(Default)]
+struct Ident {
+    id: Option<String>,
+    formatted: bool,
+}
+
+fn ident(store: &dyn MetaStore) -> Result<Ident, String> {
+    let get = |id| store.get(Idx::Meta, id).map_err(|e| e.to_string());
+    Ok(Ident {
+        id: get(FSID_DOC)?.and_then(|d| d.source["id"].as_str().map(String::from)),
+        formatted: get("fs")?.is_some(),
+    })
+}
+
+/// The store's filesystem id, made now if it has none (its first mount).
+fn ensure_fsid(store: &dyn MetaStore, ident: &Ident) -> Result<String, String> {
+    if let Some(id) = &ident.id {
+        return Ok(id.clone());
+    }
+    let id = new_fsid()?;
+    match store.create(Idx::Meta, FSID_DOC, &serde_json::json!({ "id": id })) {
+        Ok(_) => Ok(id),
+        // Another mount of a shared store made it first.
+        Err(StoreError::Conflict(_)) => ident_of_store(store),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn ident_of_store(store: &dyn MetaStore) -> Result<String, String> {
+    ident(store)?
+        .id
+        .ok_or_else(|| "the filesystem id vanished while it was made".to_string())
+}
+
+/// Whether the data directory `dir` may serve the filesystem of the store
+/// described by `ident`: contents are keyed by inode number, so another
+/// filesystem's directory would serve (and overwrite) the wrong bytes. The
+/// store holds a random id (made by its first mount) and the directory a
+/// stamp with it; a mismatch is refused, naming both. Ok(true): a mount
+/// should stamp it (a new or empty directory, or the unstamped directory of
+/// a store from before ids, which adopts it).
+fn check_data(ident: &Ident, backend: &Backend, dir: &Path, mount: bool) -> Result<bool, String> {
+    let stamp = data_fsid(dir)?;
+    let holds_contents = std::fs::read_dir(dir)
+        .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != FSID_FILE)))
+        .unwrap_or(false);
+    let (sdesc, ddesc) = (describe_backend(backend), dir.display());
+    let (old, new) = (
+        ident.formatted && ident.id.is_none(),
+        !ident.formatted && ident.id.is_none(),
+    );
+    match (&ident.id, &stamp) {
+        (Some(a), Some(b)) if a == b => Ok(false),
+        (Some(a), Some(b)) => Err(format!(
+            "data directory {ddesc} belongs to filesystem {b}, not to store {sdesc} \
+             (filesystem {a}): give each store its own --data"
+        )),
+        (None, Some(b)) => Err(format!(
+            "data directory {ddesc} belongs to filesystem {b}, not to store {sdesc} ({}): \
+             give each store its own --data",
+            if old {
+                "made by an older esfs, without a filesystem id"
+            } else {
+                "a new filesystem"
+            }
+        )),
+        (Some(a), None) if holds_contents => Err(format!(
+            "data directory {ddesc} holds contents of an unknown filesystem (no {FSID_FILE}), \
+             not of store {sdesc} (filesystem {a}): give each store its own --data"
+        )),
+        (None, None) if holds_contents && new => Err(format!(
+            "data directory {ddesc} holds contents of an unknown filesystem (no {FSID_FILE}) \
+             and store {sdesc} is new: give it an empty or new --data"
+        )),
+        (None, None) if old && mount && !dir.exists() => Err(format!(
+            "store {sdesc} was made by an older esfs (no filesystem id) and data directory \
+             {ddesc} does not exist: give --data with the directory holding its contents \
+             (older esfs used {} for every store), or create {ddesc} if it had none",
+            default_home().join("data").display()
+        )),
+        (_, None) => Ok(true),
+    }
+}
+
+/// Write the stamp (a whole new file renamed into place).
+fn stamp_data(dir: &Path, id: &str, store: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    crate::private::dir_all(dir)?;
+    let tmp = dir.join(format!("{FSID_FILE}.{}", std::process::id()));
+    let mut f = crate::private::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    let text = serde_json::json!({ "fs_id": id, "store": store }).to_string();
+    f.write_all(format!("{text}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(FSID_FILE))?;
+    File::open(dir)?.sync_all()
 }
 
 fn serve(args: &MountArgs) -> Result<(), String> {
@@ -394,6 +671,9 @@ fn serve(args: &MountArgs) -> Result<(), String> {
             "-o writeback_cache needs the embedded store (a mount that is its store's only user)"
                 .into(),
         );
+    }
+    for w in loose_permissions(args) {
+        log::warn!("{w}");
     }
     let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
 
@@ -456,13 +736,104 @@ fn serve(args: &MountArgs) -> Result<(), String> {
     // so a mount that really stayed is reported here.
     if is_mounted(&args.mountpoint) {
         log::error!(
-            "{} is still mounted: unmount it with fusermount3 -u",
+            "{} is still mounted: unmount it with esfs umount",
             args.mountpoint.display()
         );
     }
     fs.shutdown()
         .map_err(|e| format!("final write-back and sync: {e}"))?;
     r.map_err(|e| format!("session ended with error: {e}"))
+}
+
+/// `esfs umount MNT`: unmount cleanly, then wait for the server's final
+/// sync (its exit). The dead mount of a killed server is cleared (detached
+/// lazily if something still uses it); a live, busy mount is refused.
+pub fn umount(mnt: &Path) -> Result<(), String> {
+    // Not canonicalize: a dead mount's root cannot be stat'ed.
+    let abs = std::path::absolute(mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
+    let mnt = match (abs.parent(), abs.file_name()) {
+        (Some(p), Some(n)) => std::fs::canonicalize(p).unwrap_or(p.to_path_buf()).join(n),
+        _ => abs.clone(),
+    };
+    if !is_mounted(&mnt) {
+        return Err(format!("{} is not an esfs mount", mnt.display()));
+    }
+    let servers = server_pids(&mnt);
+    let dead = servers.is_empty()
+        || std::fs::metadata(&mnt).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN));
+    if let Err(e) = unmount_retrying(&mnt) {
+        if !dead {
+            return Err(format!("cannot unmount {}: {e}", mnt.display()));
+        }
+        detach(&mnt).map_err(|e| format!("cannot unmount {}: {e}", mnt.display()))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for pid in servers {
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "unmounted {}, but its server (pid {pid}) is still writing back",
+                    mnt.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+/// PIDs of the esfs servers of `mnt`: `esfs mount MNT --foreground`
+/// processes, from their command lines.
+fn server_pids(mnt: &Path) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let argv: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+            let exe = argv
+                .first()
+                .map(|a| Path::new(std::ffi::OsStr::from_bytes(a)));
+            if exe.and_then(|p| p.file_name()) != Some(std::ffi::OsStr::new("esfs"))
+                || argv.get(1) != Some(&&b"mount"[..])
+                || !argv.iter().any(|a| *a == b"--foreground" || *a == b"-f")
+            {
+                return false;
+            }
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+            argv[2..]
+                .iter()
+                .filter(|a| !a.starts_with(b"-"))
+                .any(|a| cwd.join(std::ffi::OsStr::from_bytes(a)) == mnt)
+        })
+        .collect()
+}
+
+/// Detach a dead mount that is still in use (umount -l).
+fn detach(mnt: &Path) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(mnt.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let out = Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mnt)
+        .output()?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(std::io::Error::other(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )),
+    }
 }
 
 /// Unmount `mnt` as its user would (umount(2) as root, else `fusermount3
@@ -484,7 +855,6 @@ fn unmount_retrying(mnt: &Path) -> std::io::Result<()> {
 }
 
 fn unmount_once(mnt: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(mnt.as_os_str().as_bytes())?;
     // SAFETY: a valid NUL-terminated path.
     if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {

@@ -161,3 +161,150 @@ fn background_mode_returns_once_mounted() {
     assert!(st.success());
     assert!(!is_esfs_mounted(&mnt));
 }
+
+/// `esfs ARGS`: (exit code, stdout, stderr).
+fn esfs_cmd(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_esfs"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A scratch root with store, data and mnt; lazily unmounts mnt on drop.
+struct Scratch(tempfile::TempDir);
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch(tempfile::tempdir().unwrap())
+    }
+    fn p(&self, rel: &str) -> std::path::PathBuf {
+        self.0.path().join(rel)
+    }
+    /// `esfs mount mnt --store store --data data [EXTRA]` in the background:
+    /// (exit code, stdout, stderr, server pid).
+    fn mount(&self, extra: &[&str]) -> (i32, String, String, Option<u32>) {
+        fs::create_dir_all(self.p("mnt")).unwrap();
+        let mut args: Vec<&std::ffi::OsStr> = vec!["mount".as_ref()];
+        let (mnt, store, data) = (self.p("mnt"), self.p("store"), self.p("data"));
+        args.extend([mnt.as_os_str(), "--store".as_ref(), store.as_os_str()]);
+        args.extend(["--data".as_ref(), data.as_os_str()]);
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        let (code, out, err) = esfs_cmd(&args);
+        let pid = out
+            .split("(pid ")
+            .nth(1)
+            .and_then(|r| r.split(')').next()?.parse().ok());
+        (code, out, err, pid)
+    }
+    fn umount(&self) -> (i32, String, String) {
+        esfs_cmd(&["umount".as_ref(), self.p("mnt").as_os_str()])
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if is_esfs_mounted(&self.p("mnt")) {
+            let _ = Command::new("umount").arg("-l").arg(self.p("mnt")).status();
+        }
+    }
+}
+
+/// Mounting over files would hide them: refused unless `-o nonempty`.
+#[test]
+fn a_non_empty_mountpoint_is_refused_without_nonempty() {
+    let s = Scratch::new();
+    fs::create_dir_all(s.p("mnt")).unwrap();
+    fs::write(s.p("mnt/keep"), b"mine").unwrap();
+    let (code, out, err, _) = s.mount(&[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("is not empty") && err.contains("-o nonempty"),
+        "{err}"
+    );
+    assert!(!is_esfs_mounted(&s.p("mnt")));
+    let (code, out, err, _) = s.mount(&["-o", "nonempty"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(is_esfs_mounted(&s.p("mnt")));
+    assert!(!s.p("mnt/keep").exists(), "hidden while mounted");
+    let (code, out, err) = s.umount();
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(fs::read(s.p("mnt/keep")).unwrap(), b"mine");
+}
+
+/// `esfs umount` unmounts and returns once the server has finished (its
+/// final sync), so the next mount of the store is never refused as busy.
+#[test]
+fn esfs_umount_waits_for_the_server() {
+    let s = Scratch::new();
+    for round in 0..3 {
+        let (code, out, err, pid) = s.mount(&[]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("esfs umount"), "{out}");
+        let pid = pid.expect("pid");
+        let body = format!("round {round}");
+        // Written just before: its size and mtime wait for the write-back.
+        fs::write(s.p(&format!("mnt/f{round}")), &body).unwrap();
+        let (code, out, err) = s.umount();
+        assert_eq!(code, 0, "{out}{err}");
+        assert_eq!(
+            out.trim(),
+            format!("esfs: unmounted {}", s.p("mnt").display())
+        );
+        assert!(!is_esfs_mounted(&s.p("mnt")));
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "server {pid} still running when umount returned"
+        );
+    }
+    let (code, out, err, _) = s.mount(&[]);
+    assert_eq!(code, 0, "{out}{err}");
+    for round in 0..3 {
+        assert_eq!(
+            fs::read_to_string(s.p(&format!("mnt/f{round}"))).unwrap(),
+            format!("round {round}")
+        );
+    }
+    let (code, _, err) = s.umount();
+    assert_eq!(code, 0, "{err}");
+    // Not a mount: one line, exit 1.
+    let (code, _, err) = s.umount();
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        format!("esfs: {} is not an esfs mount", s.p("mnt").display())
+    );
+}
+
+/// The dead mount of a killed server is cleared, even while a process still
+/// has its working directory in it.
+#[test]
+fn esfs_umount_clears_a_killed_servers_mount() {
+    let s = Scratch::new();
+    let (code, out, err, pid) = s.mount(&[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut user = Command::new("sleep")
+        .arg("60")
+        .current_dir(s.p("mnt"))
+        .spawn()
+        .unwrap();
+    unsafe { libc::kill(pid.unwrap() as i32, libc::SIGKILL) };
+    while Path::new(&format!("/proc/{}", pid.unwrap())).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(is_esfs_mounted(&s.p("mnt")), "dead mount still listed");
+    let (code, out, err) = s.umount();
+    let _ = user.kill();
+    let _ = user.wait();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!is_esfs_mounted(&s.p("mnt")));
+    let (code, out, err, _) = s.mount(&[]);
+    assert_eq!(code, 0, "remount: {out}{err}");
+    assert_eq!(s.umount().0, 0);
+}

@@ -181,7 +181,7 @@ fn drop_behind(f: &File, start: u64, end: u64) {
 
 impl LocalDataStore {
     pub fn open(root: &Path) -> io::Result<LocalDataStore> {
-        std::fs::create_dir_all(root)?;
+        crate::private::dir_all(root)?;
         Ok(LocalDataStore {
             root: root.to_path_buf(),
             files: Mutex::new(HashMap::new()),
@@ -219,8 +219,8 @@ impl LocalDataStore {
                 if !create {
                     return Ok(None);
                 }
-                std::fs::create_dir_all(path.parent().expect("fan-out dir"))?;
-                OpenOptions::new()
+                crate::private::dir_all(path.parent().expect("fan-out dir"))?;
+                crate::private::options()
                     .read(true)
                     .write(true)
                     .create(true)
@@ -254,8 +254,8 @@ impl LocalDataStore {
     ) -> io::Result<()> {
         self.files.lock().remove(key);
         let path = self.path(key);
-        std::fs::create_dir_all(path.parent().expect("fan-out dir"))?;
-        let f = OpenOptions::new()
+        crate::private::dir_all(path.parent().expect("fan-out dir"))?;
+        let f = crate::private::options()
             .read(true)
             .write(true)
             .create(true)

@@ -62,6 +62,7 @@ pub struct Tx<'c>(rusqlite::Transaction<'c>);
 impl SmallFiles {
     pub fn open(root: &Path) -> io::Result<SmallFiles> {
         let path = root.join(DB);
+        crate::private::touch(&path)?;
         let conn = Connection::open(&path).map_err(io_err)?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(io_err)?;
         let mode: String = conn

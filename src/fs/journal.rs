@@ -22,7 +22,7 @@
 //! a time set after the mark. The last record of an inode decides.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -85,7 +85,10 @@ impl Journal {
     }
 
     fn append_to(path: &Path) -> io::Result<File> {
-        OpenOptions::new().create(true).append(true).open(path)
+        crate::private::options()
+            .create(true)
+            .append(true)
+            .open(path)
     }
 
     /// `ino` has writes not in the store yet. One append per dirty period;
@@ -133,7 +136,7 @@ impl Journal {
         for ino in &g.marked {
             buf.extend_from_slice(&ino.to_le_bytes());
         }
-        std::fs::write(&tmp, &buf)?;
+        crate::private::write(&tmp, &buf)?;
         std::fs::rename(&tmp, &self.path)?;
         g.file = Self::append_to(&self.path)?;
         Ok(())

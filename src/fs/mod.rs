@@ -215,7 +215,10 @@ impl Fs {
         };
         if fs.cfg.maintenance {
             if fs.store.get(Idx::Meta, "fs")?.is_none() {
-                return Err(FsError::Io("the store holds no esfs filesystem".into()));
+                return Err(FsError::Io(format!(
+                    "no esfs filesystem at {}",
+                    fs.store.describe()
+                )));
             }
             return Ok(fs);
         }

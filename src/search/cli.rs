@@ -436,7 +436,8 @@ impl Search {
                 if cfg.ca.is_none() {
                     cfg.ca = m["ca"].as_str().map(PathBuf::from);
                 }
-                let s = crate::store::es::EsStore::connect(&cfg).map_err(|e| e.to_string())?;
+                let s =
+                    crate::store::es::EsStore::connect_existing(&cfg).map_err(|e| e.to_string())?;
                 // The mount's writes become searchable at its next refresh:
                 // make them visible now.
                 s.refresh(Idx::Entries).map_err(|e| e.to_string())?;
@@ -464,7 +465,7 @@ impl Search {
                 .a
                 .data
                 .clone()
-                .unwrap_or_else(|| dir.parent().unwrap_or(dir).join("data"));
+                .unwrap_or_else(|| crate::mount::default_data(dir));
             (crate::mount::Backend::Embedded(dir.clone()), Some(data))
         } else {
             let url = self.a.es.as_deref().expect("direct mode");

@@ -103,6 +103,12 @@ impl Drop for EmbeddedStore {
 }
 
 impl EmbeddedStore {
+    /// Whether `dir` holds a store (its database file), without creating
+    /// anything.
+    pub fn exists(dir: &Path) -> bool {
+        dir.join(DB_FILE).is_file()
+    }
+
     /// Opens (creating if needed) the store in `dir`, in `dir/meta.sqlite`.
     pub fn open(dir: &Path) -> StoreResult<EmbeddedStore> {
         Ok(EmbeddedStore {
@@ -127,6 +133,9 @@ impl EmbeddedStore {
         Ok(())
     }
 }
+
+/// The database file in a store directory.
+const DB_FILE: &str = "meta.sqlite";
 
 /// The store itself (see [`EmbeddedStore`]).
 pub struct Core {
@@ -158,9 +167,11 @@ static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Core {
     fn open(dir: &Path) -> StoreResult<Core> {
-        std::fs::create_dir_all(dir)
+        crate::private::dir_all(dir)
             .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
-        let path = dir.join("meta.sqlite");
+        let path = dir.join(DB_FILE);
+        crate::private::touch(&path)
+            .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
         let conn = Connection::open(&path).map_err(sql_err)?;
         // First, so that even the pragmas below wait for a busy mount.
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err)?;

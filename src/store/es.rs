@@ -345,6 +345,17 @@ impl EsStore {
     /// Connect, check the server, and create or verify the indices. Fails
     /// within about `timeout` with one line naming the URL and the cause.
     pub fn connect(cfg: &EsConfig) -> StoreResult<EsStore> {
+        Self::open(cfg, true)
+    }
+
+    /// Connect to an existing filesystem, creating nothing: for commands
+    /// that only read (fsck, locks, search). A missing index is
+    /// `NotFound("no esfs filesystem at URL ...")`.
+    pub fn connect_existing(cfg: &EsConfig) -> StoreResult<EsStore> {
+        Self::open(cfg, false)
+    }
+
+    fn open(cfg: &EsConfig, create: bool) -> StoreResult<EsStore> {
         check_index_name(&cfg.index)?;
         let shown = redact(&cfg.url);
         let url = Url::parse(&cfg.url)
@@ -404,7 +415,7 @@ impl EsStore {
             )));
         }
         (store.engine, store.server_version) = Engine::of(&info.1, &shown)?;
-        store.ensure_indices()?;
+        store.ensure_indices(create)?;
         Ok(store)
     }
 
@@ -412,8 +423,9 @@ impl EsStore {
         format!("{}-{}", self.prefix, idx.name())
     }
 
-    /// Create missing indices; refuse ones made by an incompatible esfs.
-    fn ensure_indices(&self) -> StoreResult<()> {
+    /// Create missing indices (unless `!create`: then a missing one is
+    /// `NotFound`); refuse ones made by an incompatible esfs.
+    fn ensure_indices(&self, create: bool) -> StoreResult<()> {
         for idx in Idx::ALL {
             let name = &self.index_name(idx);
             let name = name.as_str();
@@ -423,6 +435,12 @@ impl EsStore {
                     .send()
                     .await
             })?;
+            if status == 404 && !create {
+                return Err(StoreError::NotFound(format!(
+                    "no esfs filesystem at {} (no index {name})",
+                    self.url
+                )));
+            }
             if status == 404 {
                 let body = index_body(idx);
                 let body = &body;

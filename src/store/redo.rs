@@ -26,7 +26,7 @@
 //! process opening the store (`esfs search`, `esfs fsck`) replays only a
 //! dead owner's log, never a live one's.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -89,7 +89,7 @@ pub struct RedoLog {
 /// Try to take the log's lock without waiting: `None` if a live process
 /// holds it (or the file cannot be opened: then nobody can have logged).
 pub fn try_lock(path: &Path) -> io::Result<Option<File>> {
-    let file = OpenOptions::new()
+    let file = crate::private::options()
         .read(true)
         .write(true)
         .create(true)

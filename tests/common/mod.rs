@@ -135,6 +135,10 @@ impl Mount {
         for d in ["store", "data", "mnt"] {
             fs::create_dir(root.join(d)).unwrap();
         }
+        // As esfs makes them (a looser store or data directory is warned about).
+        for d in ["store", "data"] {
+            fs::set_permissions(root.join(d), fs::Permissions::from_mode(0o700)).unwrap();
+        }
         let mnt = root.join("mnt");
         let mut m = Mount {
             tmp,
