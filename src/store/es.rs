@@ -1098,7 +1098,9 @@ impl MetaStore for EsStore {
             size: page,
         });
         let mut order = sort_json(sort);
-        order.as_array_mut().map(|a| a.push(json!("_doc")));
+        if let Some(a) = order.as_array_mut() {
+            a.push(json!("_doc"));
+        }
         body["sort"] = order;
         let result = (|| {
             let mut after: Option<Vec<Value>> = None;
