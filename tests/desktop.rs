@@ -275,10 +275,11 @@ fn lock_file_churn_while_listing() {
         fs::write(d.join(n), b"jpeg").unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut writers = Vec::new();
     for w in 0..2 {
         let d = d.clone();
-        let stop = stop.clone();
+        let (stop, done) = (stop.clone(), done.clone());
         writers.push(std::thread::spawn(move || {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -298,13 +299,18 @@ fn lock_file_churn_while_listing() {
                 fs::rename(&tmp, d.join(format!(".directory{w}"))).unwrap();
                 fs::remove_file(&lck).unwrap();
                 i += 1;
+                done.fetch_add(1, Ordering::Relaxed);
             }
             i
         }));
     }
-    let deadline = Instant::now() + Duration::from_secs(6);
+    // 6 s, longer where a round costs network round trips (a real engine),
+    // until the writers have done enough rounds to race the listings.
+    let start = Instant::now();
     let mut listings = 0;
-    while Instant::now() < deadline {
+    while start.elapsed() < Duration::from_secs(6)
+        || (done.load(Ordering::Relaxed) < 50 && start.elapsed() < Duration::from_secs(90))
+    {
         let mut seen = HashSet::new();
         for e in fs::read_dir(&d).expect("opendir") {
             let e = e.expect("readdir entry");

@@ -633,6 +633,9 @@ fn file_unlinked_before_its_first_write_stays_usable() {
 #[test]
 fn reopened_file_unlinked_while_open_then_reclaimed() {
     skip_in_plain_mode!("reopened_file_unlinked_while_open_then_reclaimed");
+    // It counts the local data directory's files (no-open mode is the
+    // embedded store's).
+    embedded_only!("reopened_file_unlinked_while_open_then_reclaimed");
     let m = Mount::new();
     let data_files = || {
         use esfs::data::DataStore;

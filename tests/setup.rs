@@ -91,7 +91,8 @@ fn test_script_uses_sudo_when_not_root() {
             ("cargo", &rec),
         ],
     );
-    let (code, err) = run_test_script(&bin, &[]);
+    // With no arguments the script goes on to the real-engine phases.
+    let (code, err) = run_test_script(&bin, &["--test", "mount"]);
     assert_eq!(code, 0, "stderr: {err}");
     let calls = fs::read_to_string(&calls).unwrap();
     let lines: Vec<&str> = calls.lines().collect();
@@ -102,7 +103,7 @@ fn test_script_uses_sudo_when_not_root() {
     assert_eq!(lines[1], "apt-get update -qq", "{calls}");
     assert!(lines[2].starts_with("sudo "), "{calls}");
     assert!(lines[3].starts_with("apt-get install"), "{calls}");
-    assert_eq!(lines[4], "cargo test", "{calls}");
+    assert_eq!(lines[4], "cargo test --test mount", "{calls}");
 }
 
 #[test]

@@ -98,7 +98,7 @@ impl Fs {
         if inode.kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(FsError::IsDir);
         }
-        Ok(self.register_open(&inode))
+        self.register_open(&inode)
     }
 
     /// create(2): make the file and open it in one step.
@@ -111,19 +111,23 @@ impl Fs {
         umask: u32,
     ) -> FsResult<(Inode, u64)> {
         let inode = self.make_node(ctx, parent, name, namespace::NewNode::File, mode, umask)?;
-        let fh = self.register_open(&inode);
+        let fh = self.register_open(&inode)?;
         Ok((inode, fh))
     }
 
-    fn register_open(&self, inode: &Inode) -> u64 {
+    fn register_open(&self, inode: &Inode) -> FsResult<u64> {
         let mut open = self.open.lock();
+        // Its last name is going and its document with it (see drop_link).
+        if self.dying.lock().contains(&inode.ino) {
+            return Err(FsError::Stale);
+        }
         let st = open
             .entry(inode.ino)
             .or_insert_with(|| OpenState::of(inode));
         st.count += 1;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, Handle { ino: inode.ino });
-        fh
+        Ok(fh)
     }
 
     pub(super) fn is_open(&self, ino: u64) -> bool {

@@ -24,7 +24,7 @@ use crate::model::*;
 use crate::store::{BulkOp, Idx, MetaStore, StoreError, Version};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -121,6 +121,10 @@ pub struct Fs {
     /// from this. Only a rename of that directory changes its row.
     dirs: RwLock<HashMap<u64, (u64, String)>>,
     open: Mutex<HashMap<u64, io::OpenState>>,
+    /// Inodes whose last name is being removed and whose document goes with
+    /// it (shared stores): an open(2) of one answers ESTALE. Locked inside
+    /// `open`.
+    dying: Mutex<HashSet<u64>>,
     /// Per stripe of inode numbers (`ino % SETTLE_STRIPES`), bumped under
     /// the `open` lock whenever a state's size and times went to the store
     /// and left the overlay (a persist, setattr, drop): an inode read
@@ -197,6 +201,7 @@ impl Fs {
             ids: Mutex::new((0, 0)),
             dirs: RwLock::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
+            dying: Mutex::new(HashSet::new()),
             settled: Default::default(),
             kernel_times: Default::default(),
             atimes: Mutex::new(HashMap::new()),

@@ -321,8 +321,34 @@ impl Fs {
         // no-open mode (exclusive mounts) a file may be open without esfs
         // knowing, with its writes still in the kernel's page cache. With
         // OPEN/RELEASE (Elasticsearch) a file only the kernel remembers
-        // cannot be reached by name any more, so its document goes now.
-        let open = self.is_open(ino);
+        // cannot be reached by name any more, so its document goes now; an
+        // open(2) racing this (its lookup came first) must not register on
+        // it meanwhile and read contents being deleted: until the document
+        // is gone such an open gets ESTALE and looks the name up again.
+        let (open, dying) = {
+            let states = self.open.lock(); // held while marking: see register_open
+            let open = states.contains_key(&ino);
+            let dying = !open && !self.cfg.exclusive;
+            if dying {
+                self.dying.lock().insert(ino);
+            }
+            (open, dying)
+        };
+        let r = self.drop_link_marked(ino, parent, ename, open, now);
+        if dying {
+            self.dying.lock().remove(&ino);
+        }
+        r
+    }
+
+    fn drop_link_marked(
+        &self,
+        ino: u64,
+        parent: u64,
+        ename: &str,
+        open: bool,
+        now: i64,
+    ) -> FsResult<()> {
         let referenced = open || self.lookups.lock().contains_key(&ino);
         let keep_file = if self.cfg.exclusive { referenced } else { open };
         let (i, fate) = self.change_inode(ino, |i| {
