@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use es_test_server::EsTestServer;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -95,10 +94,11 @@ fn flock_and_fcntl_are_independent_on_one_mount() {
 
 #[test]
 fn locks_hold_across_two_mounts_of_one_index() {
-    let server = EsTestServer::start("127.0.0.1:0").unwrap();
-    let url = server.url();
-    let a = Mount::with_backend(&["--es", &url, "--index", "adv"]);
-    let b = Mount::with_backend(&["--es", &url, "--index", "adv", "--attr-ttl", "0"]);
+    // A fresh index on the real engine (ESFS_TEST_ES_URL) or the test double.
+    let es = es_backend_args();
+    let es: Vec<&str> = es.iter().map(String::as_str).collect();
+    let a = Mount::with_backend(&es);
+    let b = Mount::with_backend(&[&es[..], &["--attr-ttl", "0"]].concat());
     for how in ["flock", "fcntl"] {
         let name = format!("{how}.lock");
         std::fs::write(a.p(&name), b"").unwrap();

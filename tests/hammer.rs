@@ -8,7 +8,6 @@
 mod common;
 
 use common::*;
-use es_test_server::EsTestServer;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,9 +27,10 @@ fn listing(m: &Path) -> String {
 
 #[test]
 fn concurrent_renames_creates_and_unlinks_from_three_mounts() {
-    let server = EsTestServer::start("127.0.0.1:0").unwrap();
-    let url = server.url();
-    let args = ["--es", url.as_str(), "--index", "hammer", "--attr-ttl", "0"];
+    // A fresh index on the real engine (ESFS_TEST_ES_URL) or the test double.
+    let mut args = es_backend_args();
+    args.extend(["--attr-ttl".to_string(), "0".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mounts: Vec<Mount> = (0..3).map(|_| Mount::with_backend(&args)).collect();
     let a = mounts[0].path().to_path_buf();
     sh_ok(
@@ -121,7 +121,8 @@ fn concurrent_renames_creates_and_unlinks_from_three_mounts() {
     assert_eq!(readme, 1, "the README exists under exactly one name");
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_esfs"))
-        .args(["fsck", "--es", &url, "--index", "hammer"])
+        .arg("fsck")
+        .args(&args[..4]) // --es URL --index NAME
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
