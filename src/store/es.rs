@@ -7,7 +7,9 @@
 //! - search is near-real-time, so this client remembers which indices it
 //!   wrote since their last refresh and refreshes such an index before
 //!   searching it: a mount reads its own writes immediately, and other
-//!   mounts' writes become visible within `refresh_interval` (1 s). Nothing
+//!   mounts' writes become visible within `refresh_interval` (1 s); each
+//!   index is also refreshed before this client's first search of it, so a
+//!   fresh mount sees everything written before it started. Nothing else
 //!   refreshes when nothing was written.
 //! - bulk answers 200 with per-item results: every item is checked, and items
 //!   rejected with 429 are retried.
@@ -91,7 +93,10 @@ pub struct EsStore {
     /// The URL as given, whose credentials must never reach a message.
     raw_url: String,
     retry_budget: Duration,
-    /// Per index: written by this client since its last refresh.
+    /// Per index: may hold writes this client's searches have not seen:
+    /// its own since its last refresh, and at first those made before it
+    /// connected (a mount's first listing after another mount, or its own
+    /// killed previous life, wrote must not miss them).
     dirty: [AtomicBool; Idx::ALL.len()],
     /// The server's version string, as reported at connect time.
     pub server_version: String,
@@ -397,7 +402,7 @@ impl EsStore {
             url: shown.clone(),
             raw_url: cfg.url.trim_end_matches('/').to_string(),
             retry_budget: cfg.retry_budget,
-            dirty: Default::default(),
+            dirty: std::array::from_fn(|_| AtomicBool::new(true)),
             server_version: String::new(),
             engine: Engine::Elasticsearch,
         };
