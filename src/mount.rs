@@ -594,9 +594,7 @@ fn ident_of_store(store: &dyn MetaStore) -> Result<String, String> {
 /// a store from before ids, which adopts it).
 fn check_data(ident: &Ident, backend: &Backend, dir: &Path, mount: bool) -> Result<bool, String> {
     let stamp = data_fsid(dir)?;
-    let holds_contents = std::fs::read_dir(dir)
-        .map(|mut d| d.any(|e| e.is_ok_and(|e| e.file_name() != FSID_FILE)))
-        .unwrap_or(false);
+    let holds_contents = crate::data::holds_contents(dir, FSID_FILE);
     let (sdesc, ddesc) = (describe_backend(backend), dir.display());
     let (old, new) = (
         ident.formatted && ident.id.is_none(),

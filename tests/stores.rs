@@ -302,6 +302,37 @@ fn a_data_directory_of_another_filesystem_is_refused() {
     assert!(err.contains("unknown filesystem"), "{err}");
 }
 
+/// A data directory that only ever got an empty small-contents database
+/// (older esfs made one just by opening it, e.g. for a read-only command)
+/// holds no file's contents: a new store takes it and stamps it. One row in
+/// that database is contents, and refused as another filesystem's.
+#[test]
+fn an_unstamped_directory_with_an_empty_database_is_taken() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let (a, d, mnt) = (h.join("A"), h.join("D"), h.join("mnt"));
+    fs::create_dir(&mnt).unwrap();
+    {
+        use esfs::data::DataStore;
+        let ds = esfs::data::LocalDataStore::open(&d).unwrap();
+        assert!(ds.keys().unwrap().is_empty());
+    }
+    assert!(d.join("small.db").exists());
+    let m = Bg::mount(h, &mnt, &["--store", s(&a), "--data", s(&d)]);
+    m.umount();
+    assert!(d.join("esfs-fsid").exists(), "{:?}", tree(&d));
+    // The same with a row in it: contents of an unknown filesystem.
+    let (b, e) = (h.join("B"), h.join("E"));
+    {
+        use esfs::data::DataStore;
+        let ds = esfs::data::LocalDataStore::open(&e).unwrap();
+        ds.write("7", 0, b"someone's bytes").unwrap();
+        ds.flush("7").unwrap();
+    }
+    let err = refused(h, &mnt, &["--store", s(&b), "--data", s(&e)]);
+    assert!(err.contains("unknown filesystem"), "{err}");
+}
+
 /// Drop a store's filesystem id and its data directory's stamp: a
 /// filesystem as an esfs from before ids left it.
 fn make_pre_id(store: &Path, data: &Path) {

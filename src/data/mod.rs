@@ -581,6 +581,24 @@ impl DataStore for LocalDataStore {
     }
 }
 
+/// Whether the local data directory `dir` holds any file's contents (a
+/// data file, or a row of the small-contents database), read without
+/// creating anything. `stamp` names a file that is not contents. An empty
+/// database (made by merely opening the directory, as older esfs did for
+/// read-only commands) holds nothing; one that cannot be read counts.
+pub fn holds_contents(dir: &Path, stamp: &str) -> bool {
+    let db = ["small.db", "small.db-wal", "small.db-shm"];
+    let files = std::fs::read_dir(dir).is_ok_and(|mut d| {
+        d.any(|e| {
+            e.is_ok_and(|e| {
+                let n = e.file_name();
+                n != stamp && !db.iter().any(|s| n == *s)
+            })
+        })
+    });
+    files || small::SmallFiles::has_rows(dir).unwrap_or(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

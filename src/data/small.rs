@@ -90,6 +90,43 @@ impl SmallFiles {
         })
     }
 
+    /// Whether the database in `root` holds any row, read without creating
+    /// or changing anything (no database, or no table: false). A non-empty
+    /// write-ahead log counts as rows: it is not read (that would make its
+    /// shared-memory file), the database file alone is, as immutable.
+    pub fn has_rows(root: &Path) -> io::Result<bool> {
+        let path = root.join(DB);
+        if !path.exists() {
+            return Ok(false);
+        }
+        let wal = root.join(format!("{DB}-wal"));
+        if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+            return Ok(true);
+        }
+        let shown = path.to_string_lossy();
+        if shown.contains(['?', '#', '%']) {
+            return Ok(true); // not expressible as a plain URI: assume rows
+        }
+        let uri = format!("file:{shown}?immutable=1");
+        let conn = Connection::open_with_flags(
+            &uri,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(io_err)?;
+        let table: bool = conn
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'small')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(io_err)?;
+        if !table {
+            return Ok(false);
+        }
+        conn.query_row("SELECT EXISTS(SELECT 1 FROM small)", [], |r| r.get(0))
+            .map_err(io_err)
+    }
+
     pub fn begin(&mut self) -> io::Result<Tx<'_>> {
         self.conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
