@@ -93,11 +93,13 @@ fn assert_whole_tree(
 /// the next mount rolls the rename forward.
 #[test]
 fn kill9_during_a_large_directory_rename_is_rolled_forward() {
-    let server = es_test_server::EsTestServer::start("127.0.0.1:0").unwrap();
-    let url = server.url();
-    let mut m = Mount::with_backend(&["--es", &url, "--index", "crash"]);
+    // A fresh index on the real engine (ESFS_TEST_ES_URL) or the test double.
+    let es = es_backend_args();
+    let (url, index) = (es[1].clone(), es[3].clone());
+    let es: Vec<&str> = es.iter().map(String::as_str).collect();
+    let mut m = Mount::with_backend(&es);
     let store =
-        esfs::store::es::EsStore::connect(&esfs::store::es::EsConfig::new(&url, "crash")).unwrap();
+        esfs::store::es::EsStore::connect(&esfs::store::es::EsConfig::new(&url, &index)).unwrap();
     let n = 20_000;
     let mv = start_big_rename(&mut m, &store, n);
     // Kill the server once the rename's intent is recorded and some, but
@@ -105,6 +107,7 @@ fn kill9_during_a_large_directory_rename_is_rolled_forward() {
     let mut caught = false;
     for _ in 0..2000 {
         std::thread::sleep(Duration::from_millis(5));
+        store.refresh(Idx::Entries).ok();
         if count_intents(&store) > 0
             && store
                 .count(Idx::Entries, &Query::tree("path", "/bill"))
