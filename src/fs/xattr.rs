@@ -52,8 +52,8 @@ impl Fs {
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
-        // `esfs search` asks the mount's root for pending indexing to finish
-        // and for where its store is (see crate::search).
+        // `esfs search` asks the mount's root where its store is and which
+        // files it must scan (see crate::search); nothing waits for indexing.
         if ino == ROOT_INO
             && name == crate::search::FLUSH_XATTR.as_bytes()
             && let Some(h) = self.search.get()

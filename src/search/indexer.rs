@@ -39,7 +39,7 @@ const BATCH: usize = 64;
 /// Changes are indexed once the mount has had no new ones for this long
 /// (a `tar x` or `cp -r` is not slowed by indexing each file as it lands,
 /// and files deleted meanwhile are never indexed), or when the oldest has
-/// waited `MAX_DELAY`, or at once when a search asks (`flush`).
+/// waited `MAX_DELAY`. A search does not hurry it: it scans what is queued.
 const QUIET: Duration = Duration::from_millis(1000);
 const MAX_DELAY: Duration = Duration::from_secs(10);
 /// Failed batches retried in a row before one is given up.
