@@ -47,6 +47,12 @@ pub enum FsError {
     NotSupported,
     #[error("no space left")]
     NoSpace,
+    /// The metadata store cannot be reached (or stays overloaded) within
+    /// its retry budget: ETIMEDOUT, as an NFS `softerr` mount answers, so
+    /// a caller can tell "try again later" from a failed disk. The mount
+    /// recovers when the store does.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
     #[error("I/O error: {0}")]
     Io(String),
 }
@@ -75,17 +81,22 @@ impl FsError {
             FsError::Again => libc::EAGAIN,
             FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::NoSpace => libc::ENOSPC,
+            FsError::Unavailable(_) => libc::ETIMEDOUT,
             FsError::Io(_) => libc::EIO,
         }
     }
 }
 
-/// Store errors that reach the filesystem unhandled are I/O errors: the
-/// namespace layer interprets `Conflict`/`NotFound` itself where they mean
-/// something (EEXIST, a retry, ...), so anything left over is unexpected.
+/// Store errors that reach the filesystem unhandled are I/O errors, except
+/// an unreachable store: the namespace layer interprets `Conflict`/`NotFound`
+/// itself where they mean something (EEXIST, a retry, ...), so anything
+/// else left over is unexpected.
 impl From<StoreError> for FsError {
     fn from(e: StoreError) -> Self {
-        FsError::Io(e.to_string())
+        match e {
+            StoreError::Unavailable(m) => FsError::Unavailable(m),
+            e => FsError::Io(e.to_string()),
+        }
     }
 }
 

@@ -61,8 +61,10 @@ impl FuseFs {
 }
 
 fn errno(e: FsError) -> Errno {
-    if let FsError::Io(msg) = &e {
-        log::error!("I/O error: {msg}");
+    match &e {
+        FsError::Io(msg) => log::error!("I/O error: {msg}"),
+        FsError::Unavailable(msg) => log::warn!("store unavailable: {msg}"),
+        _ => {}
     }
     Errno::from_i32(e.errno())
 }

@@ -9,15 +9,16 @@
 //! - [`data`]: file contents keyed by a stable id;
 //! - [`error`]: the one mapping from failures to errnos.
 
-pub mod cli;
+pub mod cmd;
+pub mod daemon;
 pub mod data;
 pub mod error;
 pub mod fs;
 pub mod fsck;
 pub mod fuse;
+pub mod hook;
 pub mod locks;
 pub mod model;
-pub mod mount;
 pub mod private;
 pub mod search;
 pub mod store;

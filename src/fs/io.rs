@@ -782,7 +782,7 @@ impl Fs {
         // Waits for a pass of the write-back thread in progress.
         drop(self.write_back_pass.lock());
         if let Some(h) = self.search.get() {
-            h.indexer.stop();
+            h.stop();
         }
         self.write_back()?;
         self.write_back_atimes()?;

@@ -145,7 +145,7 @@ pub struct Fs {
     dir_handles: Mutex<HashMap<u64, Arc<Mutex<dir::DirHandle>>>>,
     next_fh: AtomicU64,
     /// Content indexing for `esfs search` (set by the mount).
-    search: std::sync::OnceLock<crate::search::SearchHook>,
+    search: std::sync::OnceLock<Box<dyn crate::hook::ContentHook>>,
     /// Files written but not yet persisted (lazy close; see [`journal`]).
     journal: Option<journal::Journal>,
     /// Inodes the kernel forgot, for the write-back to finish (lazy close).
@@ -293,8 +293,8 @@ impl Fs {
         &self.data
     }
 
-    /// Index file contents for `esfs search` (see `crate::search`).
-    pub fn set_search(&self, hook: crate::search::SearchHook) {
+    /// Index file contents for `esfs search` (see `crate::hook`).
+    pub fn set_content_hook(&self, hook: Box<dyn crate::hook::ContentHook>) {
         let _ = self.search.set(hook);
     }
 
@@ -302,7 +302,7 @@ impl Fs {
     /// an fsync, a truncate): queue it for indexing.
     fn content_changed(&self, ino: u64) {
         if let Some(h) = self.search.get() {
-            h.indexer.enqueue(ino);
+            h.changed(ino);
         }
     }
 
@@ -686,7 +686,7 @@ impl Fs {
     fn touch_dir(&self, ino: u64, nlink: i32) -> FsResult<()> {
         let now = now_ns();
         if let Some(h) = self.search.get() {
-            h.indexer.activity();
+            h.activity();
         }
         if nlink == 0
             && let Some(j) = &self.journal

@@ -18,7 +18,7 @@ fn xattr_key(name: &[u8]) -> FsResult<String> {
     if name.is_empty() || name.len() > NAME_MAX_X {
         return Err(FsError::Range);
     }
-    if name == crate::search::FLUSH_XATTR.as_bytes() {
+    if name == crate::hook::DESCRIBE_XATTR.as_bytes() {
         return Err(FsError::NotPermitted); // reserved: see getxattr
     }
     if name.starts_with(b"system.") || name == b"security.selinux" {
@@ -53,9 +53,9 @@ impl Fs {
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
         // `esfs search` asks the mount's root where its store is and which
-        // files it must scan (see crate::search); nothing waits for indexing.
+        // files it must scan (see crate::hook); nothing waits for indexing.
         if ino == ROOT_INO
-            && name == crate::search::FLUSH_XATTR.as_bytes()
+            && name == crate::hook::DESCRIBE_XATTR.as_bytes()
             && let Some(h) = self.search.get()
         {
             // Sizes and times of closed files first, so the index agrees
@@ -63,7 +63,7 @@ impl Fs {
             if self.lazy_close() {
                 self.write_back()?;
             }
-            let reply = h.flush(self.dirty_open_files());
+            let reply = h.describe(self.dirty_open_files());
             // The search reads the store from its own process, which sees
             // only committed state (the embedded store defers commits).
             if self.cfg.exclusive {
@@ -71,7 +71,7 @@ impl Fs {
             }
             return Ok(reply);
         }
-        if name == crate::search::FLUSH_XATTR.as_bytes() {
+        if name == crate::hook::DESCRIBE_XATTR.as_bytes() {
             return Err(FsError::NoXattr);
         }
         let key = xattr_key(name)?;

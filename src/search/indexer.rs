@@ -24,6 +24,7 @@
 //! before content indexing, or changes a dead mount never indexed).
 
 use crate::data::DataStore;
+use crate::error::FsResult;
 use crate::model::*;
 use crate::store::{BulkOp, Idx, MetaStore, Query, Sort, StoreError};
 use parking_lot::{Condvar, Mutex};
@@ -299,7 +300,7 @@ impl Inner {
 
     /// Index a batch of inodes: one bulk for the entry documents, then
     /// inodes whose documents changed meanwhile redone one at a time.
-    fn index_batch(&self, inos: &[u64]) -> Result<(), String> {
+    fn index_batch(&self, inos: &[u64]) -> FsResult<()> {
         let mut retry: Vec<u64> = Vec::new();
         let mut ops = Vec::new();
         let mut op_inos = Vec::new();
@@ -315,7 +316,7 @@ impl Inner {
             }
         }
         if !ops.is_empty() {
-            let results = self.store.bulk(ops).map_err(|e| e.to_string())?;
+            let results = self.store.bulk(ops)?;
             for (r, ino) in results.into_iter().zip(op_inos) {
                 match r {
                     Ok(_) => {}
@@ -334,7 +335,7 @@ impl Inner {
                         break;
                     }
                 };
-                let results = self.store.bulk(ops).map_err(|e| e.to_string())?;
+                let results = self.store.bulk(ops)?;
                 if results
                     .iter()
                     .all(|r| !matches!(r, Err(StoreError::Conflict(_))))
@@ -352,19 +353,15 @@ impl Inner {
 
     /// The conditional writes that put the inode's text into each of its
     /// entry documents (none when it is gone or not a regular file).
-    fn entry_ops(&self, ino: u64) -> Result<Vec<BulkOp>, String> {
-        let Some(doc) = self
-            .store
-            .get(Idx::Inodes, &inode_id(ino))
-            .map_err(|e| e.to_string())?
-        else {
+    fn entry_ops(&self, ino: u64) -> FsResult<Vec<BulkOp>> {
+        let Some(doc) = self.store.get(Idx::Inodes, &inode_id(ino))? else {
             return Ok(vec![]);
         };
-        let inode: Inode = serde_json::from_value(doc.source).map_err(|e| e.to_string())?;
+        let inode: Inode = serde_json::from_value(doc.source)?;
         if inode.kind != Kind::File || inode.links.is_empty() {
             return Ok(vec![]);
         }
-        let text = self.text_of(&inode).map_err(|e| e.to_string())?;
+        let text = self.text_of(&inode)?;
         let (contents, indexed) = match text {
             Text::Utf8(s) => (Some(s), INDEXED_TEXT),
             Text::Binary => (None, INDEXED_BINARY),
@@ -374,15 +371,10 @@ impl Inner {
         for link in &inode.links {
             let id = entry_id(link.p, &decode_bytes(&link.n));
             // Brief: the text fields are exactly what this write replaces.
-            let Some(edoc) = self
-                .store
-                .get_brief(Idx::Entries, &id)
-                .map_err(|e| e.to_string())?
-            else {
+            let Some(edoc) = self.store.get_brief(Idx::Entries, &id)? else {
                 continue;
             };
-            let mut entry: Entry =
-                serde_json::from_value(edoc.source).map_err(|e| e.to_string())?;
+            let mut entry: Entry = serde_json::from_value(edoc.source)?;
             if entry.ino != ino {
                 continue;
             }
@@ -393,7 +385,7 @@ impl Inner {
             ops.push(BulkOp::Index {
                 index: Idx::Entries,
                 id,
-                source: serde_json::to_value(&entry).map_err(|e| e.to_string())?,
+                source: serde_json::to_value(&entry)?,
                 if_version: Some(edoc.version),
             });
         }

@@ -19,6 +19,7 @@ pub mod es;
 #[cfg(test)]
 pub(crate) mod gated;
 pub mod listing;
+pub mod open;
 pub mod redo;
 pub mod schema;
 

@@ -2,7 +2,7 @@
 //!
 //! PATHs on an esfs mount are searched through the mount's store: the
 //! command finds the mount in /proc/self/mountinfo, reads the reserved
-//! xattr [`FLUSH_XATTR`](super::FLUSH_XATTR) of its root (which writes back
+//! xattr [`FLUSH_XATTR`](crate::hook::DESCRIBE_XATTR) of its root (which writes back
 //! pending sizes and times, without waiting for the indexer, and says where
 //! the store is), opens that store read-only beside the mount, asks it for the
 //! candidate files and runs grep over them through the mount. PATHs
@@ -12,11 +12,13 @@
 //!
 //! Exit status as grep's: 0 something found, 1 nothing, 2 an error.
 
-use super::grep::{FileResult, Grep, Mode, Status};
-use super::pattern::{self, Req, Syntax};
-use super::query::{self, Filters, SizeCmp};
+use super::CmdError;
 use crate::data::DataStore;
 use crate::model::{Entry, Kind, decode_bytes, encode_bytes};
+use crate::search::grep::{FileResult, Grep, Mode, Status};
+use crate::search::pattern::{self, Req, Syntax};
+use crate::search::query::{self, Filters, SizeCmp};
+use crate::store::open::{Backend, default_data, open_meta, open_stores};
 use crate::store::{GroupRequest, Idx, MetaStore, Query, SearchRequest, Sort};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -137,7 +139,7 @@ pub struct SearchArgs {
     #[arg(long, value_name = "NAME")]
     pub index: Option<String>,
     #[command(flatten)]
-    pub auth: crate::cli::EsAuth,
+    pub auth: super::args::EsAuth,
     /// Accepted for older scripts: search never waits for the mount's
     /// pending indexing (files not indexed yet are read).
     #[arg(long, hide = true)]
@@ -201,7 +203,7 @@ struct Search {
 }
 
 impl Search {
-    fn new(mut a: SearchArgs) -> Result<Search, String> {
+    fn new(mut a: SearchArgs) -> Result<Search, CmdError> {
         let mut operands = std::mem::take(&mut a.args);
         let mut patterns = a.regexp.clone();
         if a.find && !patterns.is_empty() {
@@ -229,7 +231,7 @@ impl Search {
             None | Some("f") => Kind::File,
             Some("d") => Kind::Dir,
             Some("l") => Kind::Symlink,
-            Some(k) => return Err(format!("--type {k:?}: expected f, d or l")),
+            Some(k) => return Err(format!("--type {k:?}: expected f, d or l").into()),
         };
         if kind != Kind::File && !a.find {
             return Err("--type d and l list entries: use them with --find".into());
@@ -299,7 +301,7 @@ impl Search {
         self.a.store.is_some() || self.a.es.is_some()
     }
 
-    fn run(&mut self) -> Result<i32, String> {
+    fn run(&mut self) -> Result<i32, CmdError> {
         if !self.a.find && !self.grep.validate() {
             return Ok(2); // grep said why
         }
@@ -332,7 +334,7 @@ impl Search {
                 Op::Indexed(i, root) => self.search_root(&ctxs[i], &root)?,
             }
         }
-        self.out.flush().map_err(|e| e.to_string())?;
+        self.out.flush()?;
         Ok(
             if self.status.error && !(self.a.quiet && self.status.found) {
                 2
@@ -345,7 +347,7 @@ impl Search {
     }
 
     /// Operands found through their mounts.
-    fn mount_ops(&self, operands: &[OsString]) -> Result<(Vec<Ctx>, Vec<Op>), String> {
+    fn mount_ops(&self, operands: &[OsString]) -> Result<(Vec<Ctx>, Vec<Op>), CmdError> {
         let implicit = operands.is_empty();
         let operands: Vec<OsString> = if implicit {
             vec![".".into()]
@@ -395,12 +397,12 @@ impl Search {
     }
 
     /// Ask the mount to flush its indexing and say where its store is, then open it.
-    fn open_mount(&self, mnt: &Path) -> Result<Ctx, String> {
-        let raw = get_xattr(mnt, super::FLUSH_XATTR).map_err(|e| {
+    fn open_mount(&self, mnt: &Path) -> Result<Ctx, CmdError> {
+        let raw = get_xattr(mnt, crate::hook::DESCRIBE_XATTR).map_err(|e| {
             format!(
                 "{}: the mount does not answer {} ({e}); is it an older esfs?",
                 mnt.display(),
-                super::FLUSH_XATTR
+                crate::hook::DESCRIBE_XATTR
             )
         })?;
         let v: Value = serde_json::from_slice(&raw)
@@ -413,38 +415,14 @@ impl Search {
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_u64).collect())
             .unwrap_or_default();
-        let m = &v["mount"];
-        let store: Arc<dyn MetaStore> = match m["backend"].as_str() {
-            Some("embedded") => {
-                let dir = m["store"]
-                    .as_str()
-                    .ok_or("mount description without store")?;
-                Arc::new(
-                    crate::store::embedded::EmbeddedStore::open(Path::new(dir))
-                        .map_err(|e| format!("store {dir}: {e}"))?,
-                )
-            }
-            Some("elasticsearch") => {
-                let url = m["url"].as_str().ok_or("mount description without url")?;
-                let index = self
-                    .a
-                    .index
-                    .clone()
-                    .or_else(|| m["index"].as_str().map(String::from))
-                    .unwrap_or_else(|| "esfs".into());
-                let mut cfg = self.es_config(url, &index);
-                if cfg.ca.is_none() {
-                    cfg.ca = m["ca"].as_str().map(PathBuf::from);
-                }
-                let s =
-                    crate::store::es::EsStore::connect_existing(&cfg).map_err(|e| e.to_string())?;
-                // The mount's writes become searchable at its next refresh:
-                // make them visible now.
-                s.refresh(Idx::Entries).map_err(|e| e.to_string())?;
-                Arc::new(s)
-            }
-            other => return Err(format!("{}: unknown backend {other:?}", mnt.display())),
-        };
+        let backend = Backend::from_description(&v["mount"], |url, index| {
+            let index = self.a.index.as_deref().unwrap_or(index);
+            self.es_config(url, index)
+        })?;
+        let (store, _) = open_meta(&backend, false)?;
+        // The mount's writes become searchable at its next refresh: make
+        // them visible now.
+        store.refresh(Idx::Entries)?;
         Ok(Ctx {
             store,
             data: None,
@@ -459,23 +437,19 @@ impl Search {
     }
 
     /// Operands inside a store given with --store/--es.
-    fn direct_ops(&self, operands: &[OsString]) -> Result<(Vec<Ctx>, Vec<Op>), String> {
+    fn direct_ops(&self, operands: &[OsString]) -> Result<(Vec<Ctx>, Vec<Op>), CmdError> {
         let (backend, data) = if let Some(dir) = &self.a.store {
-            let data = self
-                .a
-                .data
-                .clone()
-                .unwrap_or_else(|| crate::mount::default_data(dir));
-            (crate::mount::Backend::Embedded(dir.clone()), Some(data))
+            let data = self.a.data.clone().unwrap_or_else(|| default_data(dir));
+            (Backend::Embedded(dir.clone()), Some(data))
         } else {
             let url = self.a.es.as_deref().expect("direct mode");
             let index = self.a.index.clone().unwrap_or_else(|| "esfs".into());
             (
-                crate::mount::Backend::Elasticsearch(self.es_config(url, &index)),
+                Backend::Elasticsearch(self.es_config(url, &index)),
                 self.a.data.clone(),
             )
         };
-        let stores = crate::mount::open_stores(&backend, data.as_deref(), false)?;
+        let stores = open_stores(&backend, data.as_deref(), false)?;
         let ctx = Ctx {
             store: stores.meta,
             data: Some(stores.data),
@@ -513,7 +487,7 @@ impl Search {
     }
 
     /// An operand outside any esfs mount: plain `grep -r`.
-    fn plain_grep(&mut self, op: &OsString) -> Result<(), String> {
+    fn plain_grep(&mut self, op: &OsString) -> Result<(), CmdError> {
         let f = &self.filters;
         if f.name.is_some()
             || f.size.is_some()
@@ -531,7 +505,7 @@ impl Search {
             self.status.error = true;
             return Ok(());
         }
-        self.out.flush().map_err(|e| e.to_string())?;
+        self.out.flush()?;
         let mut c = std::process::Command::new("grep");
         c.arg("-r").args(&self.grep.match_flags);
         if self.a.quiet {
@@ -550,26 +524,24 @@ impl Search {
     }
 
     /// Every entry matching `q`, in path order (sources without text).
-    fn list(store: &dyn MetaStore, q: &Query) -> Result<Vec<Entry>, String> {
+    fn list(store: &dyn MetaStore, q: &Query) -> Result<Vec<Entry>, CmdError> {
         const PAGE: usize = 2000;
         let mut out = Vec::new();
         let mut after: Option<Vec<Value>> = None;
         loop {
-            let hits = store
-                .search_brief(&SearchRequest {
-                    index: Idx::Entries,
-                    query: q.clone(),
-                    sort: vec![Sort::asc("path"), Sort::asc("cookie")],
-                    search_after: after.clone(),
-                    size: PAGE,
-                })
-                .map_err(|e| e.to_string())?;
+            let hits = store.search_brief(&SearchRequest {
+                index: Idx::Entries,
+                query: q.clone(),
+                sort: vec![Sort::asc("path"), Sort::asc("cookie")],
+                search_after: after.clone(),
+                size: PAGE,
+            })?;
             let n = hits.len();
             if let Some(last) = hits.last() {
                 after = Some(last.sort.clone());
             }
             for h in hits {
-                out.push(serde_json::from_value(h.doc.source).map_err(|e| e.to_string())?);
+                out.push(serde_json::from_value(h.doc.source)?);
             }
             if n < PAGE {
                 return Ok(out);
@@ -578,7 +550,7 @@ impl Search {
     }
 
     /// The entries of `q` under `root` that pass every filter, with their output paths.
-    fn items(&self, ctx: &Ctx, root: &Root, q: &Query) -> Result<Vec<Item>, String> {
+    fn items(&self, ctx: &Ctx, root: &Root, q: &Query) -> Result<Vec<Item>, CmdError> {
         let mut items = Vec::new();
         for entry in Self::list(&*ctx.store, q)? {
             let name = decode_bytes(&entry.name);
@@ -596,7 +568,7 @@ impl Search {
         Ok(items)
     }
 
-    fn search_root(&mut self, ctx: &Ctx, root: &Root) -> Result<(), String> {
+    fn search_root(&mut self, ctx: &Ctx, root: &Root) -> Result<(), CmdError> {
         let scope = query::scope(&root.tree, &self.filters);
         if self.a.find {
             let items = self.items(ctx, root, &scope)?;
@@ -614,10 +586,10 @@ impl Search {
                     let j = json!({"path": lossy(&it.display), "kind": e.kind.as_str(),
                         "size": e.size, "mtime": e.mtime, "uid": e.uid, "gid": e.gid,
                         "mode": format!("{:o}", e.mode)});
-                    writeln!(self.out, "{j}").map_err(|e| e.to_string())?;
+                    writeln!(self.out, "{j}")?;
                 } else {
-                    self.out.write_all(&it.display).map_err(|e| e.to_string())?;
-                    self.out.write_all(b"\n").map_err(|e| e.to_string())?;
+                    self.out.write_all(&it.display)?;
+                    self.out.write_all(b"\n")?;
                 }
             }
             return Ok(());
@@ -667,7 +639,7 @@ impl Search {
                     _ => {}
                 }
                 self.printed += 1;
-                writeln!(self.out, "{j}").map_err(|e| e.to_string())?;
+                writeln!(self.out, "{j}")?;
             }
             return Ok(());
         }
@@ -687,12 +659,12 @@ impl Search {
                 }
                 let n = counts.get(&it.display).copied().unwrap_or(0);
                 if self.grep.with_names {
-                    self.out.write_all(&it.display).map_err(|e| e.to_string())?;
-                    write!(self.out, ":{n}").map_err(|e| e.to_string())?;
+                    self.out.write_all(&it.display)?;
+                    write!(self.out, ":{n}")?;
                 } else {
-                    write!(self.out, "{n}").map_err(|e| e.to_string())?;
+                    write!(self.out, "{n}")?;
                 }
-                self.out.write_all(b"\n").map_err(|e| e.to_string())?;
+                self.out.write_all(b"\n")?;
                 self.printed += 1;
             }
             return Ok(());
@@ -730,14 +702,14 @@ impl Search {
         items: &[Item],
         mode: Mode,
         stop_after: Option<usize>,
-    ) -> Result<(Status, Vec<FileResult>), String> {
-        self.out.flush().map_err(|e| e.to_string())?;
+    ) -> Result<(Status, Vec<FileResult>), CmdError> {
+        self.out.flush()?;
         let Some(data) = &ctx.data else {
             let files: Vec<Vec<u8>> = items.iter().map(|i| i.display.clone()).collect();
             return self
                 .grep
                 .run(&files, mode, stop_after)
-                .map_err(|e| format!("grep: {e}"));
+                .map_err(|e| format!("grep: {e}").into());
         };
         let mut status = Status::default();
         let mut out = Vec::new();
@@ -767,7 +739,7 @@ impl Search {
         res: Vec<FileResult>,
         text: Option<Query>,
         by: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), CmdError> {
         let counts: HashMap<Vec<u8>, u64> = res
             .into_iter()
             .filter(|r| r.count.unwrap_or(0) > 0)
@@ -785,20 +757,17 @@ impl Search {
             .iter()
             .map(|i| (i.entry.path.as_str(), *i))
             .collect();
-        let buckets = ctx
-            .store
-            .group(&GroupRequest {
-                index: Idx::Entries,
-                query: Query::Terms {
-                    field: "path".into(),
-                    values: matched.iter().map(|i| json!(i.entry.path)).collect(),
-                },
-                score: text,
-                field: field.into(),
-                buckets: self.a.limit.unwrap_or(10_000).max(1),
-                per_bucket: self.a.top.max(1),
-            })
-            .map_err(|e| e.to_string())?;
+        let buckets = ctx.store.group(&GroupRequest {
+            index: Idx::Entries,
+            query: Query::Terms {
+                field: "path".into(),
+                values: matched.iter().map(|i| json!(i.entry.path)).collect(),
+            },
+            score: text,
+            field: field.into(),
+            buckets: self.a.limit.unwrap_or(10_000).max(1),
+            per_bucket: self.a.top.max(1),
+        })?;
         for b in buckets {
             let label = match field {
                 "uid" => {
@@ -831,19 +800,18 @@ impl Search {
                     "score": b.top_score,
                     "hits": hits.iter().map(|(p, s, c)| json!({"path": lossy(p), "score": s, "count": c})).collect::<Vec<_>>(),
                 });
-                writeln!(self.out, "{j}").map_err(|e| e.to_string())?;
+                writeln!(self.out, "{j}")?;
             } else {
                 writeln!(
                     self.out,
                     "{label} ({} file{})",
                     b.doc_count,
                     if b.doc_count == 1 { "" } else { "s" }
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 for (p, _, c) in hits {
-                    self.out.write_all(b"  ").map_err(|e| e.to_string())?;
-                    self.out.write_all(&p).map_err(|e| e.to_string())?;
-                    writeln!(self.out, ":{c}").map_err(|e| e.to_string())?;
+                    self.out.write_all(b"  ")?;
+                    self.out.write_all(&p)?;
+                    writeln!(self.out, ":{c}")?;
                 }
             }
         }
@@ -940,16 +908,18 @@ fn mtime_ns(ctx: &Ctx, entry: &Entry, display: &[u8]) -> i64 {
 }
 
 /// A file's contents from the data store (direct mode).
-fn read_contents(store: &dyn MetaStore, data: &dyn DataStore, ino: u64) -> Result<Vec<u8>, String> {
+fn read_contents(
+    store: &dyn MetaStore,
+    data: &dyn DataStore,
+    ino: u64,
+) -> Result<Vec<u8>, CmdError> {
     let doc = store
-        .get(Idx::Inodes, &crate::model::inode_id(ino))
-        .map_err(|e| e.to_string())?
+        .get(Idx::Inodes, &crate::model::inode_id(ino))?
         .ok_or("inode gone")?;
-    let inode: crate::model::Inode =
-        serde_json::from_value(doc.source).map_err(|e| e.to_string())?;
+    let inode: crate::model::Inode = serde_json::from_value(doc.source)?;
     let mut buf = vec![0u8; inode.size as usize];
     if let Some(key) = &inode.content {
-        data.read(key, 0, &mut buf).map_err(|e| e.to_string())?;
+        data.read(key, 0, &mut buf)?;
     }
     Ok(buf)
 }
@@ -987,7 +957,7 @@ fn esfs_mounts() -> Vec<PathBuf> {
         let Some(sep) = fields.iter().position(|f| *f == b"-") else {
             continue;
         };
-        if fields.get(sep + 1) == Some(&crate::mount::FSTYPE.as_bytes())
+        if fields.get(sep + 1) == Some(&crate::daemon::FSTYPE.as_bytes())
             && let Some(p) = fields.get(4)
         {
             out.push(PathBuf::from(std::ffi::OsString::from_vec(unescape(p))));

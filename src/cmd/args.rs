@@ -1,8 +1,8 @@
-//! Command-line options shared by the subcommands that open a store
+//! Command-line options shared by the commands that open a store
 //! (`mount`, `fsck`, `locks`, `search`).
 
-use crate::mount::{Backend, default_home};
 use crate::store::es::EsConfig;
+use crate::store::open::{Backend, default_data, default_home};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ pub struct EsArgs {
     #[command(flatten)]
     pub auth: EsAuth,
     /// How long one filesystem operation keeps retrying an unreachable or
-    /// overloaded cluster before failing with EIO, in seconds.
+    /// overloaded cluster before failing with ETIMEDOUT, in seconds.
     #[arg(
         long,
         value_name = "SECS",
@@ -117,7 +117,7 @@ impl StoreArgs {
                 let store = abs(self.store.clone().unwrap_or_else(|| home.join("store")));
                 let data = match self.data.clone() {
                     Some(d) => abs(d),
-                    None => crate::mount::default_data(&store),
+                    None => default_data(&store),
                 };
                 (Backend::Embedded(store.clone()), Some(data), store)
             }

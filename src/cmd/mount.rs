@@ -1,0 +1,417 @@
+//! `esfs mount`: open the stores, mount, serve until unmounted.
+//!
+//! Without `--foreground` the command starts itself again in the background
+//! (a fresh process, so no threads are forked) and returns only once the
+//! kernel lists the mount, or prints why the server could not start.
+
+use super::CmdError;
+use super::args::StoreArgs;
+use crate::daemon::{block_signals, is_mounted, unmount_retrying, wait_signal};
+use crate::fs::{Fs, FsConfig};
+use crate::fuse::FuseFs;
+use crate::store::open::{Backend, open_stores, unflushed_journal};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `esfs mount`: its command line.
+#[derive(clap::Args)]
+pub struct MountCmd {
+    /// Directory to mount on (must exist).
+    mountpoint: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Stay in the foreground and serve until unmounted (logs to stderr).
+    #[arg(short, long)]
+    foreground: bool,
+    /// FUSE mount options, comma-separated: allow_other, allow_root, ro, rw,
+    /// noatime, nodev, nosuid, noexec, dev, suid, exec, sync, dirsync,
+    /// auto_unmount, fsname=NAME, nonempty (mount over a non-empty
+    /// directory), writeback_cache (embedded store only; see the README).
+    /// default_permissions is always on.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// How long the kernel may cache names and attributes, in seconds
+    /// [default: 60 on the embedded store, whose only writer is this mount,
+    /// so the kernel sees every change; 1 with --es, where other mounts
+    /// change things behind it].
+    #[arg(long, value_name = "SECS")]
+    attr_ttl: Option<f64>,
+    /// Threads serving FUSE requests.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    threads: usize,
+    /// Log file of the background server [default: <store>/esfs.log, or
+    /// $XDG_DATA_HOME/esfs/esfs.log with --es].
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+}
+
+/// `esfs umount`: its command line.
+#[derive(clap::Args)]
+pub struct UmountCmd {
+    /// The mountpoint.
+    mountpoint: PathBuf,
+}
+
+/// `esfs mount`: exit status 0 once the mount is live.
+pub fn run(m: MountCmd) -> Result<i32, CmdError> {
+    let (backend, data, log_dir) = m.store.resolve();
+    let ttl = m.attr_ttl.unwrap_or(match backend {
+        Backend::Embedded(_) => 60.0,
+        Backend::Elasticsearch(_) => 1.0,
+    });
+    if !(ttl.is_finite() && (0.0..=1e9).contains(&ttl)) {
+        return Err("--attr-ttl must be a non-negative number of seconds".into());
+    }
+    let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+    mount(MountArgs {
+        mountpoint: m.mountpoint,
+        backend,
+        data,
+        foreground: m.foreground,
+        options: m.options,
+        attr_ttl: Duration::from_secs_f64(ttl),
+        threads: m.threads,
+        log: abs(m.log.unwrap_or_else(|| log_dir.join("esfs.log"))),
+    })?;
+    Ok(0)
+}
+
+/// `esfs umount`.
+pub fn run_umount(u: UmountCmd) -> Result<i32, CmdError> {
+    crate::daemon::umount(&u.mountpoint)?;
+    println!("esfs: unmounted {}", u.mountpoint.display());
+    Ok(0)
+}
+
+#[derive(Clone, Debug)]
+struct MountArgs {
+    pub mountpoint: PathBuf,
+    pub backend: Backend,
+    /// Contents directory; `None` on Elasticsearch keeps contents in the cluster.
+    pub data: Option<PathBuf>,
+    pub foreground: bool,
+    pub options: Vec<String>,
+    pub attr_ttl: Duration,
+    pub threads: usize,
+    pub log: PathBuf,
+}
+
+fn mount(args: MountArgs) -> Result<(), CmdError> {
+    let mnt = std::fs::canonicalize(&args.mountpoint)
+        .map_err(|e| format!("mountpoint {}: {e}", args.mountpoint.display()))?;
+    if !mnt.is_dir() {
+        return Err(format!("mountpoint {} is not a directory", mnt.display()).into());
+    }
+    if is_mounted(&mnt) {
+        return Err(format!("{} is already an esfs mount", mnt.display()).into());
+    }
+    let nonempty = args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o == "nonempty");
+    let in_it = std::fs::read_dir(&mnt)
+        .map_err(|e| format!("mountpoint {}: {e}", mnt.display()))?
+        .next()
+        .is_some();
+    if in_it && !nonempty {
+        return Err(format!(
+            "mountpoint {} is not empty: the mount would hide its files (-o nonempty mounts over them)",
+            mnt.display()
+        ).into());
+    }
+    let args = MountArgs {
+        mountpoint: mnt,
+        ..args
+    };
+    fuse_config(&args)?; // bad options fail here, not in the background server
+    if !args.foreground {
+        // (The server logs them too; in the foreground its log is stderr.)
+        for w in loose_permissions(&args) {
+            eprintln!("esfs: warning: {w}");
+        }
+    }
+    if args.foreground {
+        serve(&args)
+    } else {
+        background(&args)
+    }
+}
+
+fn background(args: &MountArgs) -> Result<(), CmdError> {
+    if let Some(dir) = args.log.parent() {
+        crate::private::dir_all(dir).map_err(|e| format!("log dir {}: {e}", dir.display()))?;
+    }
+    let log = crate::private::options()
+        .create(true)
+        .append(true)
+        .open(&args.log)
+        .map_err(|e| format!("log {}: {e}", args.log.display()))?;
+    let start_len = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg(&args.mountpoint).arg("--foreground");
+    match &args.backend {
+        Backend::Embedded(dir) => {
+            cmd.arg("--store").arg(dir);
+        }
+        Backend::Elasticsearch(es) => {
+            // Secrets travel in the environment, never on a command line.
+            cmd.env("ESFS_ES_URL", &es.url)
+                .arg("--index")
+                .arg(&es.index);
+            for (var, val) in [
+                ("ESFS_ES_USER", &es.user),
+                ("ESFS_ES_PASSWORD", &es.password),
+                ("ESFS_ES_API_KEY", &es.api_key),
+            ] {
+                match val {
+                    Some(v) => cmd.env(var, v),
+                    None => cmd.env_remove(var),
+                };
+            }
+            if let Some(ca) = &es.ca {
+                cmd.arg("--es-ca").arg(ca);
+            }
+            cmd.arg("--es-timeout")
+                .arg(es.retry_budget.as_secs_f64().to_string());
+        }
+    }
+    if let Some(data) = &args.data {
+        cmd.arg("--data").arg(data);
+    }
+    cmd.arg("--attr-ttl")
+        .arg(args.attr_ttl.as_secs_f64().to_string())
+        .arg("--threads")
+        .arg(args.threads.to_string())
+        .arg("--log")
+        .arg(&args.log);
+    for o in &args.options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe; detaches from our terminal session.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start server: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if is_mounted(&args.mountpoint) {
+            println!(
+                "esfs: mounted {} (pid {})\n  metadata: {}\n  data:     {}\n  log:      {}\n  unmount:  esfs umount {}",
+                args.mountpoint.display(),
+                child.id(),
+                args.backend.describe(),
+                describe_data(args),
+                args.log.display(),
+                args.mountpoint.display()
+            );
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            // The server's own one-line error is its last line.
+            let text = std::fs::read(&args.log).unwrap_or_default();
+            let tail = String::from_utf8_lossy(&text[(start_len as usize).min(text.len())..]);
+            let last = tail
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            let last = last.strip_prefix("esfs: ").unwrap_or(last);
+            return Err(format!(
+                "{last} (server exited: {status}; log: {})",
+                args.log.display()
+            )
+            .into());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!(
+                "mount did not appear within 30 s; see {}",
+                args.log.display()
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Warnings about the store, data directory and log when other local users
+/// may read them (made by an older esfs, or by hand).
+fn loose_permissions(args: &MountArgs) -> Vec<String> {
+    let mut dirs: Vec<&Path> = Vec::new();
+    if let Backend::Embedded(dir) = &args.backend {
+        dirs.push(dir);
+    }
+    dirs.extend(args.data.as_deref());
+    dirs.push(&args.log);
+    crate::private::loose_warnings(&dirs)
+}
+
+fn fuse_config(args: &MountArgs) -> Result<fuser::Config, CmdError> {
+    use fuser::{MountOption as M, SessionACL};
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        M::FSName("esfs".into()),
+        // The kernel parses subtype= itself; fuser's Subtype only reaches
+        // fusermount, so a direct (root) mount would show plain "fuse".
+        M::CUSTOM("subtype=esfs".into()),
+        M::DefaultPermissions,
+    ];
+    for opt in args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .filter(|o| !o.is_empty())
+    {
+        let m = match opt {
+            "allow_other" => {
+                cfg.acl = SessionACL::All;
+                continue;
+            }
+            "allow_root" => {
+                cfg.acl = SessionACL::RootAndOwner;
+                continue;
+            }
+            "default_permissions" => continue,
+            // Checked by `run`: the kernel mounts over anything.
+            "nonempty" => continue,
+            // Not a kernel option: asked for in FUSE's INIT (see `FuseFs`).
+            "writeback_cache" => continue,
+            "auto_unmount" => M::AutoUnmount,
+            "ro" => M::RO,
+            "rw" => M::RW,
+            "dev" => M::Dev,
+            "nodev" => M::NoDev,
+            "suid" => M::Suid,
+            "nosuid" => M::NoSuid,
+            "exec" => M::Exec,
+            "noexec" => M::NoExec,
+            "atime" => M::Atime,
+            "noatime" => M::NoAtime,
+            "dirsync" => M::DirSync,
+            "sync" => M::Sync,
+            "async" => M::Async,
+            o if o.starts_with("fsname=") => M::FSName(o[7..].into()),
+            other => return Err(format!("unknown mount option {other:?}").into()),
+        };
+        cfg.mount_options
+            .retain(|x| !matches!((x, &m), (M::FSName(_), M::FSName(_))));
+        cfg.mount_options.push(m);
+    }
+    cfg.n_threads = Some(args.threads.max(1));
+    cfg.clone_fd = true;
+    Ok(cfg)
+}
+
+fn describe_data(args: &MountArgs) -> String {
+    match (&args.data, &args.backend) {
+        (Some(d), _) => d.display().to_string(),
+        (None, Backend::Elasticsearch(es)) => format!("{}-chunks index", es.index),
+        (None, Backend::Embedded(_)) => "?".into(),
+    }
+}
+
+fn serve(args: &MountArgs) -> Result<(), CmdError> {
+    // Signals are handled by one thread (blocked everywhere else, so first,
+    // before any thread is spawned) that unmounts cleanly: `kill` never
+    // leaves a dead mount behind.
+    let signals = block_signals();
+    let cfg = fuse_config(args)?;
+    // The embedded store has exactly one mount; Elasticsearch may have many.
+    let exclusive = matches!(args.backend, Backend::Embedded(_));
+    let writeback = args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o == "writeback_cache");
+    if writeback && !exclusive {
+        // The kernel would own sizes and times that other mounts change.
+        return Err(
+            "-o writeback_cache needs the embedded store (a mount that is its store's only user)"
+                .into(),
+        );
+    }
+    for w in loose_permissions(args) {
+        log::warn!("{w}");
+    }
+    let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
+
+    // SAFETY: plain getters.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let fs = Fs::new(
+        stores.meta.clone(),
+        stores.data.clone(),
+        FsConfig {
+            exclusive,
+            root_uid: uid,
+            root_gid: gid,
+            label: args.mountpoint.display().to_string(),
+            maintenance: false,
+            no_tree_locks: std::env::var_os("ESFS_BENCH_NO_TREE_LOCKS").is_some_and(|v| v == "1"),
+            // Lazy close needs contents written through on every write(2)
+            // (the local data store, which embedded mounts always have).
+            journal: match (&args.backend, &args.data) {
+                (Backend::Embedded(dir), Some(_)) => Some(unflushed_journal(dir)),
+                _ => None,
+            },
+        },
+    )
+    .map_err(|e| format!("cannot start filesystem: {e}"))?;
+    // Content indexing for `esfs search` (a background thread).
+    crate::search::attach(&fs, args.backend.description(args.data.as_deref()));
+    let fs = Arc::new(fs);
+    fs.spawn_janitor();
+    fs.spawn_write_back();
+
+    let session = fuser::Session::new(
+        FuseFs::new(fs.clone(), args.attr_ttl, exclusive, writeback),
+        &args.mountpoint,
+        &cfg,
+    )
+    .map_err(|e| format!("cannot mount {}: {e}", args.mountpoint.display()))?;
+    let mnt = args.mountpoint.clone();
+    std::thread::spawn(move || {
+        loop {
+            let sig = wait_signal(&signals);
+            log::info!("signal {sig}: unmounting {}", mnt.display());
+            match unmount_retrying(&mnt) {
+                // The session ends; fuser's own unmount then finds it done.
+                Ok(()) => return,
+                Err(e) => log::error!(
+                    "unmount {}: {e}; still serving: close what uses it and signal again",
+                    mnt.display()
+                ),
+            }
+        }
+    });
+    log::info!(
+        "serving {} from {}",
+        args.mountpoint.display(),
+        fs.store().describe()
+    );
+    let r = session.run();
+    // fuser unmounts as its session ends; its warning when the user already
+    // did (`fusermount3 -u`: "Invalid argument") is filtered out in main,
+    // so a mount that really stayed is reported here.
+    if is_mounted(&args.mountpoint) {
+        log::error!(
+            "{} is still mounted: unmount it with esfs umount",
+            args.mountpoint.display()
+        );
+    }
+    fs.shutdown()
+        .map_err(|e| format!("final write-back and sync: {e}"))?;
+    r.map_err(|e| format!("session ended with error: {e}").into())
+}

@@ -1,0 +1,25 @@
+//! The filesystem's one outward dependency: a hook told about content
+//! changes. The search indexer implements it (`crate::search`), so the
+//! filesystem never imports the search code and `fs -> search -> fs` is no
+//! cycle.
+
+/// The reserved xattr of a mount's root: reading it writes back pending
+/// sizes and times and returns the mount's description (JSON, see
+/// [`ContentHook::describe`]); it never waits for the indexer. `user.`
+/// because the kernel passes only known namespaces to FUSE; setting it is
+/// EPERM, and it is never listed.
+pub const DESCRIBE_XATTR: &str = "user.esfs.flush";
+
+/// What the filesystem tells whoever indexes file contents.
+pub trait ContentHook: Send + Sync {
+    /// The contents of `ino` may have changed (a close that wrote, an fsync,
+    /// a truncate).
+    fn changed(&self, ino: u64);
+    /// The namespace is busy: background work should keep out of its way.
+    fn activity(&self);
+    /// The answer to a read of [`DESCRIBE_XATTR`]; `open` lists files with
+    /// writes not yet persisted (a reader must scan them).
+    fn describe(&self, open: Vec<u64>) -> Vec<u8>;
+    /// The mount is closing: stop background work.
+    fn stop(&self);
+}

@@ -1,0 +1,484 @@
+//! The one place a store is opened: which backend (`Backend`), the
+//! metadata store (claimed by a mount, or read beside one), the contents
+//! store bound to it by a filesystem id, and the mount description that
+//! `esfs search` reads back. Mount, fsck, locks and search all open stores here.
+
+use super::cache::CachedStore;
+use super::embedded::EmbeddedStore;
+use super::es::{EsConfig, EsStore, redact};
+use super::{Idx, MetaStore, StoreError};
+use crate::data::chunks::ChunkStore;
+use crate::data::{DataStore, LocalDataStore};
+use serde_json::{Value, json};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Memory bound of the document cache of an embedded-store mount.
+const DOC_CACHE_BYTES: u64 = 64 << 20;
+/// Memory bound of its directory listings (about 400k names).
+const LISTING_BYTES: usize = 64 << 20;
+
+/// Why a store could not be opened: each a one-line message naming what.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Nothing to open (the maintenance commands create nothing).
+    #[error("no esfs filesystem at {0}")]
+    NoFilesystem(String),
+    /// Another live mount holds an embedded store.
+    #[error("store {store} is in use by another esfs mount ({holder})")]
+    InUse { store: String, holder: String },
+    /// The data directory belongs to another filesystem, or cannot be
+    /// bound to this one (the message says which and what to do).
+    #[error("{0}")]
+    DataBinding(String),
+    #[error("{what}: {source}")]
+    Store {
+        what: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A mount description that does not say where its store is.
+    #[error("bad mount description: {0}")]
+    Description(String),
+}
+
+impl OpenError {
+    fn store(what: impl std::fmt::Display) -> impl FnOnce(StoreError) -> OpenError {
+        let what = what.to_string();
+        move |source| OpenError::Store { what, source }
+    }
+    fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> OpenError {
+        let what = what.to_string();
+        move |source| OpenError::Io { what, source }
+    }
+}
+
+/// Where the metadata lives.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// The embedded SQLite store in this directory.
+    Embedded(PathBuf),
+    Elasticsearch(EsConfig),
+}
+
+impl Backend {
+    /// For messages: the store directory, or the cluster (no credentials).
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Embedded(dir) => dir.display().to_string(),
+            Backend::Elasticsearch(es) => {
+                format!("{} (indices {}-*)", redact(&es.url), es.index)
+            }
+        }
+    }
+
+    /// The mount description (the root's `crate::hook::DESCRIBE_XATTR`
+    /// reply carries it): `{"backend": "embedded", "store": DIR, "data":
+    /// DIR}` or `{"backend": "elasticsearch", "url": URL (no credentials),
+    /// "index": NAME, "data": DIR|null, "ca": FILE|null}`.
+    pub fn description(&self, data: Option<&Path>) -> Value {
+        match self {
+            Backend::Embedded(dir) => json!({"backend": "embedded", "store": dir, "data": data}),
+            Backend::Elasticsearch(es) => json!({
+                "backend": "elasticsearch",
+                "url": redact(&es.url),
+                "index": es.index,
+                "data": data,
+                "ca": es.ca,
+            }),
+        }
+    }
+
+    /// The backend a mount description names. `es` makes the cluster's
+    /// configuration (credentials are the reader's own) from the URL and
+    /// index the description gives.
+    pub fn from_description(
+        v: &Value,
+        es: impl FnOnce(&str, &str) -> EsConfig,
+    ) -> Result<Backend, OpenError> {
+        let field = |k: &str| {
+            v[k].as_str()
+                .ok_or_else(|| OpenError::Description(format!("no {k} in {v}")))
+        };
+        match v["backend"].as_str() {
+            Some("embedded") => Ok(Backend::Embedded(PathBuf::from(field("store")?))),
+            Some("elasticsearch") => {
+                let mut cfg = es(field("url")?, v["index"].as_str().unwrap_or("esfs"));
+                if cfg.ca.is_none() {
+                    cfg.ca = v["ca"].as_str().map(PathBuf::from);
+                }
+                Ok(Backend::Elasticsearch(cfg))
+            }
+            other => Err(OpenError::Description(format!("unknown backend {other:?}"))),
+        }
+    }
+}
+
+/// `$XDG_DATA_HOME/esfs`, else `~/.local/share/esfs`.
+pub fn default_home() -> PathBuf {
+    match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        Some(x) => PathBuf::from(x).join("esfs"),
+        None => {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/".into());
+            PathBuf::from(home).join(".local/share/esfs")
+        }
+    }
+}
+
+/// Where an embedded store's mount keeps its unflushed-files journal.
+pub fn unflushed_journal(store_dir: &Path) -> PathBuf {
+    store_dir.join("unflushed")
+}
+
+/// Whether a live mount serves this embedded store.
+fn in_use_beside(backend: &Backend) -> bool {
+    matches!(backend, Backend::Embedded(dir) if store_in_use(dir))
+}
+
+/// Whether a live mount holds the embedded store in `dir` (a probe that
+/// neither takes nor changes its lock file).
+fn store_in_use(dir: &Path) -> bool {
+    let Ok(f) = File::open(dir.join("mount.lock")) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; released when it closes.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
+}
+
+/// Exclusive claim on an embedded store: one mount serves it at a time.
+pub fn lock_store(dir: &Path) -> Result<File, OpenError> {
+    let path = dir.join("mount.lock");
+    let f = crate::private::options()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(OpenError::io(path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = std::fs::read_to_string(&path).unwrap_or_default();
+        return Err(OpenError::InUse {
+            store: dir.display().to_string(),
+            holder: holder.trim().to_string(),
+        });
+    }
+    let _ = f.set_len(0);
+    let _ = std::os::unix::fs::FileExt::write_at(
+        &f,
+        format!("pid {}", std::process::id()).as_bytes(),
+        0,
+    );
+    Ok(f)
+}
+
+/// The stores a mount (or a maintenance command) works on.
+pub struct Stores {
+    pub meta: Arc<dyn MetaStore>,
+    pub data: Arc<dyn DataStore>,
+    /// Holds an embedded store's mount lock while alive.
+    pub lock: Option<File>,
+}
+
+/// The metadata store alone. A mount (`mount`) claims an embedded store
+/// for this process (the returned lock) and creates what is missing; a
+/// reader (fsck, locks, search) creates nothing and gets
+/// [`OpenError::NoFilesystem`] where there is none.
+pub fn open_meta(
+    backend: &Backend,
+    mount: bool,
+) -> Result<(Arc<dyn MetaStore>, Option<File>), OpenError> {
+    open_meta_for(backend, mount, None)
+}
+
+/// [`open_meta`]; a mount that creates a new store first checks that the
+/// data directory `data` holds no other filesystem's contents.
+fn open_meta_for(
+    backend: &Backend,
+    mount: bool,
+    data: Option<&Path>,
+) -> Result<(Arc<dyn MetaStore>, Option<File>), OpenError> {
+    let check_new = || match data {
+        Some(d) => check_data(&Ident::default(), backend, d, true).map(drop),
+        None => Ok(()),
+    };
+    let cannot_open = |dir: &Path| OpenError::store(format!("cannot open store {}", dir.display()));
+    let (store, guard): (Arc<dyn MetaStore>, _) = match backend {
+        Backend::Embedded(dir) => {
+            if !EmbeddedStore::exists(dir) {
+                if !mount {
+                    return Err(OpenError::NoFilesystem(dir.display().to_string()));
+                }
+                check_new()?;
+            }
+            if mount {
+                crate::private::dir_all(dir)
+                    .map_err(OpenError::io(format!("store {}", dir.display())))?;
+            }
+            let guard = if mount { Some(lock_store(dir)?) } else { None };
+            let s = Arc::new(EmbeddedStore::open(dir).map_err(cannot_open(dir))?);
+            // With the lock held this process is the store's only writer,
+            // which is what makes caching documents and deferring commits
+            // safe.
+            let s: Arc<dyn MetaStore> = match guard {
+                Some(_) => {
+                    s.defer_commits().map_err(cannot_open(dir))?;
+                    Arc::new(CachedStore::new(s, DOC_CACHE_BYTES, LISTING_BYTES))
+                }
+                None => s,
+            };
+            (s, guard)
+        }
+        Backend::Elasticsearch(cfg) => {
+            let s = match EsStore::connect_existing(cfg) {
+                Err(StoreError::NotFound(_)) if mount => {
+                    check_new()?;
+                    EsStore::connect(cfg)
+                }
+                r => r,
+            };
+            let s = s.map_err(|e| match e {
+                StoreError::NotFound(_) => OpenError::NoFilesystem(backend.describe()),
+                e => OpenError::Store {
+                    what: format!("cannot open {}", backend.describe()),
+                    source: e,
+                },
+            })?;
+            log::info!("connected: {}", s.describe());
+            (Arc::new(s), None)
+        }
+    };
+    // (An embedded store's database file is its filesystem: beside a live
+    // mount a fresh superblock may not be committed yet, and Fs::new checks.)
+    if !mount
+        && matches!(backend, Backend::Elasticsearch(_))
+        && store
+            .get(Idx::Meta, "fs")
+            .map_err(OpenError::store(backend.describe()))?
+            .is_none()
+    {
+        return Err(OpenError::NoFilesystem(backend.describe()));
+    }
+    Ok((store, guard))
+}
+
+/// Open the metadata store ([`open_meta`]) and the contents store bound to
+/// it: the data directory `data`, or chunk documents in the cluster.
+pub fn open_stores(
+    backend: &Backend,
+    data: Option<&Path>,
+    mount: bool,
+) -> Result<Stores, OpenError> {
+    let (store, guard) = open_meta_for(backend, mount, data)?;
+    // The filesystem id, and the data directory bound to it.
+    if mount || data.is_some() {
+        let id = ident(&*store)?;
+        let stamp = match data {
+            Some(dir) if mount || id.id.is_some() || !in_use_beside(backend) => {
+                check_data(&id, backend, dir, mount)?
+            }
+            // Beside a live mount whose id is not committed yet: it checked.
+            _ => false,
+        };
+        if mount {
+            let fsid = ensure_fsid(&*store, &id)?;
+            if let Some(dir) = data.filter(|_| stamp) {
+                if id.formatted && id.id.is_none() {
+                    log::info!(
+                        "data directory {} adopted by store {} (filesystem {fsid})",
+                        dir.display(),
+                        backend.describe()
+                    );
+                }
+                stamp_data(dir, &fsid, &backend.describe())
+                    .map_err(OpenError::io(format!("data directory {}", dir.display())))?;
+            }
+        }
+    }
+    let data: Arc<dyn DataStore> = match data {
+        Some(dir) if !mount && !dir.is_dir() => {
+            return Err(OpenError::DataBinding(format!(
+                "data directory {} does not exist (give the mount's --data)",
+                dir.display()
+            )));
+        }
+        Some(dir) => Arc::new(LocalDataStore::open(dir).map_err(OpenError::io(format!(
+            "cannot open data directory {}",
+            dir.display()
+        )))?),
+        None => Arc::new(ChunkStore::new(store.clone())),
+    };
+    Ok(Stores {
+        meta: store,
+        data,
+        lock: guard,
+    })
+}
+
+/// The metadata document holding the filesystem's id.
+const FSID_DOC: &str = "fsid";
+/// The file in a data directory naming the filesystem its contents belong to.
+pub const FSID_FILE: &str = "esfs-fsid";
+
+/// The data directory of a store given without --data: inside the store
+/// directory, so that two stores never share one. The default store keeps
+/// `$XDG_DATA_HOME/esfs/data`, which older esfs used for every store, when
+/// that exists and `STORE/data` does not.
+pub fn default_data(store: &Path) -> PathBuf {
+    let own = store.join("data");
+    let home = std::path::absolute(default_home()).unwrap_or_else(|_| default_home());
+    let legacy = home.join("data");
+    if !own.exists() && store == home.join("store") && legacy.is_dir() {
+        legacy
+    } else {
+        own
+    }
+}
+
+/// The filesystem id a data directory is stamped with (None: no stamp).
+pub fn data_fsid(dir: &Path) -> Result<Option<String>, OpenError> {
+    let path = dir.join(FSID_FILE);
+    let not_stamp =
+        |why: String| OpenError::DataBinding(format!("{}: not an esfs stamp{why}", path.display()));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let v: Value = serde_json::from_str(&text).map_err(|e| not_stamp(format!(": {e}")))?;
+            match v["fs_id"].as_str() {
+                Some(id) => Ok(Some(id.to_string())),
+                None => Err(not_stamp(" (no fs_id)".into())),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(OpenError::io(path.display())(e)),
+    }
+}
+
+fn new_fsid() -> Result<String, OpenError> {
+    let mut b = [0u8; 16];
+    // SAFETY: fills the buffer we own, of the length given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        return Err(OpenError::io("no random bytes for a filesystem id")(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// A store's identity: its filesystem id (None: a new store, or one made
+/// before ids) and whether it holds a filesystem (a superblock).
+#[derive(Default)]
+struct Ident {
+    id: Option<String>,
+    formatted: bool,
+}
+
+fn ident(store: &dyn MetaStore) -> Result<Ident, OpenError> {
+    let get = |id| {
+        store
+            .get(Idx::Meta, id)
+            .map_err(OpenError::store("the filesystem id"))
+    };
+    Ok(Ident {
+        id: get(FSID_DOC)?.and_then(|d| d.source["id"].as_str().map(String::from)),
+        formatted: get("fs")?.is_some(),
+    })
+}
+
+/// The store's filesystem id, made now if it has none (its first mount).
+fn ensure_fsid(store: &dyn MetaStore, ident: &Ident) -> Result<String, OpenError> {
+    if let Some(id) = &ident.id {
+        return Ok(id.clone());
+    }
+    let id = new_fsid()?;
+    match store.create(Idx::Meta, FSID_DOC, &serde_json::json!({ "id": id })) {
+        Ok(_) => Ok(id),
+        // Another mount of a shared store made it first.
+        Err(StoreError::Conflict(_)) => ident_of_store(store),
+        Err(e) => Err(OpenError::store("the filesystem id")(e)),
+    }
+}
+
+fn ident_of_store(store: &dyn MetaStore) -> Result<String, OpenError> {
+    ident(store)?.id.ok_or_else(|| {
+        OpenError::Description("the filesystem id vanished while it was made".into())
+    })
+}
+
+/// Whether the data directory `dir` may serve the filesystem of the store
+/// described by `ident`: contents are keyed by inode number, so another
+/// filesystem's directory would serve (and overwrite) the wrong bytes. The
+/// store holds a random id (made by its first mount) and the directory a
+/// stamp with it; a mismatch is refused, naming both. Ok(true): a mount
+/// should stamp it (a new or empty directory, or the unstamped directory of
+/// a store from before ids, which adopts it).
+fn check_data(
+    ident: &Ident,
+    backend: &Backend,
+    dir: &Path,
+    mount: bool,
+) -> Result<bool, OpenError> {
+    let stamp = data_fsid(dir)?;
+    let holds_contents = crate::data::holds_contents(dir, FSID_FILE);
+    let (sdesc, ddesc) = (backend.describe(), dir.display());
+    let (old, new) = (
+        ident.formatted && ident.id.is_none(),
+        !ident.formatted && ident.id.is_none(),
+    );
+    match (&ident.id, &stamp) {
+        (Some(a), Some(b)) if a == b => Ok(false),
+        (Some(a), Some(b)) => Err(OpenError::DataBinding(format!(
+            "data directory {ddesc} belongs to filesystem {b}, not to store {sdesc} \
+             (filesystem {a}): give each store its own --data"
+        ))),
+        (None, Some(b)) => Err(OpenError::DataBinding(format!(
+            "data directory {ddesc} belongs to filesystem {b}, not to store {sdesc} ({}): \
+             give each store its own --data",
+            if old {
+                "made by an older esfs, without a filesystem id"
+            } else {
+                "a new filesystem"
+            }
+        ))),
+        (Some(a), None) if holds_contents => Err(OpenError::DataBinding(format!(
+            "data directory {ddesc} holds contents of an unknown filesystem (no {FSID_FILE}), \
+             not of store {sdesc} (filesystem {a}): give each store its own --data"
+        ))),
+        (None, None) if holds_contents && new => Err(OpenError::DataBinding(format!(
+            "data directory {ddesc} holds contents of an unknown filesystem (no {FSID_FILE}) \
+             and store {sdesc} is new: give it an empty or new --data"
+        ))),
+        (None, None) if old && mount && !dir.exists() => Err(OpenError::DataBinding(format!(
+            "store {sdesc} was made by an older esfs (no filesystem id) and data directory \
+             {ddesc} does not exist: give --data with the directory holding its contents \
+             (older esfs used {} for every store), or create {ddesc} if it had none",
+            default_home().join("data").display()
+        ))),
+        (_, None) => Ok(true),
+    }
+}
+
+/// Write the stamp (a whole new file renamed into place).
+fn stamp_data(dir: &Path, id: &str, store: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    crate::private::dir_all(dir)?;
+    let tmp = dir.join(format!("{FSID_FILE}.{}", std::process::id()));
+    let mut f = crate::private::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    let text = serde_json::json!({ "fs_id": id, "store": store }).to_string();
+    f.write_all(format!("{text}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(FSID_FILE))?;
+    File::open(dir)?.sync_all()
+}
