@@ -250,7 +250,7 @@ fn a_killed_mounts_locks_are_reaped_when_its_session_expires() {
         left.iter().any(|id| id.starts_with("tree/")),
         "the killed mount held tree locks: {left:?}"
     );
-    // Lease (10 s) + grace (5 s) + one janitor period (10 s), with margin.
+    // Lease (20 s) + grace (5 s) + one janitor period (20 s), with margin.
     let deadline = Instant::now() + Duration::from_secs(60);
     while !mentions(&dead).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));

@@ -69,8 +69,23 @@ pub(crate) struct Shared {
     inject: Mutex<Injection>,
     latency: Mutex<Duration>,
     requests: AtomicU64,
+    /// Non-admin requests in arrival order, while `journaling` (see
+    /// [`EsTestServer::take_journal`]; off by default: it grows).
+    journal: Mutex<Vec<Logged>>,
+    journaling: std::sync::atomic::AtomicBool,
     listener: Mutex<Option<Listening>>,
     addr: Mutex<SocketAddr>,
+}
+
+/// One request as the double received it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logged {
+    pub method: String,
+    /// The path, percent-decoded, without the query string.
+    pub path: String,
+    /// The `X-Opaque-Id` header (Elasticsearch echoes it in its task list
+    /// and slow logs; clients name the caller with it), if sent.
+    pub opaque_id: Option<String>,
 }
 
 struct Listening {
@@ -104,6 +119,8 @@ impl EsTestServer {
             }),
             latency: Mutex::new(Duration::ZERO),
             requests: AtomicU64::new(0),
+            journal: Mutex::new(Vec::new()),
+            journaling: std::sync::atomic::AtomicBool::new(false),
             listener: Mutex::new(None),
             addr: Mutex::new(local),
         });
@@ -163,6 +180,17 @@ impl EsTestServer {
     /// Requests received so far (admin requests included).
     pub fn request_count(&self) -> u64 {
         self.shared.requests.load(Ordering::Relaxed)
+    }
+
+    /// Start (or stop) recording requests for [`EsTestServer::take_journal`].
+    pub fn set_journaling(&self, on: bool) {
+        self.shared.journaling.store(on, Ordering::Relaxed);
+    }
+
+    /// The requests received (admin requests excepted) since the last
+    /// `take_journal`, while journaling, oldest first; the journal is emptied.
+    pub fn take_journal(&self) -> Vec<Logged> {
+        std::mem::take(&mut *self.shared.journal.lock())
     }
 
     /// Makes every acknowledged write of every index visible to search now.
@@ -366,6 +394,19 @@ async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>
     if let Some(rest) = path.strip_prefix("/_test/") {
         let r = admin(&sh, &method, rest, &params);
         return render(r, &params, head);
+    }
+    if sh.journaling.load(Ordering::Relaxed) {
+        sh.journal.lock().push(Logged {
+            method: method.clone(),
+            path: percent_encoding::percent_decode_str(&path)
+                .decode_utf8_lossy()
+                .into_owned(),
+            opaque_id: req
+                .headers()
+                .get("x-opaque-id")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from),
+        });
     }
     let latency = *sh.latency.lock();
     if !latency.is_zero() {

@@ -28,11 +28,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long a session lives without a heartbeat.
-pub const LEASE: Duration = Duration::from_secs(10);
+/// How long a session lives without a heartbeat. Long enough that an idle
+/// mount costs little (one conditional write per [`HEARTBEAT`], one janitor
+/// search per lease), short enough that a dead mount's locks are broken
+/// within a minute (lease + grace + one janitor period).
+pub const LEASE: Duration = Duration::from_secs(20);
 /// Extra time before a lapsed lease may be broken (tolerates clock skew).
 pub const GRACE: Duration = Duration::from_secs(5);
-const HEARTBEAT: Duration = Duration::from_secs(2);
+/// Renewal period: two renewals may fail (a slow or lost request) before
+/// the lease runs out.
+const HEARTBEAT: Duration = Duration::from_secs(7);
 /// A cached shared lock is re-checked for a pending exclusive this often.
 const RECHECK: Duration = Duration::from_millis(500);
 /// Unused cached shared locks are released after this long.
@@ -102,6 +107,9 @@ pub struct LockManager {
     /// This mount is the store's only one (embedded store, held by its
     /// mount lock): every other owner is dead, whatever its lease says.
     sole: AtomicBool,
+    /// The session document as last written, and its version: only this
+    /// mount writes it, so a renewal is one conditional write.
+    session: Mutex<(Value, Option<Version>)>,
 }
 
 /// What [`LockManager::reap_dead`] found (and, repairing, removed).
@@ -146,14 +154,17 @@ impl LockManager {
             cache: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             sole: AtomicBool::new(false),
+            session: Mutex::new((Value::Null, None)),
         });
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let doc = json!({
             "type": "session", "owner": owner, "host": host.trim(), "pid": std::process::id(),
             "mount": mount, "since": now_ms(), "expires": now_ms() + LEASE.as_millis() as i64,
         });
-        m.store
+        let v = m
+            .store
             .put(Idx::Locks, &format!("session/{owner}"), &doc, None)?;
+        *m.session.lock() = (doc, Some(v));
         Ok(m)
     }
 
@@ -191,17 +202,30 @@ impl LockManager {
             .expect("spawn lock heartbeat");
     }
 
+    /// Renew the session's lease: one write, conditional on the version
+    /// this mount wrote last (a conflict re-reads once: someone else wrote
+    /// it, e.g. fsck). A session deleted by others (this mount was taken for
+    /// dead) is an error: its locks may have been broken.
     pub fn heartbeat(&self) -> StoreResult<()> {
         let id = format!("session/{}", self.owner);
+        let mut session = self.session.lock();
         for _ in 0..20 {
-            let Some(doc) = self.store.get(Idx::Locks, &id)? else {
-                return Err(StoreError::NotFound(id));
-            };
-            let mut s = doc.source;
-            s["expires"] = json!(now_ms() + LEASE.as_millis() as i64);
-            match self.store.put(Idx::Locks, &id, &s, Some(doc.version)) {
-                Err(StoreError::Conflict(_)) => continue,
-                r => return r.map(|_| ()),
+            let (doc, version) = &mut *session;
+            if version.is_none() {
+                let Some(d) = self.store.get(Idx::Locks, &id)? else {
+                    return Err(StoreError::NotFound(id));
+                };
+                *doc = d.source;
+                *version = Some(d.version);
+            }
+            doc["expires"] = json!(now_ms() + LEASE.as_millis() as i64);
+            match self.store.put(Idx::Locks, &id, doc, *version) {
+                Ok(v) => {
+                    *version = Some(v);
+                    return Ok(());
+                }
+                Err(StoreError::Conflict(_)) => *version = None,
+                Err(e) => return Err(e),
             }
         }
         Ok(())

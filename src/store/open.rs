@@ -246,7 +246,12 @@ fn open_meta_for(
                 r => r,
             };
             let s = s.map_err(|e| match e {
-                StoreError::NotFound(_) => OpenError::NoFilesystem(backend.describe()),
+                // Its message names the missing index.
+                StoreError::NotFound(m) => OpenError::NoFilesystem(
+                    m.strip_prefix("no esfs filesystem at ")
+                        .unwrap_or(&m)
+                        .to_string(),
+                ),
                 e => OpenError::Store {
                     what: format!("cannot open {}", backend.describe()),
                     source: e,
