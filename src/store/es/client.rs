@@ -1,0 +1,136 @@
+//! Talking to the server: one request, the retry loop with its backoff and
+//! budget, and answers and errors in store terms (documents, versions,
+//! `Conflict`/`NotFound`/`Unavailable`); URLs redacted for messages.
+
+use super::EsStore;
+use crate::store::*;
+use elasticsearch::http::Url;
+use elasticsearch::http::response::Response;
+use elasticsearch::*;
+use serde_json::Value;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The URL with any user:password removed, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string().trim_end_matches('/').to_string()
+        }
+        Err(_) => url.to_string(),
+    }
+}
+
+pub(super) fn version_of(v: &Value) -> Option<Version> {
+    Some(Version {
+        seq_no: v["_seq_no"].as_u64()?,
+        primary_term: v["_primary_term"].as_u64()?,
+    })
+}
+
+pub(super) fn doc_of(v: &Value) -> StoreResult<Doc> {
+    Ok(Doc {
+        id: v["_id"].as_str().unwrap_or_default().to_string(),
+        version: version_of(v)
+            .ok_or_else(|| StoreError::Other(format!("response without _seq_no: {v}")))?,
+        source: v["_source"].clone(),
+    })
+}
+
+/// The error type and reason of an Elasticsearch error body.
+pub(super) fn reason(body: &Value) -> String {
+    let e = &body["error"];
+    match (e["type"].as_str(), e["reason"].as_str()) {
+        (Some(t), Some(r)) => format!("{t}: {r}"),
+        _ => body.to_string(),
+    }
+}
+
+/// A per-item or per-request failure in store terms.
+pub(super) fn error_of(status: u16, body: &Value, id: &str) -> StoreError {
+    match status {
+        409 => StoreError::Conflict(id.to_string()),
+        404 => StoreError::NotFound(format!("{id}: {}", reason(body))),
+        400 | 413 => StoreError::Invalid(reason(body)),
+        429 | 502 | 503 | 504 => {
+            StoreError::Unavailable(format!("HTTP {status}: {}", reason(body)))
+        }
+        _ => StoreError::Other(format!("HTTP {status}: {}", reason(body))),
+    }
+}
+
+/// An error with its causes ("error sending request: ...: Connection refused").
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !msg.contains(&s) {
+            msg.push_str(": ");
+            msg.push_str(&s);
+        }
+        cur = c.source();
+    }
+    msg
+}
+
+pub(super) fn retryable(status: u16) -> bool {
+    matches!(status, 429 | 502 | 503 | 504)
+}
+
+impl EsStore {
+    /// One request, no retries: (status, body). Used at connect time.
+    pub(super) fn once<F, Fut>(&self, f: F) -> Result<(u16, Value), String>
+    where
+        F: Fn(Elasticsearch) -> Fut,
+        Fut: Future<Output = Result<Response, elasticsearch::Error>>,
+    {
+        self.rt.block_on(async {
+            let resp = f(self.client.clone())
+                .await
+                .map_err(|e| error_chain(&e).replace(&self.raw_url, &self.url))?;
+            let status = resp.status_code().as_u16();
+            let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+            Ok((status, body))
+        })
+    }
+
+    /// A request with bounded retries on overload and transport failures:
+    /// (status, body) of the final answer, or `Unavailable`.
+    pub(super) fn call<F, Fut>(&self, f: F) -> StoreResult<(u16, Value)>
+    where
+        F: Fn(Elasticsearch) -> Fut,
+        Fut: Future<Output = Result<Response, elasticsearch::Error>>,
+    {
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let last = match self.once(&f) {
+                Ok((status, body)) if !retryable(status) => return Ok((status, body)),
+                Ok((status, body)) => format!("HTTP {status}: {}", reason(&body)),
+                Err(e) => e,
+            };
+            if start.elapsed() + delay > self.retry_budget {
+                log::warn!("Elasticsearch at {} unavailable: {last}", self.url);
+                return Err(StoreError::Unavailable(format!(
+                    "Elasticsearch at {} unavailable: {last}",
+                    self.url
+                )));
+            }
+            log::debug!("retrying in {delay:?} after: {last}");
+            std::thread::sleep(jitter(delay));
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+}
+
+pub(super) fn jitter(d: Duration) -> Duration {
+    // Cheap jitter from the clock: spreads retries of concurrent callers.
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|t| t.subsec_nanos())
+        .unwrap_or(0);
+    d + d * (n % 1000) / 2000
+}

@@ -1,0 +1,157 @@
+//! The indices: their settings and mappings built from the schema, the
+//! mapping format version, index-name rules, and creating or verifying the
+//! indices at connect.
+
+use super::EsStore;
+use super::client::reason;
+use crate::store::schema::{Field, FieldType, Idx};
+use crate::store::*;
+use elasticsearch::indices::{IndicesCreateParts, IndicesExistsParts, IndicesGetMappingParts};
+use serde_json::{Value, json};
+
+/// Version of the index layout; a mount refuses indices with another one.
+/// 2: entries gained `contents` (trigram-analysed text), `indexed`, `xattrs`.
+pub const MAPPING_FORMAT: u64 = 2;
+/// keyword terms above this many characters are not indexed (Lucene's term
+/// limit is 32766 bytes; 4 bytes per character at most).
+pub(super) const IGNORE_ABOVE: u64 = 8191;
+
+/// Index names must be lowercase and free of a few characters.
+pub(super) fn check_index_name(name: &str) -> StoreResult<()> {
+    let bad = name.is_empty()
+        || name.starts_with(['_', '-', '+'])
+        || name.chars().any(|c| {
+            c.is_uppercase()
+                || matches!(
+                    c,
+                    '\\' | '/' | '*' | '?' | '"' | '<' | '>' | '|' | ' ' | ',' | '#' | ':'
+                )
+        });
+    if bad {
+        return Err(StoreError::Invalid(format!(
+            "index name {name:?} must be lowercase, without spaces or any of \\/*?\"<>|,#:, and not start with _ - +"
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn field_mapping(f: &Field) -> Value {
+    match f.ty {
+        FieldType::Keyword => json!({"type": "keyword", "ignore_above": IGNORE_ABOVE}),
+        FieldType::KeywordText => json!({
+            "type": "keyword", "ignore_above": IGNORE_ABOVE,
+            "fields": {"text": {"type": "text"}}
+        }),
+        FieldType::Path => json!({
+            "type": "keyword", "ignore_above": IGNORE_ABOVE,
+            "fields": {"tree": {"type": "text", "analyzer": "esfs_path", "search_analyzer": "keyword"}}
+        }),
+        FieldType::Long => json!({"type": "long"}),
+        FieldType::Date => json!({"type": "date", "format": "epoch_millis"}),
+        FieldType::Bool => json!({"type": "boolean"}),
+        // Substring search: every 3-character window, lowercased.
+        FieldType::Text => json!({"type": "text", "analyzer": "esfs_trigram"}),
+        FieldType::Keywords => json!({"type": "keyword", "ignore_above": IGNORE_ABOVE}),
+    }
+}
+
+/// Settings and mappings of one index: only declared fields are indexed
+/// (`dynamic: false`); everything else stays in `_source`.
+pub fn index_body(idx: Idx) -> Value {
+    let mut props = serde_json::Map::new();
+    for f in idx.fields() {
+        props.insert(f.name.to_string(), field_mapping(f));
+    }
+    if idx == Idx::Chunks {
+        props.insert("data".into(), json!({"type": "binary"}));
+    }
+    json!({
+        "settings": {
+            "index": {
+                "number_of_shards": 1,
+                "refresh_interval": "1s",
+                "max_result_window": 10000
+            },
+            "analysis": {
+                "tokenizer": {
+                    "esfs_path": {"type": "path_hierarchy", "delimiter": "/"},
+                    "esfs_trigram": {"type": "ngram", "min_gram": 3, "max_gram": 3}
+                },
+                "analyzer": {
+                    "esfs_path": {"type": "custom", "tokenizer": "esfs_path"},
+                    "esfs_trigram": {"type": "custom", "tokenizer": "esfs_trigram", "filter": ["lowercase"]}
+                }
+            }
+        },
+        "mappings": {
+            "dynamic": false,
+            "_meta": {"esfs_format": MAPPING_FORMAT, "esfs_index": idx.name()},
+            "properties": props
+        }
+    })
+}
+
+impl EsStore {
+    /// Create missing indices (unless `!create`: then a missing one is
+    /// `NotFound`); refuse ones made by an incompatible esfs.
+    pub(super) fn ensure_indices(&self, create: bool) -> StoreResult<()> {
+        for idx in Idx::ALL {
+            let name = &self.index_name(idx);
+            let name = name.as_str();
+            let (status, _) = self.call(|c| async move {
+                c.indices()
+                    .exists(IndicesExistsParts::Index(&[name]))
+                    .send()
+                    .await
+            })?;
+            if status == 404 && !create {
+                return Err(StoreError::NotFound(format!(
+                    "no esfs filesystem at {} (no index {name})",
+                    self.url
+                )));
+            }
+            if status == 404 {
+                let body = index_body(idx);
+                let body = &body;
+                let (status, resp) = self.call(|c| async move {
+                    c.indices()
+                        .create(IndicesCreateParts::Index(name))
+                        .body(body.clone())
+                        .send()
+                        .await
+                })?;
+                let raced = resp["error"]["type"] == "resource_already_exists_exception";
+                if status != 200 && !raced {
+                    return Err(StoreError::Other(format!(
+                        "creating index {name}: {}",
+                        reason(&resp)
+                    )));
+                }
+                if !raced {
+                    continue;
+                }
+            }
+            let (status, resp) = self.call(|c| async move {
+                c.indices()
+                    .get_mapping(IndicesGetMappingParts::Index(&[name]))
+                    .send()
+                    .await
+            })?;
+            if status != 200 {
+                return Err(StoreError::Other(format!(
+                    "mapping of {name}: {}",
+                    reason(&resp)
+                )));
+            }
+            let format = resp[&name]["mappings"]["_meta"]["esfs_format"].as_u64();
+            if format != Some(MAPPING_FORMAT) {
+                return Err(StoreError::Invalid(format!(
+                    "index {name} was not created by this esfs (mapping format {}, expected {MAPPING_FORMAT}); \
+                     use another --index or delete it",
+                    format.map_or("none".to_string(), |f| f.to_string())
+                )));
+            }
+        }
+        Ok(())
+    }
+}
