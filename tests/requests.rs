@@ -168,10 +168,7 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "cat of a small file another mount wrote",
         t.per_op(N, |i| {
-            assert_eq!(
-                fs::read(a.p(format!("s{i}"))).unwrap(),
-                b"small contents\n"
-            )
+            assert_eq!(fs::read(a.p(format!("s{i}"))).unwrap(), b"small contents\n")
         }),
         6.0,
         2.0,

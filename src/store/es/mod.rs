@@ -15,7 +15,7 @@
 //!   rejected with 429 are retried.
 //! - 429/502/503/504 and transport failures are retried with jittered
 //!   exponential backoff for at most `retry_budget`, then reported as
-//!   `Unavailable` (EIO above), so a lost server never hangs a syscall.
+//!   `Unavailable` (ETIMEDOUT above), so a lost server never hangs a syscall.
 //! - 409 `version_conflict_engine_exception` is `Conflict`; a GET miss is a
 //!   404 `{"found": false}`, not an error.
 //! - long iterations use a point in time with `search_after`, so a 100k-entry

@@ -56,10 +56,21 @@ pub fn query_json(q: &Query) -> Value {
     }
 }
 
+/// Sorts with `missing: _last` spelled out on document fields (the
+/// default): OpenSearch 2.x skips segments under `search_after` using the
+/// field's min/max and loses documents without the field unless `missing`
+/// is given (opensearch-project/OpenSearch#14824; #8391 turned the
+/// shortcut off for an explicit `missing`). `_doc`, `_score`, ... take none.
 pub(super) fn sort_json(sort: &[Sort]) -> Value {
     json!(
         sort.iter()
-            .map(|s| json!({&s.field: {"order": if s.descending { "desc" } else { "asc" }}}))
+            .map(|s| {
+                let order = if s.descending { "desc" } else { "asc" };
+                match s.field.starts_with('_') {
+                    true => json!({&s.field: {"order": order}}),
+                    false => json!({&s.field: {"order": order, "missing": "_last"}}),
+                }
+            })
             .collect::<Vec<_>>()
     )
 }
