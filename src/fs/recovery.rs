@@ -120,14 +120,14 @@ impl Fs {
                     &[m.src_parent, e.parent],
                     &[(m.src_parent, &m.src_name), (e.parent, &e.name)],
                 )?;
-                self.apply_move(m, true, false)
+                self.apply_move(m, None)
             }
             Intent::Exchange { a, b } => {
                 let (_t, _) = self.tree_lock(
                     &[a.parent, b.parent],
                     &[(a.parent, &a.name), (b.parent, &b.name)],
                 )?;
-                self.apply_exchange(a, b)
+                self.apply_exchange(a, b, None).map(|_| ())
             }
         }
     }
@@ -160,58 +160,5 @@ impl Fs {
             Ok(_) | Err(FsError::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
-    }
-
-    /// Recompute `path`/`dir` of every entry below directory `ino` from the
-    /// parent chain (the truth), walking by inode. Returns how many changed.
-    pub fn fix_paths(&self, ino: u64) -> FsResult<u64> {
-        let mut fixed = 0;
-        let mut queue = vec![ino];
-        while let Some(dir) = queue.pop() {
-            let dpath = self.dir_path(dir)?;
-            let mut stale = Vec::new();
-            scan(
-                &*self.store,
-                Idx::Entries,
-                Query::term("parent", dir),
-                vec![Sort::asc("cookie")],
-                1000,
-                |hits| {
-                    for h in hits {
-                        let e: Entry = serde_json::from_value(h.doc.source)
-                            .map_err(|e| StoreError::Other(e.to_string()))?;
-                        if e.kind == Kind::Dir {
-                            queue.push(e.ino);
-                        }
-                        if e.dir != dpath || e.path != join_path(&dpath, &e.name) {
-                            stale.push(h.doc.id);
-                        }
-                    }
-                    Ok(true)
-                },
-            )?;
-            for id in stale {
-                for _ in 0..MAX_RETRIES {
-                    let Some(doc) = self.store.get(Idx::Entries, &id)? else {
-                        break;
-                    };
-                    let mut e: Entry = serde_json::from_value(doc.source)?;
-                    e.dir = dpath.clone();
-                    e.path = join_path(&dpath, &e.name);
-                    match self
-                        .store
-                        .put(Idx::Entries, &id, &to_doc(&e), Some(doc.version))
-                    {
-                        Ok(_) => {
-                            fixed += 1;
-                            break;
-                        }
-                        Err(StoreError::Conflict(_)) => continue,
-                        Err(err) => return Err(err.into()),
-                    }
-                }
-            }
-        }
-        Ok(fixed)
     }
 }
