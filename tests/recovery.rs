@@ -154,6 +154,7 @@ fn kill9_during_a_large_directory_rename_on_the_embedded_store_is_all_or_nothing
     skip_in_plain_mode!(
         "kill9_during_a_large_directory_rename_on_the_embedded_store_is_all_or_nothing"
     );
+    embedded_only!("kill9_during_a_large_directory_rename_on_the_embedded_store_is_all_or_nothing");
     let store_dir = m.store_dir();
     let n = 60_000;
     let mv = {
@@ -190,6 +191,7 @@ fn kill9_during_a_large_directory_rename_on_the_embedded_store_is_all_or_nothing
 fn fsck_finds_and_repairs_damage() {
     let mut m = Mount::new();
     skip_in_plain_mode!("fsck_finds_and_repairs_damage");
+    embedded_only!("fsck_finds_and_repairs_damage");
     fs::create_dir_all(m.p("a/b")).unwrap();
     fs::write(m.p("a/b/f"), b"x").unwrap();
     fs::write(m.p("a/g"), b"y").unwrap();
@@ -258,6 +260,7 @@ fn fsck_finds_and_repairs_damage() {
 fn locks_lists_sessions_and_breaks_a_lock() {
     let m = Mount::new();
     skip_in_plain_mode!("locks_lists_sessions_and_breaks_a_lock");
+    embedded_only!("locks_lists_sessions_and_breaks_a_lock");
     let sa = m.store_dir();
     let (code, out) = esfs(&["locks", "--store", sa.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
@@ -284,6 +287,7 @@ fn locks_lists_sessions_and_breaks_a_lock() {
 fn fsck_catches_up_sizes_a_killed_mount_left_behind() {
     let mut m = Mount::new();
     skip_in_plain_mode!("fsck_catches_up_sizes_a_killed_mount_left_behind");
+    embedded_only!("fsck_catches_up_sizes_a_killed_mount_left_behind");
     // close(2) sends nothing; the write-back would come a second later.
     m.kill9_right_after("head -c 70000 /dev/zero > big; printf hello > small");
     let (store_dir, data_dir) = (m.store_dir(), m.data_dir());
@@ -318,6 +322,7 @@ fn fsck_catches_up_sizes_a_killed_mount_left_behind() {
 fn fsck_beside_a_live_mount_skips_its_pending_sizes() {
     let m = Mount::new();
     skip_in_plain_mode!("fsck_beside_a_live_mount_skips_its_pending_sizes");
+    embedded_only!("fsck_beside_a_live_mount_skips_its_pending_sizes");
     fs::write(m.p("f"), b"pending").unwrap();
     let (sa, da) = (m.store_dir(), m.data_dir());
     let (code, out) = esfs(&[
