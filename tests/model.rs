@@ -346,7 +346,7 @@ fn entry_ids_are_realtime_gets_and_searchable_fields_match_inodes() {
 /// the same with directories evicted all the time.
 #[test]
 fn cached_listings_match_the_store_after_random_namespace_changes() {
-    use esfs::fs::namespace::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+    use esfs::fs::{RENAME_EXCHANGE, RENAME_NOREPLACE};
     use esfs::store::cache::CachedStore;
     for budget in [64 << 20, 4 << 10] {
         let dir = tempfile::tempdir().unwrap();

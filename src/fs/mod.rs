@@ -5,17 +5,23 @@
 //! Concurrency: namespace changes take [`NamespaceLocks`]; attribute updates
 //! are optimistic (read, change, write-if-version, retry on conflict), which
 //! is also what keeps several mounts of one Elasticsearch index safe.
+//!
+//! Layout: this file holds [`Fs`], its configuration and the helpers every
+//! call shares (documents, paths, tree locks); `ops/` the calls, one file
+//! per family; [`intent`] the rename plan and its idempotent steps;
+//! [`recovery`] the janitor's roll-forward and fsck's repairs; `writeback`
+//! lazy close and directory times; [`journal`] the unflushed-files journal.
 
-mod dir;
-mod io;
+pub mod intent;
 pub mod journal;
-pub mod namespace;
-pub mod plock;
+mod ops;
 pub mod recovery;
-mod xattr;
+mod writeback;
 
-pub use dir::{DirEnt, DirItem};
-pub use namespace::NewNode;
+pub use ops::create::NewNode;
+pub use ops::plock;
+pub use ops::readdir::{DirEnt, DirItem};
+pub use ops::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
@@ -120,7 +126,7 @@ pub struct Fs {
     /// Directory inode -> (parent inode, encoded name): paths are composed
     /// from this. Only a rename of that directory changes its row.
     dirs: RwLock<HashMap<u64, (u64, String)>>,
-    open: Mutex<HashMap<u64, io::OpenState>>,
+    open: Mutex<HashMap<u64, ops::io::OpenState>>,
     /// Inodes whose last name is being removed and whose document goes with
     /// it (shared stores): an open(2) of one answers ESTALE. Locked inside
     /// `open`.
@@ -130,7 +136,7 @@ pub struct Fs {
     /// and left the overlay (a persist, setattr, drop): an inode read
     /// before is older than what the kernel was told, so it is read again
     /// (see [`Fs::overlay`]).
-    settled: [AtomicU64; io::SETTLE_STRIPES],
+    settled: [AtomicU64; ops::io::SETTLE_STRIPES],
     /// The kernel keeps files' sizes and times (its writeback-cache mode):
     /// writes leave mtime/ctime to the SETATTR it sends at close.
     kernel_times: std::sync::atomic::AtomicBool,
@@ -141,8 +147,8 @@ pub struct Fs {
     /// Kernel lookup counts: an inode whose last name is gone stays until
     /// the kernel forgets it (a process may still open it by a cached name).
     lookups: Mutex<HashMap<u64, u64>>,
-    handles: Mutex<HashMap<u64, io::Handle>>,
-    dir_handles: Mutex<HashMap<u64, Arc<Mutex<dir::DirHandle>>>>,
+    handles: Mutex<HashMap<u64, ops::io::Handle>>,
+    dir_handles: Mutex<HashMap<u64, Arc<Mutex<ops::readdir::DirHandle>>>>,
     next_fh: AtomicU64,
     /// Content indexing for `esfs search` (set by the mount).
     search: std::sync::OnceLock<Box<dyn crate::hook::ContentHook>>,
@@ -355,107 +361,6 @@ impl Fs {
         }
     }
 
-    /// Inodes unlinked while open by a mount that then died.
-    fn reclaim_orphans(&self) -> FsResult<()> {
-        let q = crate::store::Query::term("orphan", true);
-        let mut orphans = Vec::new();
-        crate::store::scan(&*self.store, Idx::Inodes, q, vec![], 1000, |hits| {
-            orphans.extend(hits.into_iter().map(|h| h.doc));
-            Ok(true)
-        })?;
-        for doc in orphans {
-            let inode: Inode = serde_json::from_value(doc.source)?;
-            log::info!("reclaiming inode {} unlinked while open", inode.ino);
-            self.destroy_inode(&inode)?;
-        }
-        Ok(())
-    }
-
-    /// The kernel now holds one more reference to `ino` (an entry reply).
-    pub fn remember(&self, ino: u64) {
-        *self.lookups.lock().entry(ino).or_insert(0) += 1;
-    }
-
-    /// The kernel dropped `n` references; the last one of an unlinked inode
-    /// that nothing has open deletes it.
-    pub fn forget(&self, ino: u64, n: u64) {
-        {
-            let mut l = self.lookups.lock();
-            match l.get_mut(&ino) {
-                Some(c) if *c > n => {
-                    *c -= n;
-                    return;
-                }
-                Some(_) => {
-                    l.remove(&ino);
-                }
-                None => return,
-            }
-        }
-        if self.lazy_close() {
-            // Deleting an unlinked inode (marked orphan by its unlink, so a
-            // crash before this loses nothing: the next mount reclaims it)
-            // waits for the write-back, which deletes many per transaction.
-            self.forgotten.lock().push(ino);
-            return;
-        }
-        self.finish_forget(ino);
-    }
-
-    /// The kernel holds no reference to `ino` any more (unless it looked it
-    /// up again since): persist and drop its state, delete it if unlinked.
-    fn finish_forget(&self, ino: u64) {
-        if self.lookups.lock().contains_key(&ino) {
-            return; // looked up again; a later forget comes back here
-        }
-        let handles = self.open.lock().get(&ino).map(|st| st.open_handles());
-        match handles {
-            Some(n) if n > 0 => return, // the last release decides
-            Some(_) => {
-                // No-open mode: no descriptor holds the inode any more.
-                if let Err(e) = self.persist(ino).and_then(|()| self.drop_state(ino)) {
-                    log::error!("forget {ino}: {e}");
-                }
-                return;
-            }
-            None => {}
-        }
-        match self.get_inode(ino) {
-            Ok((inode, _)) if inode.nlink == 0 => {
-                if let Err(e) = self.destroy_inode(&inode) {
-                    log::error!("deleting unlinked inode {ino}: {e}");
-                }
-            }
-            Ok(_) | Err(FsError::NotFound) => {}
-            Err(e) => log::error!("forget {ino}: {e}"),
-        }
-    }
-
-    /// Unlinked inodes the kernel let go of that the write-back has yet to
-    /// delete (see `forget`): how many, and their blocks.
-    fn pending_deletions(&self) -> (u64, u64) {
-        let inos = self.forgotten.lock().clone();
-        let (mut n, mut blocks) = (0, 0);
-        for ino in inos {
-            let open = self.open.lock().get(&ino).map(|st| st.open_handles());
-            if open.is_some_and(|h| h > 0) || self.lookups.lock().contains_key(&ino) {
-                continue;
-            }
-            if let Ok((inode, _)) = self.get_inode(ino)
-                && inode.nlink == 0
-            {
-                n += 1;
-                blocks += inode.size.div_ceil(BLOCK_SIZE);
-            }
-        }
-        (n, blocks)
-    }
-
-    /// Whether the kernel or an open handle still references `ino`.
-    fn in_use(&self, ino: u64) -> bool {
-        self.is_open(ino) || self.lookups.lock().contains_key(&ino)
-    }
-
     /// A fresh id (inode numbers and readdir cookies share the sequence).
     fn alloc(&self) -> FsResult<u64> {
         let mut ids = self.ids.lock();
@@ -495,18 +400,6 @@ impl Fs {
             .get(Idx::Inodes, &inode_id(ino))?
             .ok_or(FsError::NotFound)?;
         Ok((serde_json::from_value(doc.source)?, doc.version))
-    }
-
-    /// The inode as callers should see it: stored attributes plus the
-    /// not-yet-persisted size/times of open files.
-    pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
-        loop {
-            let mark = self.settle_mark(ino);
-            let (mut inode, _) = self.get_inode(ino).map_err(stale)?;
-            if self.overlay(&mut inode, mark) {
-                return Ok(inode);
-            }
-        }
     }
 
     /// Read-modify-write of an inode with optimistic concurrency.
@@ -559,102 +452,11 @@ impl Fs {
         Err(FsError::Again)
     }
 
-    /// The directory time of `inode` waiting in memory, if any.
-    fn pending_dir_time(&self, inode: &Inode) -> Option<i64> {
-        if inode.kind != Kind::Dir {
-            return None;
-        }
-        self.dir_times.lock().get(&inode.ino).copied()
-    }
-
-    /// `t` reached the store: drop it, unless a later time came meanwhile.
-    fn settle_dir_time(&self, ino: u64, t: i64) {
-        let mut times = self.dir_times.lock();
-        if times.get(&ino) == Some(&t) {
-            times.remove(&ino);
-        }
-    }
-
-    /// A directory's inode was written (`Some`, with the deferred time the
-    /// write took along), or this thread's batch was acknowledged (`None`).
-    /// Only an acknowledged write settles: until then the time stays
-    /// pending (a crash could still lose the write), and then the journal
-    /// unmarks the directory if nothing newer waits, so that recovery does
-    /// not move a time set afterwards (`touch -d`, `cp -a`) to its start.
-    fn dirs_written(&self, wrote: Option<(u64, Option<i64>)>) {
-        let in_batch = BATCH_DEPTH.with(|d| d.get()) > 0;
-        let done = WRITTEN_DIRS.with(|w| {
-            let mut w = w.borrow_mut();
-            w.extend(wrote);
-            if in_batch {
-                return Vec::new();
-            }
-            std::mem::take(&mut *w)
-        });
-        let Some(j) = &self.journal else { return };
-        if done.is_empty() {
-            return;
-        }
-        for &(ino, t) in &done {
-            if let Some(t) = t {
-                self.settle_dir_time(ino, t);
-            }
-        }
-        let inos: Vec<u64> = done.iter().map(|(ino, _)| *ino).collect();
-        if let Err(e) = j.unmark(&inos, |ino| self.dir_times.lock().contains_key(&ino)) {
-            // The marks stay: recovery would move those times to its start.
-            log::warn!("unflushed journal: {e}");
-        }
-    }
-
-    /// Write the directory times waiting in memory to their inodes, many
-    /// per transaction (each write absorbs its directory's time).
-    pub(super) fn write_back_dir_times(&self) -> FsResult<()> {
-        let dirs: Vec<u64> = self.dir_times.lock().keys().copied().collect();
-        for chunk in dirs.chunks(256) {
-            self.batch(|| {
-                for &ino in chunk {
-                    match self.update_inode(ino, |_| Ok(())) {
-                        Ok(_) => {}
-                        Err(FsError::NotFound) => {
-                            self.dir_times.lock().remove(&ino);
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
-    }
-
-    /// fsync of a directory: its times waiting in memory are written first.
-    pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
-        if self.dir_times.lock().contains_key(&ino) {
-            self.batch(|| self.update_inode(ino, |_| Ok(())).map(|_| ()))?;
-        }
-        self.store.sync()?;
-        Ok(())
-    }
-
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
         match self.store.get(Idx::Entries, &entry_id(parent, name))? {
             Some(doc) => Ok(Some((serde_json::from_value(doc.source)?, doc.version))),
             None => Ok(None),
         }
-    }
-
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
-        if name.len() > NAME_MAX {
-            return Err(FsError::NameTooLong);
-        }
-        // Brief: a lookup needs the inode number, not the file's indexed text.
-        let doc = self
-            .store
-            .get_brief(Idx::Entries, &entry_id(parent, name))?
-            .ok_or(FsError::NotFound)?;
-        let entry: Entry = serde_json::from_value(doc.source)?;
-        self.getattr(entry.ino)
     }
 
     /// Copy the inode's searchable attributes into each of its entry documents.
@@ -682,66 +484,6 @@ impl Fs {
         Ok(())
     }
 
-    /// Directory mtime/ctime to now and its link count changed by `nlink`.
-    fn touch_dir(&self, ino: u64, nlink: i32) -> FsResult<()> {
-        let now = now_ns();
-        if let Some(h) = self.search.get() {
-            h.activity();
-        }
-        if nlink == 0
-            && let Some(j) = &self.journal
-        {
-            // Lazy close: only the times change, so they wait in memory for
-            // the write-back like a closed file's size (a read-modify-write
-            // of the directory was a sixth of an unlink or a rename). The
-            // journal names the directory first (the time goes in before
-            // the mark, so a settle in between keeps the mark): after a
-            // crash the next mount moves its times to its own start.
-            self.dir_times
-                .lock()
-                .entry(ino)
-                .and_modify(|t| *t = (*t).max(now))
-                .or_insert(now);
-            j.mark(ino)
-                .map_err(|e| FsError::Io(format!("unflushed journal: {e}")))?;
-            self.stale_dirs.lock().insert(ino);
-            return Ok(());
-        }
-        let inode = self.update_inode(ino, |i| {
-            i.mtime_ns = now;
-            i.ctime_ns = now;
-            i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
-            Ok(())
-        })?;
-        if self.lazy_close() {
-            // The entry's copy of the directory's times only serves
-            // searches: the write-back refreshes it, once a second at most
-            // instead of once per name created in the directory (a write of
-            // its own per call). A crash leaves it stale until the next change.
-            self.stale_dirs.lock().insert(ino);
-            return Ok(());
-        }
-        self.sync_entries(&inode)
-    }
-
-    /// Refreshes the entry documents of the directories `touch_dir` left stale.
-    fn sync_stale_dirs(&self) -> FsResult<()> {
-        let dirs: Vec<u64> = self.stale_dirs.lock().drain().collect();
-        for chunk in dirs.chunks(256) {
-            self.batch(|| {
-                for &ino in chunk {
-                    match self.get_inode(ino) {
-                        Ok((inode, _)) => self.sync_entries(&inode)?,
-                        Err(FsError::NotFound) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
-    }
-
     /// Delete an inode's document and contents (its last name is gone and
     /// nothing has it open).
     fn destroy_inode(&self, inode: &Inode) -> FsResult<()> {
@@ -764,6 +506,16 @@ impl Fs {
         self.dirs.write().remove(&ino);
         self.dir_times.lock().remove(&ino);
         self.atimes.lock().remove(&ino);
+    }
+
+    /// Searches are near-real-time on Elasticsearch: under an exclusive
+    /// lock, make the changes other mounts finished before it visible.
+    /// (A mount's own writes are always visible to its searches.)
+    fn see_other_mounts(&self) -> FsResult<()> {
+        if !self.cfg.exclusive {
+            self.store.refresh(Idx::Entries)?;
+        }
+        Ok(())
     }
 
     // ---- paths ----
@@ -813,131 +565,6 @@ impl Fs {
             p.push_str(name);
         }
         Ok(p)
-    }
-
-    // ---- attributes ----
-
-    pub fn setattr(&self, ctx: Ctx, ino: u64, set: SetAttr) -> FsResult<Inode> {
-        let _ = ctx; // ownership rules are enforced by the kernel (default_permissions)
-        if let Some(inode) = self.set_times_in_memory(ino, &set)? {
-            return Ok(inode);
-        }
-        // Persist pending writes first so they cannot overwrite what we set.
-        self.persist(ino)?;
-        let now = now_ns();
-        if let Some(size) = set.size {
-            let (inode, _) = self.get_inode(ino)?;
-            match inode.kind {
-                Kind::File => {}
-                Kind::Dir => return Err(FsError::IsDir),
-                _ => return Err(FsError::Invalid),
-            }
-            if let Some(key) = &inode.content {
-                self.data.truncate(key, size)?;
-            }
-        }
-        // A pending atime goes in with this write, unless this sets atime.
-        let pending = self.atimes.lock().remove(&ino);
-        let inode = self.update_inode(ino, |i| {
-            if let Some(m) = set.mode {
-                i.mode = m & 0o7777;
-            }
-            if let Some(u) = set.uid {
-                i.uid = u;
-            }
-            if let Some(g) = set.gid {
-                i.gid = g;
-            }
-            if let Some(s) = set.size {
-                i.size = s;
-                i.mtime_ns = now;
-                if let Some(k) = &i.content {
-                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
-                }
-            }
-            match (set.atime, pending) {
-                (Some(TimeSpec::Now), _) => i.atime_ns = now,
-                (Some(TimeSpec::At(t)), _) => i.atime_ns = t,
-                (None, Some(a)) => i.atime_ns = i.atime_ns.max(a),
-                (None, None) => {}
-            }
-            match set.mtime {
-                Some(TimeSpec::Now) => i.mtime_ns = now,
-                Some(TimeSpec::At(t)) => i.mtime_ns = t,
-                None => {}
-            }
-            i.ctime_ns = set.ctime.unwrap_or(now);
-            Ok(())
-        })?;
-        self.refresh_open(&inode);
-        if let (Some(_), Some(key), true) = (
-            &self.journal,
-            &inode.content,
-            set.size.is_some() || set.mtime.is_some(),
-        ) {
-            // Keep the data's mtime the file's (see `replay_journal`).
-            self.data.set_mtime(key, inode.mtime_ns)?;
-        }
-        self.sync_entries(&inode)?;
-        if (set.size.is_some() || set.mtime.is_some()) && inode.kind == Kind::File {
-            self.content_changed(ino);
-        }
-        Ok(inode)
-    }
-
-    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
-        let (inode, _) = self.get_inode(ino)?;
-        match (&inode.kind, &inode.target) {
-            (Kind::Symlink, Some(t)) => Ok(decode_bytes(t)),
-            _ => Err(FsError::Invalid),
-        }
-    }
-
-    pub fn statfs(&self) -> FsResult<StatFs> {
-        // Removed files count as freed at once, as df expects, but their
-        // deletion stays with the write-back: deleting a big file's
-        // contents can take a tenth of a second, and tools call statfs
-        // while they work (grep -r and find do, once per tree).
-        let cap = self.data.capacity()?;
-        // Counted before the pending deletions: one the write-back does
-        // in between then shows as used for a moment, never as freed twice.
-        let stored = self
-            .store
-            .count(Idx::Inodes, &crate::store::Query::MatchAll)?;
-        let (pending, pending_blocks) = self.pending_deletions();
-        let used = stored.saturating_sub(pending);
-        Ok(StatFs {
-            blocks: cap.total_bytes / BLOCK_SIZE,
-            bfree: cap.free_bytes / BLOCK_SIZE + pending_blocks,
-            bavail: cap.avail_bytes / BLOCK_SIZE + pending_blocks,
-            files: used + cap.free_files,
-            ffree: cap.free_files,
-            bsize: BLOCK_SIZE as u32,
-            namelen: NAME_MAX as u32,
-        })
-    }
-
-    /// access(2) for callers that ask (the kernel checks opens itself).
-    pub fn access(&self, ctx: Ctx, ino: u64, mask: i32) -> FsResult<()> {
-        let inode = self.getattr(ino)?;
-        if mask == libc::F_OK {
-            return Ok(());
-        }
-        let bits = if ctx.uid == 0 {
-            // root may read/write anything; execute needs some x bit on files
-            let x = inode.kind == Kind::Dir || inode.mode & 0o111 != 0;
-            0o6 | if x { 0o1 } else { 0 }
-        } else if ctx.uid == inode.uid {
-            (inode.mode >> 6) & 7
-        } else if in_group(ctx, inode.gid) {
-            (inode.mode >> 3) & 7
-        } else {
-            inode.mode & 7
-        };
-        if (mask as u32) & !bits & 7 != 0 {
-            return Err(FsError::Access);
-        }
-        Ok(())
     }
 }
 

@@ -13,7 +13,7 @@
 //!   and down with write-if-version (no server-side scripts), the document
 //!   is deleted when the count reaches zero. `pending` is set by a would-be
 //!   exclusive holder: new shared holders back off, so renames cannot starve.
-//! - `intent/<id>`: a multi-document change in progress (see `fs::recovery`).
+//! - `intent/<id>`: a multi-document change in progress (see `fs::intent`).
 //!
 //! Deadlock freedom: a tree lock takes its shared locks top-down and its
 //! exclusive locks in sorted order, each with try-and-back-off; if the whole

@@ -10,19 +10,20 @@
 //! turns it on for a mount that is its store's only user): no OPEN or
 //! RELEASE reaches us, reads and writes come with handle 0 and state is
 //! made on first use. With lazy close (the embedded store) no FLUSH comes
-//! either: `write_back` persists and drops states every second, and the
-//! unflushed journal (`super::journal`) covers a crash before it; otherwise
-//! FLUSH (every close) persists and drops them. An unlinked file goes after
+//! either: `write_back` (in `crate::fs::writeback`) persists and drops
+//! states every second, and the unflushed journal (`crate::fs::journal`)
+//! covers a crash before it; otherwise FLUSH (every close) persists and
+//! drops them. An unlinked file goes after
 //! the inode's FORGET, which the kernel sends only once no descriptor holds
 //! the inode.
 
-use super::*;
+use crate::fs::*;
 use std::sync::atomic::Ordering;
 
 /// Per-inode state while at least one handle is open (in no-open mode:
 /// from first read or write until the kernel forgets the inode).
-pub(super) struct OpenState {
-    count: u32,
+pub(in crate::fs) struct OpenState {
+    pub(in crate::fs) count: u32,
     key: Option<String>,
     size: u64,
     atime_ns: i64,
@@ -30,17 +31,17 @@ pub(super) struct OpenState {
     ctime_ns: i64,
     /// Something differs from the stored inode: atime (a read moved it) or,
     /// with `wrote`, size and times.
-    dirty: bool,
+    pub(in crate::fs) dirty: bool,
     /// size, mtime and ctime too (a write moved them). Only what moved is
     /// written back: the state may be older than a link, rename or chmod
     /// that changed the stored ctime since.
-    wrote: bool,
+    pub(in crate::fs) wrote: bool,
     /// Bumped by every change, so a persist only clears `dirty` if nothing
     /// happened while it was writing.
     epoch: u64,
 }
 
-pub(super) struct Handle {
+pub(in crate::fs) struct Handle {
     ino: u64,
 }
 
@@ -49,10 +50,10 @@ const NO_HANDLE: u64 = 0;
 
 /// Stripes of `Fs::settled`: a persist makes only the readers of inodes
 /// of its stripe read again.
-pub(super) const SETTLE_STRIPES: usize = 32;
+pub(in crate::fs) const SETTLE_STRIPES: usize = 32;
 
 impl OpenState {
-    pub(super) fn open_handles(&self) -> u32 {
+    pub(in crate::fs) fn open_handles(&self) -> u32 {
         self.count
     }
 
@@ -85,12 +86,6 @@ impl OpenState {
 
 /// relatime: atime moves on read only if it is older than mtime/ctime or a day.
 const RELATIME_NS: i64 = 24 * 3600 * 1_000_000_000;
-/// How long an atime-only change may wait in memory.
-const ATIME_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(5);
-/// How long a closed file's size and times may wait in memory (lazy close).
-const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
-/// States persisted per transaction by the write-back.
-const WRITE_BACK_BATCH: usize = 256;
 
 impl Fs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
@@ -110,7 +105,7 @@ impl Fs {
         mode: u32,
         umask: u32,
     ) -> FsResult<(Inode, u64)> {
-        let inode = self.make_node(ctx, parent, name, namespace::NewNode::File, mode, umask)?;
+        let inode = self.make_node(ctx, parent, name, NewNode::File, mode, umask)?;
         let fh = self.register_open(&inode)?;
         Ok((inode, fh))
     }
@@ -130,7 +125,7 @@ impl Fs {
         Ok(fh)
     }
 
-    pub(super) fn is_open(&self, ino: u64) -> bool {
+    pub(in crate::fs) fn is_open(&self, ino: u64) -> bool {
         self.open.lock().contains_key(&ino)
     }
 
@@ -303,7 +298,11 @@ impl Fs {
     /// kernel's writeback-cache mode a close of a written file sends one
     /// when the write moved the times (the kernel owns them and hands them
     /// over). Returns `None` for any other setattr.
-    pub(super) fn set_times_in_memory(&self, ino: u64, set: &SetAttr) -> FsResult<Option<Inode>> {
+    pub(in crate::fs) fn set_times_in_memory(
+        &self,
+        ino: u64,
+        set: &SetAttr,
+    ) -> FsResult<Option<Inode>> {
         let SetAttr {
             mode: None,
             uid: None,
@@ -420,7 +419,7 @@ impl Fs {
 
     /// The last handle of `ino` is gone (release), or the kernel forgot it
     /// (no-open mode): drop its state, and delete an unlinked inode.
-    pub(super) fn drop_state(&self, ino: u64) -> FsResult<()> {
+    pub(in crate::fs) fn drop_state(&self, ino: u64) -> FsResult<()> {
         let gone = {
             let mut open = self.open.lock();
             match open.get(&ino) {
@@ -450,7 +449,7 @@ impl Fs {
 
     /// Write the in-memory size/times of an open file to its inode document,
     /// after the data they describe is flushed.
-    pub(super) fn persist(&self, ino: u64) -> FsResult<()> {
+    pub(in crate::fs) fn persist(&self, ino: u64) -> FsResult<()> {
         let (wrote, atime, epoch, key) = match self.open.lock().get(&ino) {
             Some(st) if st.dirty => (st.wrote, st.atime_ns, st.epoch, st.key.clone()),
             _ => return Ok(()),
@@ -521,7 +520,7 @@ impl Fs {
     }
 
     /// Taken before reading an inode that goes to [`Fs::overlay`].
-    pub(super) fn settle_mark(&self, ino: u64) -> u64 {
+    pub(in crate::fs) fn settle_mark(&self, ino: u64) -> u64 {
         self.settled[(ino % SETTLE_STRIPES as u64) as usize].load(Ordering::Acquire)
     }
 
@@ -537,7 +536,7 @@ impl Fs {
     /// predate it, and without the overlay would show an older size than
     /// the kernel knows (it shrinks the file to it: an O_APPEND write then
     /// lands on earlier data, `tail -F` sees a truncation). Read it again.
-    pub(super) fn overlay(&self, inode: &mut Inode, mark: u64) -> bool {
+    pub(in crate::fs) fn overlay(&self, inode: &mut Inode, mark: u64) -> bool {
         let written;
         {
             let open = self.open.lock();
@@ -566,233 +565,8 @@ impl Fs {
         true
     }
 
-    /// Write the pending atime updates to their inodes (every few seconds
-    /// and at unmount; a `kill -9` loses at most those few seconds of
-    /// atimes, never anything else).
-    pub fn write_back_atimes(&self) -> FsResult<usize> {
-        let pending: Vec<(u64, i64)> = self.atimes.lock().drain().collect();
-        let n = pending.len();
-        for chunk in pending.chunks(256) {
-            self.batch(|| {
-                for &(ino, a) in chunk {
-                    match self.update_inode(ino, |i| {
-                        i.atime_ns = i.atime_ns.max(a);
-                        Ok(())
-                    }) {
-                        Ok(_) | Err(FsError::NotFound) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(())
-            })?;
-        }
-        Ok(n)
-    }
-
-    /// Whether close(2) may skip esfs (no FLUSH): written sizes and times
-    /// are then written back by [`Fs::write_back`], and the journal covers
-    /// a crash before that.
-    pub fn lazy_close(&self) -> bool {
-        self.journal.is_some()
-    }
-
-    /// Lazy close: delete the unlinked inodes the kernel forgot, refresh
-    /// the entries of changed directories, write the states of written
-    /// files to their inodes (many per transaction), drop the states no
-    /// handle holds, and settle the journal.
-    pub fn write_back(&self) -> FsResult<()> {
-        self.finish_forgotten()?;
-        self.write_back_dir_times()?;
-        self.sync_stale_dirs()?;
-        let dirty: Vec<u64> = {
-            let open = self.open.lock();
-            open.iter()
-                .filter(|(_, st)| st.dirty || st.count == 0)
-                .map(|(ino, _)| *ino)
-                .collect()
-        };
-        for chunk in dirty.chunks(WRITE_BACK_BATCH) {
-            self.batch(|| {
-                for &ino in chunk {
-                    match self.persist(ino) {
-                        Ok(()) | Err(FsError::NotFound) => {}
-                        Err(e) => return Err(e),
-                    }
-                    // Drops only a clean state without handles (made again
-                    // from the inode on the next read or write).
-                    self.drop_state(ino)?;
-                }
-                Ok(())
-            })?;
-        }
-        if let Some(j) = &self.journal {
-            j.settle(|ino| {
-                self.open.lock().get(&ino).is_none_or(|st| !st.wrote)
-                    && !self.dir_times.lock().contains_key(&ino)
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Finish the forgets left to the write-back: unlinked inodes the
-    /// kernel let go of are deleted, many per transaction.
-    fn finish_forgotten(&self) -> FsResult<()> {
-        let forgotten = std::mem::take(&mut *self.forgotten.lock());
-        for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
-            self.batch(|| {
-                for &ino in chunk {
-                    self.finish_forget(ino);
-                }
-                Ok(())
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Mount after a crash with lazy close: files the journal names may
-    /// have writes whose size and mtime did not reach the store. The data
-    /// store holds every byte written; take the size and time from it
-    /// (only writes happened since the last persist, so sizes only grew).
-    pub(super) fn replay_journal(&self, inos: &[u64]) -> FsResult<()> {
-        let mut recovered = 0;
-        let mut dirs = 0;
-        for &ino in inos {
-            if self.catch_up_dir(ino)? {
-                dirs += 1;
-                continue;
-            }
-            if let Some((len, mtime)) = self.behind_data(ino)? {
-                log::info!("inode {ino}: size and mtime recovered from its data");
-                recovered += 1;
-                self.catch_up_with_data(ino, len, mtime)?;
-            }
-        }
-        if dirs > 0 {
-            log::info!(
-                "crash recovery: times of {dirs} directories changed just before the crash \
-                 moved to now"
-            );
-        }
-        if recovered > 0 {
-            log::warn!(
-                "crash recovery: sizes and mtimes of {recovered} file(s) closed just before \
-                 the crash recovered from their data"
-            );
-        }
-        Ok(())
-    }
-
-    /// A journaled directory (its mount died with its times in memory, see
-    /// `touch_dir`): they move to now, which is no earlier than what was
-    /// lost. False if `ino` is not a directory.
-    fn catch_up_dir(&self, ino: u64) -> FsResult<bool> {
-        match self.get_inode(ino) {
-            Ok((i, _)) if i.kind == Kind::Dir => {}
-            Ok(_) | Err(FsError::NotFound) => return Ok(false),
-            Err(e) => return Err(e),
-        }
-        let now = now_ns();
-        self.batch(|| {
-            self.update_inode(ino, |i| {
-                i.mtime_ns = i.mtime_ns.max(now);
-                i.ctime_ns = i.ctime_ns.max(now);
-                Ok(())
-            })
-            .and_then(|i| self.sync_entries(&i))
-        })?;
-        Ok(true)
-    }
-
-    /// A journaled file whose stored size or mtime lags its data (written
-    /// just before a crash): the data's length and mtime.
-    pub fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
-        let inode = match self.get_inode(ino) {
-            Ok((i, _)) => i,
-            Err(FsError::NotFound) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let Some(key) = &inode.content else {
-            return Ok(None);
-        };
-        let Some((len, mtime)) = self.data.stat(key)? else {
-            return Ok(None);
-        };
-        // The data's mtime follows every write and every mtime set
-        // (write, setattr): exactly the file's mtime.
-        if len <= inode.size && mtime == inode.mtime_ns {
-            return Ok(None);
-        }
-        Ok(Some((len, mtime)))
-    }
-
-    /// Bring a file's stored size and mtime up to its data's.
-    pub fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
-        self.batch(|| {
-            self.update_inode(ino, |i| {
-                i.size = i.size.max(len);
-                i.mtime_ns = mtime;
-                i.ctime_ns = i.ctime_ns.max(mtime);
-                if let Some(k) = &i.content {
-                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
-                }
-                Ok(())
-            })
-            .and_then(|i| self.sync_entries(&i))
-        })
-    }
-
-    /// Background write-back: states (lazy close) every second, atimes
-    /// every few seconds.
-    pub fn spawn_write_back(self: &std::sync::Arc<Self>) {
-        let fs = std::sync::Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("esfs-writeback".into())
-            .spawn(move || {
-                let mut last_atimes = std::time::Instant::now();
-                loop {
-                    std::thread::sleep(STATE_WRITE_BACK);
-                    let Some(fs) = fs.upgrade() else { return };
-                    let _pass = fs.write_back_pass.lock();
-                    if fs.closing.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if fs.lazy_close()
-                        && let Err(e) = fs.write_back()
-                    {
-                        log::warn!("writing back file sizes and times: {e}");
-                    }
-                    if last_atimes.elapsed() >= ATIME_WRITE_BACK {
-                        last_atimes = std::time::Instant::now();
-                        if let Err(e) = fs.write_back_atimes() {
-                            log::warn!("writing back access times: {e}");
-                        }
-                    }
-                }
-            })
-            .expect("spawn write-back");
-    }
-
-    /// Clean unmount, once no request can come: stop the background
-    /// writers, write back what waits in memory, end the lock session, and
-    /// commit. The commit must be the last write: anything written after it
-    /// (the session's deletion did) stays in the redo log, and the next
-    /// mount replays it as if this one had crashed.
-    pub fn shutdown(&self) -> FsResult<()> {
-        self.closing.store(true, Ordering::Release);
-        // Waits for a pass of the write-back thread in progress.
-        drop(self.write_back_pass.lock());
-        if let Some(h) = self.search.get() {
-            h.stop();
-        }
-        self.write_back()?;
-        self.write_back_atimes()?;
-        self.lm.shutdown();
-        self.store.sync()?;
-        Ok(())
-    }
-
     /// After setattr: the open state follows the stored inode.
-    pub(super) fn refresh_open(&self, inode: &Inode) {
+    pub(in crate::fs) fn refresh_open(&self, inode: &Inode) {
         if let Some(st) = self.open.lock().get_mut(&inode.ino) {
             self.settle(inode.ino);
             st.size = inode.size;

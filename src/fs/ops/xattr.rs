@@ -6,7 +6,7 @@
 //! answer lets `ls -l` stop asking for every file (it remembers EOPNOTSUPP
 //! per device; ENODATA costs a round trip per name).
 
-use super::*;
+use crate::fs::*;
 use base64::Engine;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;

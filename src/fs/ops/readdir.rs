@@ -13,7 +13,7 @@
 //! the embedded store's cache) skip the search, and plain READDIR copies
 //! their names straight into the reply.
 
-use super::*;
+use crate::fs::*;
 use crate::store::{Query, SearchRequest, Sort};
 use serde::Deserialize;
 use std::hash::{BuildHasher, BuildHasherDefault};
@@ -74,7 +74,7 @@ impl Returned {
 }
 
 #[derive(Default)]
-pub(super) struct DirHandle {
+pub(in crate::fs) struct DirHandle {
     /// The offset the page was fetched after, and the page.
     after: u64,
     page: Vec<DirItem>,
@@ -90,7 +90,7 @@ pub(super) struct DirHandle {
 /// The `Returned` keys are already SipHash values: hashing them again
 /// was a tenth of a listing's cost.
 #[derive(Default)]
-pub(super) struct Prehashed(u64);
+pub(in crate::fs) struct Prehashed(u64);
 
 impl std::hash::Hasher for Prehashed {
     fn finish(&self) -> u64 {

@@ -5,7 +5,7 @@
 //! changes are write-if-version. Ranges of dead mounts are ignored and
 //! dropped, so a crashed mount never leaves a file locked.
 
-use super::*;
+use crate::fs::*;
 use crate::locks::manager::now_ms;
 use serde::{Deserialize, Serialize};
 

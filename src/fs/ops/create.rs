@@ -1,0 +1,147 @@
+//! Making a node: mknod, mkdir, symlink and create's first name.
+//!
+//! A new inode document is written with the entry that names it, in one
+//! bulk; a crash between them leaves at most an unreferenced inode, which
+//! fsck reclaims.
+
+use crate::fs::*;
+
+/// What kind of node to make, with its kind-specific payload.
+pub enum NewNode<'a> {
+    File,
+    Dir,
+    Symlink(&'a [u8]),
+    Special(Kind, u32),
+}
+
+impl Fs {
+    /// mknod/mkdir/symlink/create: make an inode and its first name.
+    pub fn make_node(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
+        node: NewNode<'_>,
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<Inode> {
+        let ename = encode_name(name)?;
+        let _g = self.locks.dirs(&[parent]);
+        // Lock first, then look: an rmdir (exclusive on the directory) by
+        // another mount cannot slip in between the check and the create.
+        let (_t, paths) = self.tree_lock(&[parent], &[])?;
+        let dir = paths[0].clone();
+        let (pinode, _) = self.get_inode(parent)?;
+        if pinode.kind != Kind::Dir {
+            return Err(FsError::NotDir);
+        }
+        if pinode.nlink == 0 {
+            return Err(FsError::NotFound); // removed while we looked
+        }
+        if self.get_entry(parent, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let (ino, cookie) = (self.alloc()?, self.alloc()?);
+        let (kind, rdev, target) = match node {
+            NewNode::File => (Kind::File, 0, None),
+            NewNode::Dir => (Kind::Dir, 0, None),
+            NewNode::Symlink(t) => (Kind::Symlink, 0, Some(encode_bytes(t))),
+            NewNode::Special(k, rdev) => (k, rdev, None),
+        };
+        let mut mode = match kind {
+            Kind::Symlink => 0o777,
+            _ => mode & 0o7777 & !umask,
+        };
+        // BSD group semantics in setgid directories (as ext4 does).
+        let mut gid = ctx.gid;
+        if pinode.mode & libc::S_ISGID != 0 {
+            gid = pinode.gid;
+            if kind == Kind::Dir {
+                mode |= libc::S_ISGID;
+            }
+        }
+        let now = now_ns();
+        // A symlink's size is the length of its target.
+        let size = target
+            .as_deref()
+            .map_or(0, |t| decode_bytes(t).len() as u64);
+        let inode = Inode {
+            ino,
+            kind,
+            mode,
+            uid: ctx.uid,
+            gid,
+            size,
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            rdev,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            btime_ns: now,
+            target,
+            xattrs: Default::default(),
+            content: (kind == Kind::File).then(|| ino.to_string()),
+            links: vec![Link {
+                p: parent,
+                n: ename.clone(),
+            }],
+            orphan: false,
+            // Nothing stored yet: the base a chunk store counts from.
+            stored: (kind == Kind::File).then_some(0),
+        };
+        let mut entry = Entry {
+            parent,
+            name: ename.clone(),
+            path: join_path(&dir, &ename),
+            dir,
+            ino,
+            kind,
+            cookie,
+            size: 0,
+            mtime: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            contents: None,
+            indexed: None,
+            text_mtime_ns: None,
+            xattrs: vec![],
+        };
+        entry.refresh_attrs(&inode);
+        let eid = entry_id(parent, name);
+        let res = self.store.bulk(vec![
+            BulkOp::Create {
+                index: Idx::Inodes,
+                id: inode_id(ino),
+                source: to_doc(&inode),
+            },
+            BulkOp::Create {
+                index: Idx::Entries,
+                id: eid.clone(),
+                source: to_doc(&entry),
+            },
+        ])?;
+        match (&res[0], &res[1]) {
+            (Ok(_), Ok(_)) => {}
+            (ri, re) => {
+                // Undo whichever half landed.
+                if ri.is_ok() {
+                    let _ = self.store.delete(Idx::Inodes, &inode_id(ino), None);
+                }
+                if re.is_ok() {
+                    let _ = self.store.delete(Idx::Entries, &eid, None);
+                }
+                return Err(match re {
+                    Err(StoreError::Conflict(_)) => FsError::Exists,
+                    Err(e) => e.clone().into(),
+                    Ok(_) => ri.clone().unwrap_err().into(),
+                });
+            }
+        }
+        if kind == Kind::Dir {
+            self.dirs.write().insert(ino, (parent, ename));
+        }
+        self.touch_dir(parent, if kind == Kind::Dir { 1 } else { 0 })?;
+        Ok(inode)
+    }
+}

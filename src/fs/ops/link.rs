@@ -1,0 +1,76 @@
+//! link(2): another name for an existing inode.
+
+use crate::fs::*;
+
+impl Fs {
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Inode> {
+        let ename = encode_name(newname)?;
+        let _g = self.locks.dirs(&[newparent]);
+        let (_t, paths) = self.tree_lock(&[newparent], &[])?;
+        let dir = paths[0].clone();
+        let (target, _) = self.get_inode(ino)?;
+        if target.kind == Kind::Dir {
+            return Err(FsError::NotPermitted);
+        }
+        if target.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let (pinode, _) = self.get_inode(newparent)?;
+        if pinode.kind != Kind::Dir || pinode.nlink == 0 {
+            return Err(if pinode.kind != Kind::Dir {
+                FsError::NotDir
+            } else {
+                FsError::NotFound
+            });
+        }
+        if target.nlink >= u32::MAX - 1 {
+            return Err(FsError::TooManyLinks);
+        }
+        let mut entry = Entry {
+            parent: newparent,
+            name: ename.clone(),
+            path: join_path(&dir, &ename),
+            dir,
+            ino,
+            kind: target.kind,
+            cookie: self.alloc()?,
+            size: 0,
+            mtime: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            contents: None,
+            indexed: None,
+            text_mtime_ns: None,
+            xattrs: vec![],
+        };
+        entry.refresh_attrs(&target);
+        match self
+            .store
+            .create(Idx::Entries, &entry_id(newparent, newname), &to_doc(&entry))
+        {
+            Ok(_) => {}
+            Err(StoreError::Conflict(_)) => return Err(FsError::Exists),
+            Err(e) => return Err(e.into()),
+        }
+        let now = now_ns();
+        let mark = self.settle_mark(ino);
+        let inode = self.update_inode(ino, |i| {
+            i.nlink += 1;
+            i.ctime_ns = now;
+            i.links.push(Link {
+                p: newparent,
+                n: ename.clone(),
+            });
+            Ok(())
+        })?;
+        self.touch_dir(newparent, 0)?;
+        // The new name's entry gets the indexed text too.
+        self.content_changed(ino);
+        let mut inode = inode;
+        if !self.overlay(&mut inode, mark) {
+            inode = self.getattr(ino)?;
+        }
+        Ok(inode)
+    }
+}

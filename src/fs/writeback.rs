@@ -1,0 +1,379 @@
+//! Lazy close and write-back: sizes, times and directory times waiting in
+//! memory, written to the store in batches by a background thread and at
+//! unmount, with the unflushed journal (see [`super::journal`]) covering a
+//! crash before that.
+
+use super::*;
+use std::sync::atomic::Ordering;
+
+/// How long an atime-only change may wait in memory.
+const ATIME_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a closed file's size and times may wait in memory (lazy close).
+const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
+/// States persisted per transaction by the write-back.
+const WRITE_BACK_BATCH: usize = 256;
+
+impl Fs {
+    /// The directory time of `inode` waiting in memory, if any.
+    pub(super) fn pending_dir_time(&self, inode: &Inode) -> Option<i64> {
+        if inode.kind != Kind::Dir {
+            return None;
+        }
+        self.dir_times.lock().get(&inode.ino).copied()
+    }
+
+    /// `t` reached the store: drop it, unless a later time came meanwhile.
+    fn settle_dir_time(&self, ino: u64, t: i64) {
+        let mut times = self.dir_times.lock();
+        if times.get(&ino) == Some(&t) {
+            times.remove(&ino);
+        }
+    }
+
+    /// A directory's inode was written (`Some`, with the deferred time the
+    /// write took along), or this thread's batch was acknowledged (`None`).
+    /// Only an acknowledged write settles: until then the time stays
+    /// pending (a crash could still lose the write), and then the journal
+    /// unmarks the directory if nothing newer waits, so that recovery does
+    /// not move a time set afterwards (`touch -d`, `cp -a`) to its start.
+    pub(super) fn dirs_written(&self, wrote: Option<(u64, Option<i64>)>) {
+        let in_batch = BATCH_DEPTH.with(|d| d.get()) > 0;
+        let done = WRITTEN_DIRS.with(|w| {
+            let mut w = w.borrow_mut();
+            w.extend(wrote);
+            if in_batch {
+                return Vec::new();
+            }
+            std::mem::take(&mut *w)
+        });
+        let Some(j) = &self.journal else { return };
+        if done.is_empty() {
+            return;
+        }
+        for &(ino, t) in &done {
+            if let Some(t) = t {
+                self.settle_dir_time(ino, t);
+            }
+        }
+        let inos: Vec<u64> = done.iter().map(|(ino, _)| *ino).collect();
+        if let Err(e) = j.unmark(&inos, |ino| self.dir_times.lock().contains_key(&ino)) {
+            // The marks stay: recovery would move those times to its start.
+            log::warn!("unflushed journal: {e}");
+        }
+    }
+
+    /// Write the directory times waiting in memory to their inodes, many
+    /// per transaction (each write absorbs its directory's time).
+    pub(super) fn write_back_dir_times(&self) -> FsResult<()> {
+        let dirs: Vec<u64> = self.dir_times.lock().keys().copied().collect();
+        for chunk in dirs.chunks(256) {
+            self.batch(|| {
+                for &ino in chunk {
+                    match self.update_inode(ino, |_| Ok(())) {
+                        Ok(_) => {}
+                        Err(FsError::NotFound) => {
+                            self.dir_times.lock().remove(&ino);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// fsync of a directory: its times waiting in memory are written first.
+    pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
+        if self.dir_times.lock().contains_key(&ino) {
+            self.batch(|| self.update_inode(ino, |_| Ok(())).map(|_| ()))?;
+        }
+        self.store.sync()?;
+        Ok(())
+    }
+
+    /// Directory mtime/ctime to now and its link count changed by `nlink`.
+    pub(super) fn touch_dir(&self, ino: u64, nlink: i32) -> FsResult<()> {
+        let now = now_ns();
+        if let Some(h) = self.search.get() {
+            h.activity();
+        }
+        if nlink == 0
+            && let Some(j) = &self.journal
+        {
+            // Lazy close: only the times change, so they wait in memory for
+            // the write-back like a closed file's size (a read-modify-write
+            // of the directory was a sixth of an unlink or a rename). The
+            // journal names the directory first (the time goes in before
+            // the mark, so a settle in between keeps the mark): after a
+            // crash the next mount moves its times to its own start.
+            self.dir_times
+                .lock()
+                .entry(ino)
+                .and_modify(|t| *t = (*t).max(now))
+                .or_insert(now);
+            j.mark(ino)
+                .map_err(|e| FsError::Io(format!("unflushed journal: {e}")))?;
+            self.stale_dirs.lock().insert(ino);
+            return Ok(());
+        }
+        let inode = self.update_inode(ino, |i| {
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
+            Ok(())
+        })?;
+        if self.lazy_close() {
+            // The entry's copy of the directory's times only serves
+            // searches: the write-back refreshes it, once a second at most
+            // instead of once per name created in the directory (a write of
+            // its own per call). A crash leaves it stale until the next change.
+            self.stale_dirs.lock().insert(ino);
+            return Ok(());
+        }
+        self.sync_entries(&inode)
+    }
+
+    /// Refreshes the entry documents of the directories `touch_dir` left stale.
+    fn sync_stale_dirs(&self) -> FsResult<()> {
+        let dirs: Vec<u64> = self.stale_dirs.lock().drain().collect();
+        for chunk in dirs.chunks(256) {
+            self.batch(|| {
+                for &ino in chunk {
+                    match self.get_inode(ino) {
+                        Ok((inode, _)) => self.sync_entries(&inode)?,
+                        Err(FsError::NotFound) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Write the pending atime updates to their inodes (every few seconds
+    /// and at unmount; a `kill -9` loses at most those few seconds of
+    /// atimes, never anything else).
+    pub fn write_back_atimes(&self) -> FsResult<usize> {
+        let pending: Vec<(u64, i64)> = self.atimes.lock().drain().collect();
+        let n = pending.len();
+        for chunk in pending.chunks(256) {
+            self.batch(|| {
+                for &(ino, a) in chunk {
+                    match self.update_inode(ino, |i| {
+                        i.atime_ns = i.atime_ns.max(a);
+                        Ok(())
+                    }) {
+                        Ok(_) | Err(FsError::NotFound) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(n)
+    }
+
+    /// Whether close(2) may skip esfs (no FLUSH): written sizes and times
+    /// are then written back by [`Fs::write_back`], and the journal covers
+    /// a crash before that.
+    pub fn lazy_close(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// Lazy close: delete the unlinked inodes the kernel forgot, refresh
+    /// the entries of changed directories, write the states of written
+    /// files to their inodes (many per transaction), drop the states no
+    /// handle holds, and settle the journal.
+    pub fn write_back(&self) -> FsResult<()> {
+        self.finish_forgotten()?;
+        self.write_back_dir_times()?;
+        self.sync_stale_dirs()?;
+        let dirty: Vec<u64> = {
+            let open = self.open.lock();
+            open.iter()
+                .filter(|(_, st)| st.dirty || st.count == 0)
+                .map(|(ino, _)| *ino)
+                .collect()
+        };
+        for chunk in dirty.chunks(WRITE_BACK_BATCH) {
+            self.batch(|| {
+                for &ino in chunk {
+                    match self.persist(ino) {
+                        Ok(()) | Err(FsError::NotFound) => {}
+                        Err(e) => return Err(e),
+                    }
+                    // Drops only a clean state without handles (made again
+                    // from the inode on the next read or write).
+                    self.drop_state(ino)?;
+                }
+                Ok(())
+            })?;
+        }
+        if let Some(j) = &self.journal {
+            j.settle(|ino| {
+                self.open.lock().get(&ino).is_none_or(|st| !st.wrote)
+                    && !self.dir_times.lock().contains_key(&ino)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Finish the forgets left to the write-back: unlinked inodes the
+    /// kernel let go of are deleted, many per transaction.
+    fn finish_forgotten(&self) -> FsResult<()> {
+        let forgotten = std::mem::take(&mut *self.forgotten.lock());
+        for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
+            self.batch(|| {
+                for &ino in chunk {
+                    self.finish_forget(ino);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Mount after a crash with lazy close: files the journal names may
+    /// have writes whose size and mtime did not reach the store. The data
+    /// store holds every byte written; take the size and time from it
+    /// (only writes happened since the last persist, so sizes only grew).
+    pub(super) fn replay_journal(&self, inos: &[u64]) -> FsResult<()> {
+        let mut recovered = 0;
+        let mut dirs = 0;
+        for &ino in inos {
+            if self.catch_up_dir(ino)? {
+                dirs += 1;
+                continue;
+            }
+            if let Some((len, mtime)) = self.behind_data(ino)? {
+                log::info!("inode {ino}: size and mtime recovered from its data");
+                recovered += 1;
+                self.catch_up_with_data(ino, len, mtime)?;
+            }
+        }
+        if dirs > 0 {
+            log::info!(
+                "crash recovery: times of {dirs} directories changed just before the crash \
+                 moved to now"
+            );
+        }
+        if recovered > 0 {
+            log::warn!(
+                "crash recovery: sizes and mtimes of {recovered} file(s) closed just before \
+                 the crash recovered from their data"
+            );
+        }
+        Ok(())
+    }
+
+    /// A journaled directory (its mount died with its times in memory, see
+    /// `touch_dir`): they move to now, which is no earlier than what was
+    /// lost. False if `ino` is not a directory.
+    fn catch_up_dir(&self, ino: u64) -> FsResult<bool> {
+        match self.get_inode(ino) {
+            Ok((i, _)) if i.kind == Kind::Dir => {}
+            Ok(_) | Err(FsError::NotFound) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let now = now_ns();
+        self.batch(|| {
+            self.update_inode(ino, |i| {
+                i.mtime_ns = i.mtime_ns.max(now);
+                i.ctime_ns = i.ctime_ns.max(now);
+                Ok(())
+            })
+            .and_then(|i| self.sync_entries(&i))
+        })?;
+        Ok(true)
+    }
+
+    /// A journaled file whose stored size or mtime lags its data (written
+    /// just before a crash): the data's length and mtime.
+    pub fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
+        let inode = match self.get_inode(ino) {
+            Ok((i, _)) => i,
+            Err(FsError::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(key) = &inode.content else {
+            return Ok(None);
+        };
+        let Some((len, mtime)) = self.data.stat(key)? else {
+            return Ok(None);
+        };
+        // The data's mtime follows every write and every mtime set
+        // (write, setattr): exactly the file's mtime.
+        if len <= inode.size && mtime == inode.mtime_ns {
+            return Ok(None);
+        }
+        Ok(Some((len, mtime)))
+    }
+
+    /// Bring a file's stored size and mtime up to its data's.
+    pub fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
+        self.batch(|| {
+            self.update_inode(ino, |i| {
+                i.size = i.size.max(len);
+                i.mtime_ns = mtime;
+                i.ctime_ns = i.ctime_ns.max(mtime);
+                if let Some(k) = &i.content {
+                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+                }
+                Ok(())
+            })
+            .and_then(|i| self.sync_entries(&i))
+        })
+    }
+
+    /// Background write-back: states (lazy close) every second, atimes
+    /// every few seconds.
+    pub fn spawn_write_back(self: &std::sync::Arc<Self>) {
+        let fs = std::sync::Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("esfs-writeback".into())
+            .spawn(move || {
+                let mut last_atimes = std::time::Instant::now();
+                loop {
+                    std::thread::sleep(STATE_WRITE_BACK);
+                    let Some(fs) = fs.upgrade() else { return };
+                    let _pass = fs.write_back_pass.lock();
+                    if fs.closing.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if fs.lazy_close()
+                        && let Err(e) = fs.write_back()
+                    {
+                        log::warn!("writing back file sizes and times: {e}");
+                    }
+                    if last_atimes.elapsed() >= ATIME_WRITE_BACK {
+                        last_atimes = std::time::Instant::now();
+                        if let Err(e) = fs.write_back_atimes() {
+                            log::warn!("writing back access times: {e}");
+                        }
+                    }
+                }
+            })
+            .expect("spawn write-back");
+    }
+
+    /// Clean unmount, once no request can come: stop the background
+    /// writers, write back what waits in memory, end the lock session, and
+    /// commit. The commit must be the last write: anything written after it
+    /// (the session's deletion did) stays in the redo log, and the next
+    /// mount replays it as if this one had crashed.
+    pub fn shutdown(&self) -> FsResult<()> {
+        self.closing.store(true, Ordering::Release);
+        // Waits for a pass of the write-back thread in progress.
+        drop(self.write_back_pass.lock());
+        if let Some(h) = self.search.get() {
+            h.stop();
+        }
+        self.write_back()?;
+        self.write_back_atimes()?;
+        self.lm.shutdown();
+        self.store.sync()?;
+        Ok(())
+    }
+}
