@@ -25,6 +25,9 @@ use std::time::{Duration, SystemTime};
 pub struct FuseFs {
     fs: Arc<Fs>,
     ttl: Duration,
+    /// The store is this mount's alone (`Capabilities::single_writer`): the
+    /// kernel may keep pages, skip OPEN/RELEASE and trust negative lookups,
+    /// since nothing changes behind it.
     exclusive: bool,
     /// `-o writeback_cache`: the kernel's writeback-cache mode.
     writeback: bool,
@@ -36,11 +39,11 @@ pub struct FuseFs {
 const LISTED_MAX: usize = 1 << 16;
 
 impl FuseFs {
-    pub fn new(fs: Arc<Fs>, ttl: Duration, exclusive: bool, writeback: bool) -> FuseFs {
+    pub fn new(fs: Arc<Fs>, ttl: Duration, writeback: bool) -> FuseFs {
         FuseFs {
+            exclusive: fs.capabilities().single_writer,
             fs,
             ttl,
-            exclusive,
             writeback,
             listed: Mutex::new(HashSet::new()),
         }

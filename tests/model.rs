@@ -21,9 +21,10 @@ struct T {
 fn setup() -> T {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(&dir.path().join("store")).unwrap());
+    // Claimed as a mount claims it: this filesystem is its only writer.
+    store.defer_commits().unwrap();
     let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
     let cfg = FsConfig {
-        exclusive: true,
         root_uid: 0,
         root_gid: 0,
         label: "test".into(),
@@ -351,10 +352,10 @@ fn cached_listings_match_the_store_after_random_namespace_changes() {
     for budget in [64 << 20, 4 << 10] {
         let dir = tempfile::tempdir().unwrap();
         let inner = Arc::new(EmbeddedStore::open(&dir.path().join("store")).unwrap());
+        inner.defer_commits().unwrap();
         let cached = Arc::new(CachedStore::new(inner.clone(), 8 << 20, budget));
         let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
         let cfg = FsConfig {
-            exclusive: true,
             root_uid: 0,
             root_gid: 0,
             label: "test".into(),

@@ -329,24 +329,22 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     // leaves a dead mount behind.
     let signals = block_signals();
     let cfg = fuse_config(args)?;
-    // The embedded store has exactly one mount; Elasticsearch may have many.
-    let exclusive = matches!(args.backend, Backend::Embedded(_));
     let writeback = args
         .options
         .iter()
         .flat_map(|o| o.split(','))
         .any(|o| o == "writeback_cache");
-    if writeback && !exclusive {
+    for w in loose_permissions(args) {
+        log::warn!("{w}");
+    }
+    let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
+    if writeback && !stores.meta.capabilities().single_writer {
         // The kernel would own sizes and times that other mounts change.
         return Err(
             "-o writeback_cache needs the embedded store (a mount that is its store's only user)"
                 .into(),
         );
     }
-    for w in loose_permissions(args) {
-        log::warn!("{w}");
-    }
-    let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
 
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -354,7 +352,6 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
         stores.meta.clone(),
         stores.data.clone(),
         FsConfig {
-            exclusive,
             root_uid: uid,
             root_gid: gid,
             label: args.mountpoint.display().to_string(),
@@ -376,7 +373,7 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     fs.spawn_write_back();
 
     let session = fuser::Session::new(
-        FuseFs::new(fs.clone(), args.attr_ttl, exclusive, writeback),
+        FuseFs::new(fs.clone(), args.attr_ttl, writeback),
         &args.mountpoint,
         &cfg,
     )

@@ -226,9 +226,9 @@ impl Fs {
     /// rename's cost). False: not done (no such store, or a concurrent
     /// change to the entry or inode): the intent's way does it.
     pub(super) fn move_at_once(&self, it: &MoveIntent, sver: Version) -> FsResult<bool> {
-        // Only the embedded store (this mount its sole writer) offers it;
-        // elsewhere the inode read below would be wasted.
-        if !self.cfg.exclusive {
+        // Only an engine with all-or-nothing bulks offers it; elsewhere the
+        // inode read below would be wasted.
+        if !self.caps.atomic_bulk {
             return Ok(false);
         }
         let e = &it.entry;

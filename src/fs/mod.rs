@@ -27,7 +27,7 @@ use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
 use crate::locks::{LockError, LockManager, NamespaceLocks, TreeGuard, manager::ancestors};
 use crate::model::*;
-use crate::store::{BulkOp, Idx, MetaStore, StoreError, Version};
+use crate::store::{BulkOp, Capabilities, Idx, MetaStore, StoreError, Version};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -52,9 +52,6 @@ impl Ctx {
 
 #[derive(Clone, Debug, Default)]
 pub struct FsConfig {
-    /// This mount is the only writer of the store (embedded store): stale
-    /// orphans can be reclaimed at start and the kernel may keep page caches.
-    pub exclusive: bool,
     /// Owner of the root directory when the store is first formatted.
     pub root_uid: u32,
     pub root_gid: u32,
@@ -66,7 +63,7 @@ pub struct FsConfig {
     /// Benchmarks only (`ESFS_BENCH_NO_TREE_LOCKS=1`): skip store-level
     /// tree locks to measure what they cost. Unsafe with several mounts.
     pub no_tree_locks: bool,
-    /// The unflushed-files journal (exclusive mounts with a write-through
+    /// The unflushed-files journal (single-writer mounts with a write-through
     /// data store): close sends nothing and sizes/times are written back
     /// in batches (see [`journal`]). None: every close persists.
     pub journal: Option<std::path::PathBuf>,
@@ -117,6 +114,10 @@ const FORMAT_VERSION: u64 = 1;
 
 pub struct Fs {
     store: Arc<dyn MetaStore>,
+    /// What the store offers (read once): where it is this mount's alone,
+    /// stale orphans are reclaimed at start, dead owners' locks broken at
+    /// once, and the kernel may keep its caches.
+    caps: Capabilities,
     data: Arc<dyn DataStore>,
     cfg: FsConfig,
     locks: NamespaceLocks,
@@ -199,6 +200,7 @@ impl Fs {
         let lm = LockManager::new(store.clone(), &owner, &cfg.label)?;
         lm.spawn_heartbeat();
         let mut fs = Fs {
+            caps: store.capabilities(),
             store,
             data,
             cfg,
@@ -234,7 +236,7 @@ impl Fs {
             return Ok(fs);
         }
         fs.format_if_new()?;
-        if fs.cfg.exclusive {
+        if fs.caps.single_writer {
             fs.lm.become_sole_owner()?;
             fs.reclaim_orphans()?;
             if let Some(path) = fs.cfg.journal.clone() {
@@ -289,6 +291,11 @@ impl Fs {
 
     pub fn lock_manager(&self) -> &Arc<LockManager> {
         &self.lm
+    }
+
+    /// What the store offers (see [`Capabilities`]).
+    pub fn capabilities(&self) -> Capabilities {
+        self.caps
     }
 
     pub fn store(&self) -> &Arc<dyn MetaStore> {
@@ -512,7 +519,7 @@ impl Fs {
     /// lock, make the changes other mounts finished before it visible.
     /// (A mount's own writes are always visible to its searches.)
     fn see_other_mounts(&self) -> FsResult<()> {
-        if !self.cfg.exclusive {
+        if !self.caps.realtime_search {
             self.store.refresh(Idx::Entries)?;
         }
         Ok(())
@@ -612,11 +619,11 @@ impl Fs {
         dirs: &[u64],
         targets: &[(u64, &str)],
     ) -> FsResult<(TreeLock<'_>, Vec<String>)> {
-        // On an exclusive store (the embedded one: its lock file keeps every
-        // other mount out) the in-process locks already exclude everything
-        // the store-level tree locks would; taking them there only costs
-        // lock-document writes per call.
-        if self.cfg.no_tree_locks || self.cfg.exclusive {
+        // This mount the store's only writer (the embedded store: its lock
+        // file keeps every other mount out), the in-process locks already
+        // exclude everything the store-level tree locks would; taking them
+        // there only costs lock-document writes per call.
+        if self.cfg.no_tree_locks || self.caps.single_writer {
             let paths = dirs
                 .iter()
                 .map(|d| self.dir_path(*d))

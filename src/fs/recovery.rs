@@ -32,7 +32,7 @@ impl Fs {
     /// Every lease period, roll forward and release those whose owners'
     /// leases have run out.
     pub fn spawn_janitor(self: &Arc<Self>) {
-        if self.cfg.exclusive {
+        if self.caps.single_writer {
             return; // the only mount recovers at start
         }
         let fs = Arc::downgrade(self);
@@ -86,7 +86,7 @@ impl Fs {
         let mut done = 0;
         for doc in found {
             let owner = doc.source["owner"].as_str().unwrap_or("").to_string();
-            if owner == self.lm.owner() || (!self.cfg.exclusive && self.lm.alive(&owner)?) {
+            if owner == self.lm.owner() || (!self.caps.single_writer && self.lm.alive(&owner)?) {
                 continue;
             }
             // Take the intent over; if another mount was faster, leave it.

@@ -321,6 +321,13 @@ fn doc(id: &str, version: Version, source: Value) -> Doc {
 }
 
 impl MetaStore for CachedStore {
+    fn capabilities(&self) -> crate::store::Capabilities {
+        crate::store::Capabilities {
+            listings: true,
+            ..self.inner.capabilities()
+        }
+    }
+
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         match self.lookup(index, id) {
             Some(d) => Ok(d),

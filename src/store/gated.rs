@@ -46,6 +46,10 @@ impl Gated {
 }
 
 impl MetaStore for Gated {
+    fn capabilities(&self) -> super::Capabilities {
+        self.inner.capabilities()
+    }
+
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         let r = self.inner.get(index, id);
         self.stop_if("get", Some(id));

@@ -256,15 +256,70 @@ pub struct Hit {
     pub sort: Vec<Value>,
 }
 
+/// What an engine offers beyond the required primitives. The filesystem,
+/// the lock protocol and the rename read these, never a backend's name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// This process is the store's only writer (an embedded store claimed by
+    /// its mount): what it read stays true until it changes it, so its
+    /// caches need no revalidation, the kernel may cache for long, and every
+    /// other lock owner is dead. Otherwise other mounts write too.
+    pub single_writer: bool,
+    /// [`MetaStore::bulk_atomic`] applies a bulk all or nothing.
+    pub atomic_bulk: bool,
+    /// [`MetaStore::rebase_paths`] rewrites a moved subtree's paths in the engine.
+    pub rebase_paths: bool,
+    /// [`MetaStore::begin_batch`]/[`MetaStore::end_batch`] group a call's
+    /// writes into one commit.
+    pub batches: bool,
+    /// [`MetaStore::cached_children`] lists directories from memory.
+    pub listings: bool,
+    /// `search` sees every acknowledged write at once (no refresh needed).
+    pub realtime_search: bool,
+}
+
 /// The metadata store. Synchronous on purpose: FUSE handlers run on their own
 /// threads and block; a network backend owns its own async runtime inside.
+///
+/// Three tiers: the required primitives (Elasticsearch's own: get, mget,
+/// bulk, search, count, refresh, plus sync, describe and the
+/// [`Capabilities`]); single-document writes and projections, provided in
+/// terms of those and overridden where an engine has a cheaper path; and
+/// the optional primitives a capability declares, whose defaults say "not
+/// offered".
 pub trait MetaStore: Send + Sync {
+    // ---- required primitives ----
+
+    /// What this engine offers beyond the primitives.
+    fn capabilities(&self) -> Capabilities;
     /// Realtime get by id.
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>>;
     /// Realtime multi-get; results in the order of `ids`.
     fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>>;
+    /// Bulk: one result per op, in order. The call errs only when the whole
+    /// request fails (transport); item errors are in the items.
+    fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>>;
+    /// One page of a sorted search.
+    fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>>;
+    /// Number of documents matching.
+    fn count(&self, index: Idx, query: &Query) -> StoreResult<u64>;
+    /// Make all acknowledged writes visible to search.
+    fn refresh(&self, index: Idx) -> StoreResult<()>;
+    /// Make all acknowledged writes durable (fsync) where the backend buffers them.
+    fn sync(&self) -> StoreResult<()>;
+    /// A short human description ("sqlite:/path", "elasticsearch:http://...").
+    fn describe(&self) -> String;
+
+    // ---- provided: single-document writes (one-item bulks by default) ----
+
     /// Put if absent: `Conflict` when the id exists.
-    fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version>;
+    fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
+        one(self.bulk(vec![BulkOp::Create {
+            index,
+            id: id.into(),
+            source: source.clone(),
+        }])?)
+    }
     /// Create or overwrite; with `if_version`, `Conflict` when stale (also when
     /// the document is gone: Elasticsearch answers 409 there too).
     fn put(
@@ -273,22 +328,30 @@ pub trait MetaStore: Send + Sync {
         id: &str,
         source: &Value,
         if_version: Option<Version>,
-    ) -> StoreResult<Version>;
-    /// Delete; `Ok(false)` when absent (404). With `if_version`, `Conflict` when stale.
-    fn delete(&self, index: Idx, id: &str, if_version: Option<Version>) -> StoreResult<bool>;
-    /// Bulk: one result per op, in order. The call errs only when the whole
-    /// request fails (transport); item errors are in the items.
-    fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>>;
-    /// A bulk applied all or nothing, where the backend can (the embedded
-    /// store: one transaction and one redo record, which no crash splits).
-    /// `Ok(None)`: not offered (Elasticsearch applies each item alone); the
-    /// caller does without. Otherwise one result per op: if any item
-    /// failed, none was applied (the others say so as conflicts).
-    fn bulk_atomic(&self, _ops: Vec<BulkOp>) -> StoreResult<Option<Vec<BulkItemResult>>> {
-        Ok(None)
+    ) -> StoreResult<Version> {
+        one(self.bulk(vec![BulkOp::Index {
+            index,
+            id: id.into(),
+            source: source.clone(),
+            if_version,
+        }])?)
     }
-    /// One page of a sorted search.
-    fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>>;
+    /// Delete; `Ok(false)` when absent (404). With `if_version`, `Conflict` when stale.
+    fn delete(&self, index: Idx, id: &str, if_version: Option<Version>) -> StoreResult<bool> {
+        let r = one(self.bulk(vec![BulkOp::Delete {
+            index,
+            id: id.into(),
+            if_version,
+        }])?);
+        match r {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound(_)) if if_version.is_none() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    // ---- provided: projections (whole documents by default) ----
+
     /// `get` whose source leaves out the `Text` fields (a file's contents):
     /// for readers that need only metadata. Never write such a source back.
     fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
@@ -304,56 +367,6 @@ pub trait MetaStore: Send + Sync {
     fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Vec<Value>>> {
         Ok(field_values(self.search_brief(req)?, fields))
     }
-    /// Field collapsing: see [`GroupRequest`].
-    fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
-        let _ = req;
-        Err(StoreError::Invalid(format!(
-            "{} cannot group search results",
-            self.describe()
-        )))
-    }
-    /// Number of documents matching.
-    fn count(&self, index: Idx, query: &Query) -> StoreResult<u64>;
-    /// Make all acknowledged writes visible to search.
-    fn refresh(&self, index: Idx) -> StoreResult<()>;
-    /// Make all acknowledged writes durable (fsync) where the backend buffers them.
-    fn sync(&self) -> StoreResult<()>;
-    /// A short human description ("sqlite:/path", "elasticsearch:http://...").
-    fn describe(&self) -> String;
-    /// Group the calling thread's writes until the matching `end_batch` into
-    /// as few commits as the backend can: a filesystem call wraps itself in
-    /// one batch. Reads inside the batch see its writes, as always. A write
-    /// in a batch is acknowledged (survives a crash of this process) only
-    /// once `end_batch` returned `Ok`. Batches nest. Backends whose every
-    /// write is its own request (Elasticsearch) keep the default no-ops.
-    fn begin_batch(&self) {}
-    /// End the batch begun last on this thread; the outermost one commits.
-    /// An error means some of the batch's writes may be lost.
-    fn end_batch(&self) -> StoreResult<()> {
-        Ok(())
-    }
-    /// The children of directory `parent` with a cookie above `after`, in
-    /// cookie order, from a listing kept in memory (see [`listing`]),
-    /// passed to `f` until it returns true. `None`: no such listing here;
-    /// the caller searches (`parent` term, sorted by `cookie`).
-    fn cached_children(
-        &self,
-        _parent: u64,
-        _after: u64,
-        _f: &mut dyn FnMut(listing::Child<'_>) -> bool,
-    ) -> Option<()> {
-        None
-    }
-    /// A directory rename's path rewrite done inside the store (what
-    /// Elasticsearch's `_update_by_query` with a script would do): every
-    /// document strictly below `old` in the `path` tree gets the prefix `old`
-    /// of its `path` and `dir` replaced by `new`, each with a new version,
-    /// all or nothing. `Ok(None)`: not offered by this backend; the caller
-    /// runs the seeds' scan and bulk update instead. Returns the number of
-    /// documents moved.
-    fn rebase_paths(&self, _index: Idx, _old: &str, _new: &str) -> StoreResult<Option<u64>> {
-        Ok(None)
-    }
     /// Visit every hit of a query, a page at a time, until `f` returns
     /// false. The sort must end with a unique field. Backends with
     /// snapshots (Elasticsearch's point in time) override this so a long
@@ -368,9 +381,70 @@ pub trait MetaStore: Send + Sync {
     ) -> StoreResult<()> {
         search_after_pages(self, index, query, sort, page, f)
     }
+    /// Field collapsing: see [`GroupRequest`].
+    fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
+        let _ = req;
+        Err(StoreError::Invalid(format!(
+            "{} cannot group search results",
+            self.describe()
+        )))
+    }
+
+    // ---- optional primitives, each declared by a capability ----
+
+    /// `atomic_bulk`: a bulk applied all or nothing (the embedded store:
+    /// one transaction and one redo record, which no crash splits). One
+    /// result per op: if any item failed, none was applied (the others say
+    /// so as conflicts). `Ok(None)`: not offered; the caller does without.
+    fn bulk_atomic(&self, _ops: Vec<BulkOp>) -> StoreResult<Option<Vec<BulkItemResult>>> {
+        Ok(None)
+    }
+    /// `batches`: group the calling thread's writes until the matching
+    /// `end_batch` into as few commits as the backend can: a filesystem
+    /// call wraps itself in one batch. Reads inside the batch see its
+    /// writes, as always. A write in a batch is acknowledged (survives a
+    /// crash of this process) only once `end_batch` returned `Ok`. Batches
+    /// nest. Without the capability these are no-ops.
+    fn begin_batch(&self) {}
+    /// End the batch begun last on this thread; the outermost one commits.
+    /// An error means some of the batch's writes may be lost.
+    fn end_batch(&self) -> StoreResult<()> {
+        Ok(())
+    }
+    /// `listings`: the children of directory `parent` with a cookie above
+    /// `after`, in cookie order, from a listing kept in memory (see
+    /// [`listing`]), passed to `f` until it returns true. `None`: no such
+    /// listing here; the caller searches (`parent` term, sorted by `cookie`).
+    fn cached_children(
+        &self,
+        _parent: u64,
+        _after: u64,
+        _f: &mut dyn FnMut(listing::Child<'_>) -> bool,
+    ) -> Option<()> {
+        None
+    }
+    /// `rebase_paths`: a directory rename's path rewrite done inside the
+    /// store (what Elasticsearch's `_update_by_query` with a script would
+    /// do): every document strictly below `old` in the `path` tree gets the
+    /// prefix `old` of its `path` and `dir` replaced by `new`, each with a
+    /// new version, all or nothing. `Ok(None)`: not offered; the caller runs
+    /// the seeds' scan and bulk update instead. Returns the number of
+    /// documents moved.
+    fn rebase_paths(&self, _index: Idx, _old: &str, _new: &str) -> StoreResult<Option<u64>> {
+        Ok(None)
+    }
 }
 
-/// The values of `fields` of each hit, in order (`null` where absent).
+/// The single result of a one-item bulk.
+fn one(mut results: Vec<BulkItemResult>) -> StoreResult<Version> {
+    match results.pop() {
+        Some(r) if results.is_empty() => r,
+        _ => Err(StoreError::Other(
+            "a one-item bulk answered otherwise".into(),
+        )),
+    }
+}
+
 pub(crate) fn field_values(hits: Vec<Hit>, fields: &[&str]) -> Vec<Vec<Value>> {
     hits.into_iter()
         .map(|mut h| {

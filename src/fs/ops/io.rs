@@ -603,7 +603,6 @@ mod tests {
         let store = Arc::new(Gated::open(&dir.path().join("store")));
         let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
         let cfg = FsConfig {
-            exclusive: false,
             root_uid: 0,
             root_gid: 0,
             label: "test".into(),

@@ -103,7 +103,7 @@ impl Fs {
         let (open, dying) = {
             let states = self.open.lock(); // held while marking: see register_open
             let open = states.contains_key(&ino);
-            let dying = !open && !self.cfg.exclusive;
+            let dying = !open && !self.caps.single_writer;
             if dying {
                 self.dying.lock().insert(ino);
             }
@@ -125,7 +125,11 @@ impl Fs {
         now: i64,
     ) -> FsResult<()> {
         let referenced = open || self.lookups.lock().contains_key(&ino);
-        let keep_file = if self.cfg.exclusive { referenced } else { open };
+        let keep_file = if self.caps.single_writer {
+            referenced
+        } else {
+            open
+        };
         let (i, fate) = self.change_inode(ino, |i| {
             // Idempotent (crash recovery re-runs it): only a present link counts.
             if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {

@@ -66,7 +66,7 @@ impl Fs {
             let reply = h.describe(self.dirty_open_files());
             // The search reads the store from its own process, which sees
             // only committed state (the embedded store defers commits).
-            if self.cfg.exclusive {
+            if self.caps.single_writer {
                 self.store.refresh(Idx::Inodes)?;
             }
             return Ok(reply);

@@ -600,6 +600,18 @@ fn check_id(id: &str) -> StoreResult<()> {
 }
 
 impl MetaStore for EmbeddedStore {
+    fn capabilities(&self) -> crate::store::Capabilities {
+        crate::store::Capabilities {
+            // Claimed by a mount (`defer_commits`, under its lock).
+            single_writer: self.committer.lock().is_some(),
+            atomic_bulk: true,
+            rebase_paths: true,
+            batches: true,
+            listings: false,
+            realtime_search: true,
+        }
+    }
+
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         if !check_get_id(id)? {
             return Ok(None);

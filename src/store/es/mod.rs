@@ -305,6 +305,12 @@ fn bulk_lines(op: &BulkOp, index: &str, out: &mut Vec<String>) {
 }
 
 impl MetaStore for EsStore {
+    /// Other mounts write the same indices; every write is its own request
+    /// (or bulk item) and searches are near-real-time.
+    fn capabilities(&self) -> crate::store::Capabilities {
+        crate::store::Capabilities::default()
+    }
+
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         self.get_impl(index, id, false)
     }
