@@ -151,6 +151,7 @@ pub struct SearchArgs {
 
 /// Run the command; returns the exit status.
 pub fn run(a: SearchArgs) -> i32 {
+    crate::store::Caller::Command.set_for_thread();
     match Search::new(a).and_then(|mut s| s.run()) {
         Ok(code) => code,
         Err(e) => {

@@ -39,6 +39,7 @@ impl Fs {
         std::thread::Builder::new()
             .name("esfs-janitor".into())
             .spawn(move || {
+                crate::store::Caller::Janitor.set_for_thread();
                 loop {
                     std::thread::sleep(crate::locks::manager::LEASE);
                     let Some(fs) = fs.upgrade() else { return };

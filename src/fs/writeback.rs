@@ -334,6 +334,7 @@ impl Fs {
         std::thread::Builder::new()
             .name("esfs-writeback".into())
             .spawn(move || {
+                crate::store::Caller::WriteBack.set_for_thread();
                 let mut last_atimes = std::time::Instant::now();
                 loop {
                     std::thread::sleep(STATE_WRITE_BACK);

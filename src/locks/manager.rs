@@ -20,7 +20,7 @@
 //! set is not held by the deadline it releases everything (longest path
 //! first) and the operation fails with EBUSY rather than hanging.
 
-use crate::store::{Idx, MetaStore, Query, StoreError, StoreResult, Version, scan};
+use crate::store::{Caller, Idx, MetaStore, Query, StoreError, StoreResult, Version, scan};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -35,9 +35,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const LEASE: Duration = Duration::from_secs(20);
 /// Extra time before a lapsed lease may be broken (tolerates clock skew).
 pub const GRACE: Duration = Duration::from_secs(5);
-/// Renewal period: two renewals may fail (a slow or lost request) before
-/// the lease runs out.
-const HEARTBEAT: Duration = Duration::from_secs(7);
+/// Renewal period: one renewal may fail (a slow or lost request) and the
+/// next still lands within the lease.
+const HEARTBEAT: Duration = Duration::from_secs(8);
 /// A cached shared lock is re-checked for a pending exclusive this often.
 const RECHECK: Duration = Duration::from_millis(500);
 /// Unused cached shared locks are released after this long.
@@ -191,11 +191,13 @@ impl LockManager {
                 while !m.stop.load(Ordering::Acquire) {
                     std::thread::sleep(Duration::from_millis(250));
                     if last_beat.elapsed() >= HEARTBEAT {
+                        Caller::Heartbeat.set_for_thread();
                         if let Err(e) = m.heartbeat() {
                             log::warn!("lock session heartbeat: {e}");
                         }
                         last_beat = Instant::now();
                     }
+                    Caller::LockRelease.set_for_thread();
                     m.release_idle(IDLE);
                 }
             })

@@ -108,7 +108,10 @@ impl Indexer {
         let i = inner.clone();
         std::thread::Builder::new()
             .name("esfs-indexer".into())
-            .spawn(move || i.run())
+            .spawn(move || {
+                crate::store::Caller::Indexer.set_for_thread();
+                i.run()
+            })
             .expect("spawn indexer thread");
         Indexer { inner }
     }

@@ -256,6 +256,74 @@ pub struct Hit {
     pub sort: Vec<Value>,
 }
 
+/// Which part of esfs a thread's store requests serve. Elasticsearch hears
+/// it as `X-Opaque-Id` (shown in its task list and slow logs, so an operator
+/// can tell a mount's heartbeat from its users' work), and the request
+/// tests count by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// A filesystem call (FUSE threads; the default).
+    Fs,
+    /// Lazy close, directory times and atimes written back in the background.
+    WriteBack,
+    /// The content indexer.
+    Indexer,
+    /// The session lease's renewal.
+    Heartbeat,
+    /// Cached shared tree locks let go after their operations.
+    LockRelease,
+    /// The janitor reaping dead mounts.
+    Janitor,
+    /// A command (fsck, locks, search).
+    Command,
+}
+
+thread_local! {
+    static CALLER: std::cell::Cell<Caller> = const { std::cell::Cell::new(Caller::Fs) };
+}
+
+impl Caller {
+    pub const ALL: [Caller; 7] = [
+        Caller::Fs,
+        Caller::WriteBack,
+        Caller::Indexer,
+        Caller::Heartbeat,
+        Caller::LockRelease,
+        Caller::Janitor,
+        Caller::Command,
+    ];
+
+    /// The `X-Opaque-Id` value.
+    pub fn opaque_id(self) -> &'static str {
+        match self {
+            Caller::Fs => "esfs/fs",
+            Caller::WriteBack => "esfs/writeback",
+            Caller::Indexer => "esfs/indexer",
+            Caller::Heartbeat => "esfs/heartbeat",
+            Caller::LockRelease => "esfs/locks",
+            Caller::Janitor => "esfs/janitor",
+            Caller::Command => "esfs/command",
+        }
+    }
+
+    /// Name the calling thread's requests from now on.
+    pub fn set_for_thread(self) {
+        CALLER.with(|c| c.set(self));
+    }
+
+    pub fn current() -> Caller {
+        CALLER.with(|c| c.get())
+    }
+
+    /// The janitor looks for sessions and intents at least a lease old,
+    /// which a near-real-time search sees without a refresh: its searches
+    /// skip read-your-writes (otherwise the heartbeat's write to the same
+    /// index makes every janitor pass cost a refresh too).
+    pub fn reads_only_old_documents(self) -> bool {
+        self == Caller::Janitor
+    }
+}
+
 /// What an engine offers beyond the required primitives. The filesystem,
 /// the lock protocol and the rename read these, never a backend's name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -87,8 +87,9 @@ impl EsStore {
         F: Fn(Elasticsearch) -> Fut,
         Fut: Future<Output = Result<Response, elasticsearch::Error>>,
     {
+        let client = self.clients[Caller::current() as usize].clone();
         self.rt.block_on(async {
-            let resp = f(self.client.clone())
+            let resp = f(client)
                 .await
                 .map_err(|e| error_chain(&e).replace(&self.raw_url, &self.url))?;
             let status = resp.status_code().as_u16();

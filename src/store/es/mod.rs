@@ -48,6 +48,7 @@ use client::{doc_of, error_of, jitter, reason, retryable, version_of};
 use elasticsearch::auth::Credentials;
 use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::Url;
+use elasticsearch::http::headers::{HeaderName, HeaderValue};
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
 use elasticsearch::indices::IndicesRefreshParts;
 use elasticsearch::*;
@@ -93,7 +94,8 @@ impl EsConfig {
 }
 
 pub struct EsStore {
-    client: Elasticsearch,
+    /// One per [`Caller`], in `Caller::ALL` order.
+    clients: Vec<Elasticsearch>,
     rt: tokio::runtime::Runtime,
     prefix: String,
     /// URL without credentials, for messages.
@@ -130,30 +132,48 @@ impl EsStore {
         let shown = redact(&cfg.url);
         let url = Url::parse(&cfg.url)
             .map_err(|e| StoreError::Invalid(format!("bad Elasticsearch URL {shown:?}: {e}")))?;
-        let mut tb = TransportBuilder::new(SingleNodeConnectionPool::new(url.clone()))
-            .disable_proxy()
-            .timeout(cfg.timeout);
-        let (url_user, url_pass) = (url.username(), url.password());
-        if let Some(key) = &cfg.api_key {
-            tb = tb.auth(Credentials::EncodedApiKey(key.clone()));
-        } else if let Some(user) = cfg
-            .user
-            .as_deref()
-            .or((!url_user.is_empty()).then_some(url_user))
-        {
-            let pass = cfg.password.as_deref().or(url_pass).unwrap_or("");
-            tb = tb.auth(Credentials::Basic(user.to_string(), pass.to_string()));
-        }
-        if let Some(ca) = &cfg.ca {
-            let pem = std::fs::read(ca)
-                .map_err(|e| StoreError::Invalid(format!("CA file {}: {e}", ca.display())))?;
-            let cert = Certificate::from_pem(&pem)
-                .map_err(|e| StoreError::Invalid(format!("CA file {}: {e}", ca.display())))?;
-            tb = tb.cert_validation(CertificateValidation::Full(cert));
-        }
-        let transport = tb
-            .build()
-            .map_err(|e| StoreError::Invalid(format!("Elasticsearch client for {shown}: {e}")))?;
+        let pem = match &cfg.ca {
+            Some(ca) => Some(
+                std::fs::read(ca)
+                    .map_err(|e| StoreError::Invalid(format!("CA file {}: {e}", ca.display())))?,
+            ),
+            None => None,
+        };
+        // One client per caller, each naming it in X-Opaque-Id (a client is
+        // a connection pool; idle ones cost nothing).
+        let client = |caller: Caller| -> StoreResult<Elasticsearch> {
+            let mut tb = TransportBuilder::new(SingleNodeConnectionPool::new(url.clone()))
+                .disable_proxy()
+                .timeout(cfg.timeout)
+                .header(
+                    HeaderName::from_static("x-opaque-id"),
+                    HeaderValue::from_static(caller.opaque_id()),
+                );
+            let (url_user, url_pass) = (url.username(), url.password());
+            if let Some(key) = &cfg.api_key {
+                tb = tb.auth(Credentials::EncodedApiKey(key.clone()));
+            } else if let Some(user) = cfg
+                .user
+                .as_deref()
+                .or((!url_user.is_empty()).then_some(url_user))
+            {
+                let pass = cfg.password.as_deref().or(url_pass).unwrap_or("");
+                tb = tb.auth(Credentials::Basic(user.to_string(), pass.to_string()));
+            }
+            if let (Some(pem), Some(ca)) = (&pem, &cfg.ca) {
+                let cert = Certificate::from_pem(pem)
+                    .map_err(|e| StoreError::Invalid(format!("CA file {}: {e}", ca.display())))?;
+                tb = tb.cert_validation(CertificateValidation::Full(cert));
+            }
+            let transport = tb.build().map_err(|e| {
+                StoreError::Invalid(format!("Elasticsearch client for {shown}: {e}"))
+            })?;
+            Ok(Elasticsearch::new(transport))
+        };
+        let clients = Caller::ALL
+            .iter()
+            .map(|c| client(*c))
+            .collect::<StoreResult<Vec<_>>>()?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("esfs-es")
@@ -161,7 +181,7 @@ impl EsStore {
             .build()
             .map_err(|e| StoreError::Other(format!("tokio runtime: {e}")))?;
         let mut store = EsStore {
-            client: Elasticsearch::new(transport),
+            clients,
             rt,
             prefix: cfg.index.clone(),
             url: shown.clone(),
@@ -197,8 +217,12 @@ impl EsStore {
         self.dirty[idx as usize].store(true, Ordering::Release);
     }
 
-    /// Read-your-writes for search: refresh an index this client changed.
+    /// Read-your-writes for search: refresh an index this client changed
+    /// (unless the caller reads only old documents).
     fn refresh_if_dirty(&self, idx: Idx) -> StoreResult<()> {
+        if Caller::current().reads_only_old_documents() {
+            return Ok(());
+        }
         if self.dirty[idx as usize].swap(false, Ordering::AcqRel)
             && let Err(e) = self.refresh(idx)
         {
