@@ -132,6 +132,10 @@ pub struct Fs {
     /// it (shared stores): an open(2) of one answers ESTALE. Locked inside
     /// `open`.
     dying: Mutex<HashSet<u64>>,
+    /// Inodes this mount deleted lately (bounded, oldest forgotten first):
+    /// an open(2) that read the inode before the deletion and registers
+    /// after it must not serve the deleted contents (zeros) either.
+    gone: Mutex<(std::collections::VecDeque<u64>, HashSet<u64>)>,
     /// Per stripe of inode numbers (`ino % SETTLE_STRIPES`), bumped under
     /// the `open` lock whenever a state's size and times went to the store
     /// and left the overlay (a persist, setattr, drop): an inode read
@@ -210,6 +214,7 @@ impl Fs {
             dirs: RwLock::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
             dying: Mutex::new(HashSet::new()),
+            gone: Mutex::new(Default::default()),
             settled: Default::default(),
             kernel_times: Default::default(),
             atimes: Mutex::new(HashMap::new()),

@@ -112,8 +112,9 @@ impl Fs {
 
     fn register_open(&self, inode: &Inode) -> FsResult<u64> {
         let mut open = self.open.lock();
-        // Its last name is going and its document with it (see drop_link).
-        if self.dying.lock().contains(&inode.ino) {
+        // Its last name is going, or went, and its document with it (see
+        // drop_link): the inode this open read is stale.
+        if self.dying.lock().contains(&inode.ino) || self.gone.lock().1.contains(&inode.ino) {
             return Err(FsError::Stale);
         }
         let st = open
@@ -624,5 +625,33 @@ mod tests {
         go.send(()).unwrap();
         assert_eq!(stat.join().unwrap(), 5);
         fs.release(ino, fh).unwrap();
+    }
+
+    /// An open(2) that read the inode before a rename over its name deleted
+    /// it, and registered after, served the deleted contents as zeros (a
+    /// shared store: nothing keeps an inode only the kernel names). It must
+    /// answer ESTALE, so the kernel looks the name up again.
+    #[test]
+    fn open_across_a_deletion_of_its_inode_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Gated::open(&dir.path().join("store")));
+        assert!(!store.capabilities().single_writer);
+        let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
+        let fs = Arc::new(Fs::new(store.clone(), data, FsConfig::default()).unwrap());
+        let (old, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"target", 0o644, 0).unwrap();
+        fs.write(old.ino, fh, 0, b"v0").unwrap();
+        fs.release(old.ino, fh).unwrap();
+        let (new, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"tmp", 0o644, 0).unwrap();
+        fs.write(new.ino, fh, 0, b"v1").unwrap();
+        fs.release(new.ino, fh).unwrap();
+        let (stopped, go) = store.arm("get", Some(&inode_id(old.ino)));
+        let open = std::thread::spawn({
+            let fs = fs.clone();
+            move || fs.open(old.ino, libc::O_RDONLY)
+        });
+        stopped.recv().unwrap(); // it read the old inode
+        fs.rename(ROOT_INO, b"tmp", ROOT_INO, b"target", 0).unwrap();
+        go.send(()).unwrap();
+        assert!(matches!(open.join().unwrap(), Err(FsError::Stale)));
     }
 }

@@ -5,6 +5,10 @@
 use crate::fs::*;
 use crate::store::Query;
 
+/// How many deleted inodes `Fs::gone` remembers: the race it closes lasts
+/// one open(2), far shorter than this many deletions.
+const GONE_MAX: usize = 1 << 16;
+
 impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
         encode_name(name)?;
@@ -111,9 +115,22 @@ impl Fs {
         };
         let r = self.drop_link_marked(ino, parent, ename, open, now);
         if dying {
+            // Under the open lock, as the mark was made: an open that read
+            // the inode before its deletion sees it in `gone` instead.
+            let _states = self.open.lock();
+            if matches!(r, Ok(Fate::Delete)) {
+                let mut gone = self.gone.lock();
+                if gone.0.len() >= GONE_MAX
+                    && let Some(old) = gone.0.pop_front()
+                {
+                    gone.1.remove(&old);
+                }
+                gone.0.push_back(ino);
+                gone.1.insert(ino);
+            }
             self.dying.lock().remove(&ino);
         }
-        r
+        r.map(drop)
     }
 
     fn drop_link_marked(
@@ -123,7 +140,7 @@ impl Fs {
         ename: &str,
         open: bool,
         now: i64,
-    ) -> FsResult<()> {
+    ) -> FsResult<Fate> {
         let referenced = open || self.lookups.lock().contains_key(&ino);
         let keep_file = if self.caps.single_writer {
             referenced
@@ -157,12 +174,10 @@ impl Fs {
             Ok(Fate::Keep)
         })?;
         match fate {
-            Fate::Delete => {
-                self.forget_inode_state(ino);
-                Ok(())
-            }
-            Fate::Keep => self.sync_entries(&i),
+            Fate::Delete => self.forget_inode_state(ino),
+            Fate::Keep => self.sync_entries(&i)?,
         }
+        Ok(fate)
     }
 
     /// The kernel now holds one more reference to `ino` (an entry reply).
