@@ -128,6 +128,11 @@ fn mount(args: MountArgs) -> Result<(), CmdError> {
         ..args
     };
     fuse_config(&args)?; // bad options fail here, not in the background server
+    if writeback_cache(&args) && matches!(args.backend, Backend::Elasticsearch(_)) {
+        // Known before connecting: an index is shared by design (the server
+        // checks the store's capabilities again once it is open).
+        return Err(WRITEBACK_NEEDS_SOLE.into());
+    }
     if !args.foreground {
         // (The server logs them too; in the foreground its log is stderr.)
         for w in loose_permissions(&args) {
@@ -323,27 +328,30 @@ fn describe_data(args: &MountArgs) -> String {
     }
 }
 
+/// The kernel would own sizes and times that other mounts change.
+const WRITEBACK_NEEDS_SOLE: &str =
+    "-o writeback_cache needs the embedded store (a mount that is its store's only user)";
+
+fn writeback_cache(args: &MountArgs) -> bool {
+    args.options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o == "writeback_cache")
+}
+
 fn serve(args: &MountArgs) -> Result<(), CmdError> {
     // Signals are handled by one thread (blocked everywhere else, so first,
     // before any thread is spawned) that unmounts cleanly: `kill` never
     // leaves a dead mount behind.
     let signals = block_signals();
     let cfg = fuse_config(args)?;
-    let writeback = args
-        .options
-        .iter()
-        .flat_map(|o| o.split(','))
-        .any(|o| o == "writeback_cache");
+    let writeback = writeback_cache(args);
     for w in loose_permissions(args) {
         log::warn!("{w}");
     }
     let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
     if writeback && !stores.meta.capabilities().single_writer {
-        // The kernel would own sizes and times that other mounts change.
-        return Err(
-            "-o writeback_cache needs the embedded store (a mount that is its store's only user)"
-                .into(),
-        );
+        return Err(WRITEBACK_NEEDS_SOLE.into());
     }
 
     // SAFETY: plain getters.

@@ -33,6 +33,9 @@ pub enum OpenError {
     /// bound to this one (the message says which and what to do).
     #[error("{0}")]
     DataBinding(String),
+    /// The engine refused or could not be reached (its message names it).
+    #[error(transparent)]
+    Engine(StoreError),
     #[error("{what}: {source}")]
     Store {
         what: String,
@@ -252,10 +255,7 @@ fn open_meta_for(
                         .unwrap_or(&m)
                         .to_string(),
                 ),
-                e => OpenError::Store {
-                    what: format!("cannot open {}", backend.describe()),
-                    source: e,
-                },
+                e => OpenError::Engine(e),
             })?;
             log::info!("connected: {}", s.describe());
             (Arc::new(s), None)
