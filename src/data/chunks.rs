@@ -35,6 +35,8 @@ const CACHE_CHUNKS: usize = 64;
 /// whatever the number of files; a collision only costs a wait or a
 /// refetch.
 const STRIPES: usize = 32;
+/// `remove_sized` addresses at most this many chunks (1 GiB) by id.
+const ADDRESSED_MAX: u64 = 1024;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -292,6 +294,13 @@ impl ChunkStore {
         self.state.lock().generation[stripe(key)] += 1;
     }
 
+    /// Unwritten bytes of a file being removed: gone with it.
+    fn drop_buffers(&self, key: &str) {
+        let mut st = self.state.lock();
+        st.dirty.remove(key);
+        st.was.retain(|(k, _), _| k != key);
+    }
+
     fn truncate_locked(&self, key: &str, size: u64) -> io::Result<()> {
         self.write_out_locked(key)?;
         let keep = size.div_ceil(CHUNK); // chunks [0, keep) survive
@@ -413,12 +422,42 @@ impl DataStore for ChunkStore {
 
     fn remove(&self, key: &str) -> io::Result<()> {
         let _w = self.writing[stripe(key)].lock();
-        {
-            let mut st = self.state.lock();
-            st.dirty.remove(key);
-            st.was.retain(|(k, _), _| k != key);
-        }
+        self.drop_buffers(key);
         self.truncate_locked(key, 0)?;
+        self.state.lock().stored.remove(key);
+        Ok(())
+    }
+
+    /// The chunks of a file of `size` bytes are `<key>:0 ..`: deleted by id
+    /// in one bulk (none for an empty file), without the search and the
+    /// refresh before it that finding them costs (and that a near-real-time
+    /// index could answer incompletely). A larger (likely sparse) file is
+    /// searched instead of addressing a million absent chunks.
+    fn remove_sized(&self, key: &str, size: u64) -> io::Result<()> {
+        let n = size.div_ceil(CHUNK);
+        if n > ADDRESSED_MAX {
+            return self.remove(key);
+        }
+        let _w = self.writing[stripe(key)].lock();
+        self.drop_buffers(key);
+        if n > 0 {
+            let ops = (0..n)
+                .map(|i| BulkOp::Delete {
+                    index: Idx::Chunks,
+                    id: chunk_id(key, i),
+                    if_version: None,
+                })
+                .collect();
+            let results = self.store.bulk(ops);
+            self.stored_changed(key);
+            for r in results.map_err(io_err)? {
+                match r {
+                    Ok(_) | Err(StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(io_err(e)),
+                }
+            }
+        }
+        self.forget_clean(key);
         self.state.lock().stored.remove(key);
         Ok(())
     }
@@ -601,6 +640,28 @@ mod tests {
         assert_eq!(&b[..5], &big[CHUNK as usize - 10..CHUNK as usize - 5]);
         cs.remove("7").unwrap();
         assert!(cs.keys().unwrap().is_empty());
+    }
+
+    #[test]
+    fn removing_by_size_deletes_every_chunk_and_buffered_bytes() {
+        let (_d, cs) = store();
+        let size = 3 * CHUNK + 7;
+        cs.write("5", 0, &vec![7u8; size as usize]).unwrap();
+        cs.flush("5").unwrap();
+        cs.write("5", 2 * CHUNK, b"buffered").unwrap(); // not written out
+        cs.write("6", 0, b"another file").unwrap();
+        cs.flush("6").unwrap();
+        cs.remove_sized("5", size).unwrap();
+        assert!(cs.stored_chunks("5", 0).unwrap().is_empty());
+        let mut b = vec![1u8; 8];
+        assert_eq!(cs.read("5", 2 * CHUNK, &mut b).unwrap(), 0);
+        assert_eq!(cs.keys().unwrap(), ["6"]);
+        // An empty file has nothing to delete; a huge sparse one is searched.
+        cs.remove_sized("empty", 0).unwrap();
+        cs.write("9", 5000 * CHUNK, b"far").unwrap();
+        cs.flush("9").unwrap();
+        cs.remove_sized("9", 5000 * CHUNK + 3).unwrap();
+        assert_eq!(cs.keys().unwrap(), ["6"]);
     }
 
     #[test]

@@ -80,6 +80,12 @@ pub trait DataStore: Send + Sync {
     /// Make the contents durable, also against power loss (fsync).
     fn sync(&self, key: &str) -> io::Result<()>;
     fn remove(&self, key: &str) -> io::Result<()>;
+    /// `remove`, knowing the file held at most `size` bytes: a store that
+    /// would search for a file's pieces may address them instead.
+    fn remove_sized(&self, key: &str, size: u64) -> io::Result<()> {
+        let _ = size;
+        self.remove(key)
+    }
     /// Hint: the key is no longer open; resources held for it can go.
     fn release(&self, key: &str);
     fn capacity(&self) -> io::Result<Capacity>;

@@ -509,7 +509,10 @@ impl Fs {
     /// this order).
     fn remove_contents(&self, inode: &Inode) -> FsResult<()> {
         if let Some(key) = &inode.content {
-            self.data.remove(key)?;
+            // What this mount knows of its size: the stored figure, or an
+            // open state's if it grew since.
+            let open = self.open_size(inode.ino).unwrap_or(0);
+            self.data.remove_sized(key, open.max(inode.size))?;
         }
         Ok(())
     }

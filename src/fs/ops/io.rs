@@ -130,6 +130,11 @@ impl Fs {
         self.open.lock().contains_key(&ino)
     }
 
+    /// The size an open state of `ino` holds, if it has one.
+    pub(in crate::fs) fn open_size(&self, ino: u64) -> Option<u64> {
+        self.open.lock().get(&ino).map(|st| st.size)
+    }
+
     fn check_handle(&self, ino: u64, fh: u64) -> FsResult<()> {
         if fh == NO_HANDLE {
             return Ok(());
