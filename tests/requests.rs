@@ -126,13 +126,13 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "mkdir",
         t.per_op(N, |i| fs::create_dir(a.p(format!("d{i}"))).unwrap()),
-        7.5,
+        5.5,
         3.0,
     );
     row(
         "create (open O_CREAT + close)",
         t.per_op(N, |i| drop(fs::File::create(a.p(format!("f{i}"))).unwrap())),
-        8.5,
+        6.5,
         3.0,
     );
     row(
@@ -158,7 +158,7 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "unlink",
         t.per_op(N, |i| fs::remove_file(a.p(format!("g{i}"))).unwrap()),
-        12.5,
+        11.5,
         3.0,
     );
     // Files another mount wrote, read through this one.

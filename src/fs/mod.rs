@@ -430,11 +430,25 @@ impl Fs {
     pub(super) fn change_inode(
         &self,
         ino: u64,
+        f: impl FnMut(&mut Inode) -> FsResult<Fate>,
+    ) -> FsResult<(Inode, Fate)> {
+        self.change_inode_seen(ino, None, f)
+    }
+
+    /// [`Fs::change_inode`] starting from a copy the caller read (and its
+    /// version), saving a read: a conflict re-reads as usual.
+    pub(super) fn change_inode_seen(
+        &self,
+        ino: u64,
+        mut seen: Option<(Inode, Version)>,
         mut f: impl FnMut(&mut Inode) -> FsResult<Fate>,
     ) -> FsResult<(Inode, Fate)> {
         let id = inode_id(ino);
         for _ in 0..MAX_RETRIES {
-            let (mut inode, ver) = self.get_inode(ino)?;
+            let (mut inode, ver) = match seen.take() {
+                Some(s) => s,
+                None => self.get_inode(ino)?,
+            };
             // A directory's times waiting in memory go in with this write
             // (before `f`, which may set them explicitly).
             let pending = self.pending_dir_time(&inode);

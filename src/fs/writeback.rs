@@ -94,6 +94,17 @@ impl Fs {
 
     /// Directory mtime/ctime to now and its link count changed by `nlink`.
     pub(super) fn touch_dir(&self, ino: u64, nlink: i32) -> FsResult<()> {
+        self.touch_dir_seen(ino, nlink, None)
+    }
+
+    /// [`Fs::touch_dir`] from a copy of the directory's inode the caller
+    /// read under the call's locks (one read fewer on a shared store).
+    pub(super) fn touch_dir_seen(
+        &self,
+        ino: u64,
+        nlink: i32,
+        seen: Option<(Inode, Version)>,
+    ) -> FsResult<()> {
         let now = now_ns();
         if let Some(h) = self.search.get() {
             h.activity();
@@ -117,11 +128,11 @@ impl Fs {
             self.stale_dirs.lock().insert(ino);
             return Ok(());
         }
-        let inode = self.update_inode(ino, |i| {
+        let (inode, _) = self.change_inode_seen(ino, seen, |i| {
             i.mtime_ns = now;
             i.ctime_ns = now;
             i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
-            Ok(())
+            Ok(Fate::Keep)
         })?;
         if self.lazy_close() {
             // The entry's copy of the directory's times only serves

@@ -31,16 +31,16 @@ impl Fs {
         // another mount cannot slip in between the check and the create.
         let (_t, paths) = self.tree_lock(&[parent], &[])?;
         let dir = paths[0].clone();
-        let (pinode, _) = self.get_inode(parent)?;
+        let (pinode, pver) = self.get_inode(parent)?;
         if pinode.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
         if pinode.nlink == 0 {
             return Err(FsError::NotFound); // removed while we looked
         }
-        if self.get_entry(parent, name)?.is_some() {
-            return Err(FsError::Exists);
-        }
+        // No look for the name first: the entry's create is put-if-absent,
+        // and an existing name fails it (EEXIST below), which a read
+        // before would only repeat.
         let (ino, cookie) = (self.alloc()?, self.alloc()?);
         let (kind, rdev, target) = match node {
             NewNode::File => (Kind::File, 0, None),
@@ -141,7 +141,8 @@ impl Fs {
         if kind == Kind::Dir {
             self.dirs.write().insert(ino, (parent, ename));
         }
-        self.touch_dir(parent, if kind == Kind::Dir { 1 } else { 0 })?;
+        let nlink = if kind == Kind::Dir { 1 } else { 0 };
+        self.touch_dir_seen(parent, nlink, Some((pinode, pver)))?;
         Ok(inode)
     }
 }

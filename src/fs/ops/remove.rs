@@ -13,12 +13,10 @@ impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
         encode_name(name)?;
         let _g = self.locks.dirs(&[parent]);
-        let (entry, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
-        if entry.kind == Kind::Dir {
-            return Err(FsError::IsDir);
-        }
+        // Lock, then look once: what another mount changed before is seen
+        // (a lock taken for a name that turns out missing costs nothing:
+        // the parent's shared lock is usually held already).
         let (_t, _) = self.tree_lock(&[parent], &[])?;
-        // Re-read under the lock: another mount may have changed it.
         let (entry, ver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
         if entry.kind == Kind::Dir {
             return Err(FsError::IsDir);
