@@ -2,7 +2,7 @@
 //! (`mount`, `fsck`, `locks`, `search`).
 
 use crate::store::es::EsConfig;
-use crate::store::open::{Backend, default_data, default_home};
+use crate::open::{Backend, default_data, default_home};
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 
 use super::args::StoreArgs;
 use super::{CmdError, open_fs};
-use crate::store::open::{Backend, lock_store, unflushed_journal};
+use crate::open::{Backend, lock_store, unflushed_journal};
 
 /// `esfs fsck`: its command line.
 #[derive(clap::Args)]

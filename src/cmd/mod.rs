@@ -1,5 +1,5 @@
 //! The `esfs` commands. Each parses its own arguments (clap), opens what it
-//! needs through [`crate::store::open`], and returns an exit status;
+//! needs through [`crate::open`], and returns an exit status;
 //! [`CmdError`] is the one place the library's typed errors become the
 //! one-line message a command prints.
 
@@ -13,7 +13,7 @@ use crate::daemon::UmountError;
 use crate::error::FsError;
 use crate::fs::{Fs, FsConfig};
 use crate::store::StoreError;
-use crate::store::open::{OpenError, Stores, open_stores};
+use crate::open::{OpenError, Stores, open_stores};
 use args::StoreArgs;
 
 /// A command's failure, printed as `esfs: MESSAGE`.

@@ -9,7 +9,7 @@ use super::args::StoreArgs;
 use crate::daemon::{block_signals, is_mounted, unmount_retrying, wait_signal};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
-use crate::store::open::{Backend, open_stores, unflushed_journal};
+use crate::open::{Backend, open_stores, unflushed_journal};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

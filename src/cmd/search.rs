@@ -18,7 +18,7 @@ use crate::model::{Entry, Kind, decode_bytes, encode_bytes};
 use crate::search::grep::{FileResult, Grep, Mode, Status};
 use crate::search::pattern::{self, Req, Syntax};
 use crate::search::query::{self, Filters, SizeCmp};
-use crate::store::open::{Backend, default_data, open_meta, open_stores};
+use crate::open::{Backend, default_data, open_meta, open_stores};
 use crate::store::{GroupRequest, Idx, MetaStore, Query, SearchRequest, Sort};
 use serde_json::{Value, json};
 use std::collections::HashMap;

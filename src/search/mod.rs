@@ -28,7 +28,7 @@ use std::sync::Arc;
 /// What a mount's filesystem holds for search: its indexer and description.
 pub struct SearchHook {
     pub indexer: Arc<Indexer>,
-    /// The mount description (`crate::store::open::Backend::description`).
+    /// The mount description (`crate::open::Backend::description`).
     pub info: Value,
 }
 

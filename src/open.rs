@@ -1,12 +1,13 @@
-//! The one place a store is opened: which backend (`Backend`), the
+//! The one place a filesystem's stores are opened (above `store` and
+//! `data`, which know nothing of each other's opening): which backend (`Backend`), the
 //! metadata store (claimed by a mount, or read beside one), the contents
 //! store bound to it by a filesystem id, and the mount description that
 //! `esfs search` reads back. Mount, fsck, locks and search all open stores here.
 
-use super::cache::CachedStore;
-use super::embedded::EmbeddedStore;
-use super::es::{EsConfig, EsStore, redact};
-use super::{Idx, MetaStore, StoreError};
+use crate::store::cache::CachedStore;
+use crate::store::embedded::EmbeddedStore;
+use crate::store::es::{EsConfig, EsStore, redact};
+use crate::store::{Idx, MetaStore, StoreError};
 use crate::data::chunks::ChunkStore;
 use crate::data::{DataStore, LocalDataStore};
 use serde_json::{Value, json};
