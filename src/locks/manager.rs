@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a session lives without a heartbeat. Long enough that an idle
-/// mount costs little (one conditional write per [`HEARTBEAT`], one janitor
+/// mount costs little (one conditional write per heartbeat, one janitor
 /// search per lease), short enough that a dead mount's locks are broken
 /// within a minute (lease + grace + one janitor period).
 pub const LEASE: Duration = Duration::from_secs(20);
