@@ -4,12 +4,12 @@
 //! store bound to it by a filesystem id, and the mount description that
 //! `esfs search` reads back. Mount, fsck, locks and search all open stores here.
 
+use crate::data::chunks::ChunkStore;
+use crate::data::{DataStore, LocalDataStore};
 use crate::store::cache::CachedStore;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::es::{EsConfig, EsStore, redact};
 use crate::store::{Idx, MetaStore, StoreError};
-use crate::data::chunks::ChunkStore;
-use crate::data::{DataStore, LocalDataStore};
 use serde_json::{Value, json};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;

@@ -1,8 +1,8 @@
 //! Command-line options shared by the commands that open a store
 //! (`mount`, `fsck`, `locks`, `search`).
 
-use crate::store::es::EsConfig;
 use crate::open::{Backend, default_data, default_home};
+use crate::store::es::EsConfig;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -12,8 +12,8 @@ pub mod search;
 use crate::daemon::UmountError;
 use crate::error::FsError;
 use crate::fs::{Fs, FsConfig};
-use crate::store::StoreError;
 use crate::open::{OpenError, Stores, open_stores};
+use crate::store::StoreError;
 use args::StoreArgs;
 
 /// A command's failure, printed as `esfs: MESSAGE`.

@@ -15,10 +15,10 @@
 use super::CmdError;
 use crate::data::DataStore;
 use crate::model::{Entry, Kind, decode_bytes, encode_bytes};
+use crate::open::{Backend, default_data, open_meta, open_stores};
 use crate::search::grep::{FileResult, Grep, Mode, Status};
 use crate::search::pattern::{self, Req, Syntax};
 use crate::search::query::{self, Filters, SizeCmp};
-use crate::open::{Backend, default_data, open_meta, open_stores};
 use crate::store::{GroupRequest, Idx, MetaStore, Query, SearchRequest, Sort};
 use serde_json::{Value, json};
 use std::collections::HashMap;

@@ -136,6 +136,12 @@ pub struct Fs {
     /// an open(2) that read the inode before the deletion and registers
     /// after it must not serve the deleted contents (zeros) either.
     gone: Mutex<(std::collections::VecDeque<u64>, HashSet<u64>)>,
+    /// Inodes this mount may have kept at zero links (orphans: unlinked
+    /// while open or referenced): only these are read again when the last
+    /// handle or kernel reference goes, to delete them. Every other inode
+    /// a mount lets go of is left alone without a read (on a shared store
+    /// another mount's orphans are that mount's to delete).
+    orphans: Mutex<HashSet<u64>>,
     /// Per stripe of inode numbers (`ino % SETTLE_STRIPES`), bumped under
     /// the `open` lock whenever a state's size and times went to the store
     /// and left the overlay (a persist, setattr, drop): an inode read
@@ -215,6 +221,7 @@ impl Fs {
             open: Mutex::new(HashMap::new()),
             dying: Mutex::new(HashSet::new()),
             gone: Mutex::new(Default::default()),
+            orphans: Mutex::new(HashSet::new()),
             settled: Default::default(),
             kernel_times: Default::default(),
             atimes: Mutex::new(HashMap::new()),
@@ -515,6 +522,7 @@ impl Fs {
     fn destroy_inode(&self, inode: &Inode) -> FsResult<()> {
         self.remove_contents(inode)?;
         self.store.delete(Idx::Inodes, &inode_id(inode.ino), None)?;
+        self.orphans.lock().remove(&inode.ino);
         self.forget_inode_state(inode.ino);
         Ok(())
     }

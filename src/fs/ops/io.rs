@@ -442,6 +442,9 @@ impl Fs {
             if let Some(key) = &st.key {
                 self.data.release(key);
             }
+            if !self.orphans.lock().contains(&ino) {
+                return Ok(()); // it has a name (see `Fs::orphans`)
+            }
             match self.get_inode(ino) {
                 Ok((inode, _)) if inode.nlink == 0 && !self.in_use(ino) => {
                     self.destroy_inode(&inode)?

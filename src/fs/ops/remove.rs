@@ -145,6 +145,11 @@ impl Fs {
         } else {
             open
         };
+        // Known before the write, so a release or forget racing it reads
+        // the inode again.
+        if referenced {
+            self.orphans.lock().insert(ino);
+        }
         let (i, fate) = self.change_inode(ino, |i| {
             // Idempotent (crash recovery re-runs it): only a present link counts.
             if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
@@ -171,6 +176,9 @@ impl Fs {
             }
             Ok(Fate::Keep)
         })?;
+        if fate == Fate::Delete || !i.orphan {
+            self.orphans.lock().remove(&ino);
+        }
         match fate {
             Fate::Delete => self.forget_inode_state(ino),
             Fate::Keep => self.sync_entries(&i)?,
@@ -226,6 +234,9 @@ impl Fs {
                 return;
             }
             None => {}
+        }
+        if !self.orphans.lock().contains(&ino) {
+            return;
         }
         match self.get_inode(ino) {
             Ok((inode, _)) if inode.nlink == 0 => {
