@@ -33,7 +33,9 @@ impl Bench {
         let server = EsTestServer::start("127.0.0.1:0").unwrap();
         let url = server.url();
         let index = format!("rq{}", std::process::id());
-        let args = ["--es", &url, "--index", &index];
+        // A 10 s attribute TTL: a listing slowed by a loaded machine must
+        // not outlive the kernel's cached attributes (and count re-reads).
+        let args = ["--es", &url, "--index", &index, "--attr-ttl", "10"];
         let a = Mount::with_backend(&args);
         let b = Mount::with_backend(&args);
         server.set_journaling(true);
