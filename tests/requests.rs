@@ -134,7 +134,7 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "create (open O_CREAT + close)",
         t.per_op(N, |i| drop(fs::File::create(a.p(format!("f{i}"))).unwrap())),
-        6.5,
+        5.5,
         3.0,
     );
     row(
@@ -146,7 +146,7 @@ fn round_trips_per_operation_on_elasticsearch() {
                 .unwrap();
             f.write_all(&[b'x'; 100]).unwrap();
         }),
-        15.0,
+        14.0,
         3.0,
     );
     row(
@@ -160,7 +160,7 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "unlink",
         t.per_op(N, |i| fs::remove_file(a.p(format!("g{i}"))).unwrap()),
-        11.5,
+        10.5,
         3.0,
     );
     // Files another mount wrote, read through this one.
@@ -172,7 +172,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.per_op(N, |i| {
             assert_eq!(fs::read(a.p(format!("s{i}"))).unwrap(), b"small contents\n")
         }),
-        7.5,
+        6.5,
         2.0,
     );
     row(
