@@ -65,6 +65,10 @@ impl Fs {
             return Ok((0, 0));
         }
         let rolled = self.recover_intents()?;
+        // The janitor's searches skip read-your-writes (it looks for old
+        // documents), but this listing must not see the intents it just
+        // finished: they would keep the dead owner's locks another pass.
+        self.store.refresh(Idx::Locks)?;
         let docs = LockManager::list(&*self.store)?;
         Ok((rolled, self.lm.reap_dead(&docs, true)?.repaired))
     }
