@@ -71,6 +71,9 @@ public final class EngineLauncher {
                 .put("http.port", httpPorts)
                 .put("transport.port", "0") // any free port: nothing connects to it
                 .put("discovery.type", "single-node")
+                // Each test mount makes an index set (5 shards) and none is deleted: the
+                // default 1000 shards per node ended a long session's runs on one engine.
+                .put("cluster.max_shards_per_node", 100000)
                 // shared CI disks are often >90% full: do not refuse to allocate shards
                 .put("cluster.routing.allocation.disk.threshold_enabled", false)
                 .build();
