@@ -609,3 +609,19 @@ fn pages<S: MetaStore + ?Sized>(
         after = Some(next);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Caller;
+
+    /// The Elasticsearch store keeps one client per caller, indexed by
+    /// `caller as usize`: `ALL` must list them in that order.
+    #[test]
+    fn callers_are_listed_in_discriminant_order() {
+        for (i, c) in Caller::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i, "{c:?}");
+        }
+        let ids: std::collections::HashSet<_> = Caller::ALL.iter().map(|c| c.opaque_id()).collect();
+        assert_eq!(ids.len(), Caller::ALL.len(), "opaque ids are distinct");
+    }
+}
