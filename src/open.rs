@@ -16,7 +16,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Memory bound of the document cache of an embedded-store mount.
+/// Memory bound of a mount's document cache.
 const DOC_CACHE_BYTES: u64 = 64 << 20;
 /// Memory bound of its directory listings (about 400k names).
 const LISTING_BYTES: usize = 64 << 20;
@@ -274,6 +274,17 @@ fn open_meta_for(
         return Err(OpenError::NoFilesystem(backend.describe()));
     }
     Ok((store, guard))
+}
+
+/// A mount's document cache in front of a store other mounts write too
+/// (Elasticsearch; an embedded store is cached once claimed, in
+/// [`open_meta`]): a document is trusted for `ttl`, the mount's attribute
+/// TTL, so another mount's change is seen within it.
+pub fn cache_shared(meta: Arc<dyn MetaStore>, ttl: std::time::Duration) -> Arc<dyn MetaStore> {
+    if meta.capabilities().single_writer {
+        return meta;
+    }
+    Arc::new(CachedStore::shared(meta, DOC_CACHE_BYTES, ttl))
 }
 
 /// Open the metadata store ([`open_meta`]) and the contents store bound to

@@ -128,13 +128,13 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "mkdir",
         t.per_op(N, |i| fs::create_dir(a.p(format!("d{i}"))).unwrap()),
-        5.5,
+        3.5,
         3.0,
     );
     row(
         "create (open O_CREAT + close)",
         t.per_op(N, |i| drop(fs::File::create(a.p(format!("f{i}"))).unwrap())),
-        5.5,
+        3.5,
         3.0,
     );
     row(
@@ -146,7 +146,7 @@ fn round_trips_per_operation_on_elasticsearch() {
                 .unwrap();
             f.write_all(&[b'x'; 100]).unwrap();
         }),
-        14.0,
+        5.5,
         3.0,
     );
     row(
@@ -154,13 +154,13 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.per_op(N, |i| {
             fs::rename(a.p(format!("f{i}")), a.p(format!("g{i}"))).unwrap()
         }),
-        23.0,
+        15.5,
         5.0,
     );
     row(
         "unlink",
         t.per_op(N, |i| fs::remove_file(a.p(format!("g{i}"))).unwrap()),
-        10.5,
+        4.5,
         3.0,
     );
     // Files another mount wrote, read through this one.
@@ -172,7 +172,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.per_op(N, |i| {
             assert_eq!(fs::read(a.p(format!("s{i}"))).unwrap(), b"small contents\n")
         }),
-        6.5,
+        4.5,
         2.0,
     );
     row(
@@ -195,13 +195,13 @@ fn round_trips_per_operation_on_elasticsearch() {
             let out = sh_ok(a.path(), "ls -l big | wc -l");
             assert_eq!(out.trim(), "1001");
         }),
-        25.0,
+        15.0,
         6.0,
     );
     row(
         "rename of a directory holding 1000 files (total)",
         t.per_op(1, |_| fs::rename(a.p("big"), a.p("big2")).unwrap()),
-        32.0,
+        24.0,
         12.0,
     );
 

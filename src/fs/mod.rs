@@ -421,6 +421,16 @@ impl Fs {
         Ok((serde_json::from_value(doc.source)?, doc.version))
     }
 
+    /// [`Fs::get_inode`] from the store itself, not a cache in front of a
+    /// shared one (see `MetaStore::get_fresh`).
+    fn get_inode_fresh(&self, ino: u64) -> FsResult<(Inode, Version)> {
+        let doc = self
+            .store
+            .get_fresh(Idx::Inodes, &inode_id(ino))?
+            .ok_or(FsError::NotFound)?;
+        Ok((serde_json::from_value(doc.source)?, doc.version))
+    }
+
     /// Read-modify-write of an inode with optimistic concurrency.
     fn update_inode(
         &self,
@@ -487,6 +497,18 @@ impl Fs {
 
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
         match self.store.get(Idx::Entries, &entry_id(parent, name))? {
+            Some(doc) => Ok(Some((serde_json::from_value(doc.source)?, doc.version))),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Fs::get_entry`] from the store itself: for a name read under an
+    /// exclusive tree lock to decide a change of several documents.
+    fn get_entry_fresh(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
+        match self
+            .store
+            .get_fresh(Idx::Entries, &entry_id(parent, name))?
+        {
             Some(doc) => Ok(Some((serde_json::from_value(doc.source)?, doc.version))),
             None => Ok(None),
         }
@@ -711,7 +733,7 @@ impl Fs {
         for d in dirs {
             for (ino, _) in self.ancestors(*d)? {
                 let cached = self.dirs.read().get(&ino).cloned();
-                let (inode, _) = self.get_inode(ino)?;
+                let (inode, _) = self.get_inode_fresh(ino)?;
                 let now = inode.links.first().map(|l| (l.p, l.n.clone()));
                 if now != cached {
                     valid = false;

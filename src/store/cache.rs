@@ -1,26 +1,38 @@
-//! A write-through document cache in front of a [`MetaStore`], for a store
-//! that this process alone writes (the embedded store: its lock file keeps
-//! every other mount out). Gets of inode and entry documents, the hot path
-//! of every FUSE call (getattr, lookup, and the reads inside each namespace
-//! change), become a hash lookup instead of an SQLite read and JSON parse;
-//! absent entries are cached too, so creating a new name does not look for
-//! it twice.
+//! A write-through document cache in front of a [`MetaStore`]. Gets of
+//! inode and entry documents, the hot path of every FUSE call (getattr,
+//! lookup, and the reads inside each namespace change), become a hash
+//! lookup instead of a store read; absent documents are cached too, so
+//! creating a new name does not look for it twice. Two modes:
 //!
-//! Coherence: every write goes through this wrapper. Writes are serialized
-//! (the backend serializes them anyway) and update the cache from their
-//! results before the next write starts, so the cache's order of updates is
-//! the store's. A read that misses fills the cache only if no write ran
-//! while it read (an epoch counter), so a fill can never put back a value a
-//! concurrent write replaced. Anything uncertain (an error) evicts the id.
-//! Searches are not cached. The cache is bounded by an approximate byte
-//! weight; documents bigger than `MAX_DOC_BYTES` (indexed file text) are
-//! never kept.
+//! - **Sole** (the embedded store, which its lock file keeps to one mount):
+//!   every write goes through this wrapper, so a cached document stays true
+//!   until this process changes it. Writes are serialized (the backend
+//!   serializes them anyway) and update the cache from their results before
+//!   the next write starts, so the cache's order of updates is the store's.
+//!   A read that misses fills the cache only if no write ran while it read
+//!   (an epoch counter). It also keeps the listings of directories it has
+//!   seen from creation ([`super::listing`]), updated from the same writes.
+//! - **Shared** (Elasticsearch, which other mounts write too): a cached
+//!   document is trusted for `ttl` (the mount's attribute TTL) after it was
+//!   read or written, then read again: another mount's change is seen
+//!   within that bound. Writes run concurrently. Each cached document keeps
+//!   its `_seq_no`/`_primary_term`, and of two answers for one document the
+//!   higher version wins, so concurrent writes and fills settle on the
+//!   newest. A fill is dropped if a write of a document in the same stripe
+//!   finished while it read (an epoch per stripe: an absent answer has no
+//!   version to compare). Conditional writes made from a cached version
+//!   that another mount overtook fail with a conflict, which evicts the
+//!   document: the caller's retry reads the store. Reads a conditional
+//!   write will not check go around the cache (`get_fresh`).
 //!
-//! It also keeps the listings of directories it has seen from creation
-//! ([`super::listing`]), updated from the same write results.
+//! In both modes anything uncertain (an error) evicts the id. Searches are
+//! not cached. The cache is bounded by an approximate byte weight;
+//! documents bigger than `MAX_DOC_BYTES` (indexed file text) are never kept.
 
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quick_cache::Weighter;
@@ -41,6 +53,9 @@ const KEEP_BULK: usize = 1024;
 /// Documents whose approximate size exceeds this are not cached.
 const MAX_DOC_BYTES: u64 = 64 << 10;
 
+/// Fill epochs of the shared mode, one per stripe of document ids.
+const STRIPES: usize = 256;
+
 type Key = (Idx, String);
 
 /// A borrowed [`Key`], for lookups and removals without allocating. Hashes
@@ -54,12 +69,24 @@ impl quick_cache::Equivalent<Key> for KeyRef<'_> {
     }
 }
 
+/// A cached answer for one id.
+#[derive(Clone)]
+struct Slot {
+    /// `None`: the document is absent.
+    doc: Option<Doc>,
+    /// The version of the answer (a delete has one too); `None` for an
+    /// absent document read, which is older than any write's answer.
+    version: Option<Version>,
+    /// When the store gave this answer.
+    at: Instant,
+}
+
 #[derive(Clone)]
 struct DocWeight;
 
-impl Weighter<Key, Option<Doc>> for DocWeight {
-    fn weight(&self, key: &Key, val: &Option<Doc>) -> u64 {
-        64 + key.1.len() as u64 + val.as_ref().map_or(0, |d| approx_size(&d.source))
+impl Weighter<Key, Slot> for DocWeight {
+    fn weight(&self, key: &Key, val: &Slot) -> u64 {
+        96 + key.1.len() as u64 + val.doc.as_ref().map_or(0, |d| approx_size(&d.source))
     }
 }
 
@@ -78,13 +105,35 @@ fn approx_size(v: &Value) -> u64 {
     }
 }
 
+/// Whether version `a` is newer than `b` (an absent read is the oldest).
+fn newer(a: Option<Version>, b: Option<Version>) -> bool {
+    let key = |v: Option<Version>| v.map(|v| (v.primary_term, v.seq_no));
+    key(a) > key(b)
+}
+
+enum Mode {
+    /// This process is the store's only writer.
+    Sole {
+        /// Serializes writes with their cache updates.
+        write: Mutex<()>,
+        /// Odd while a write is in progress; bumped twice per write.
+        epoch: AtomicU64,
+    },
+    /// Other mounts write too: documents are trusted for `ttl`.
+    Shared {
+        ttl: Duration,
+        /// Per stripe of ids, bumped (under its lock) whenever a write's
+        /// answer for an id of the stripe is applied.
+        stripes: Box<[Mutex<u64>]>,
+        hasher: std::collections::hash_map::RandomState,
+    },
+}
+
 pub struct CachedStore {
     inner: Arc<dyn MetaStore>,
-    docs: Cache<Key, Option<Doc>, DocWeight>,
-    /// Serializes writes with their cache updates.
-    write: Mutex<()>,
-    /// Odd while a write is in progress; bumped twice per write.
-    epoch: AtomicU64,
+    docs: Cache<Key, Slot, DocWeight>,
+    mode: Mode,
+    /// Kept in the sole mode only (a listing cannot see other mounts' names).
     listings: Mutex<Listings>,
 }
 
@@ -132,26 +181,72 @@ impl Wrote<'_> {
     }
 }
 
+/// What a write's answer means for one cached id.
+enum Answer {
+    /// The document is now this (`None`: deleted), at this version.
+    Is(Option<Doc>, Version),
+    /// Unknown: forget the id.
+    Evict,
+}
+
 fn cached(idx: Idx) -> bool {
     matches!(idx, Idx::Inodes | Idx::Entries)
 }
 
 impl CachedStore {
-    /// `bytes`: the document cache's approximate memory bound;
-    /// `listing_bytes`: the directory listings'.
+    /// The sole writer's cache. `bytes`: the document cache's approximate
+    /// memory bound; `listing_bytes`: the directory listings'.
     pub fn new(inner: Arc<dyn MetaStore>, bytes: u64, listing_bytes: usize) -> CachedStore {
         CachedStore {
             inner,
             docs: Cache::with_weighter((bytes / 1024) as usize, bytes, DocWeight),
-            write: Mutex::new(()),
-            epoch: AtomicU64::new(0),
+            mode: Mode::Sole {
+                write: Mutex::new(()),
+                epoch: AtomicU64::new(0),
+            },
             listings: Mutex::new(Listings::new(listing_bytes)),
         }
     }
 
-    /// Applies one write's outcome to the listings (called while writing,
-    /// so in the store's order).
+    /// The cache of a store other mounts write too: a document is trusted
+    /// for `ttl` after the store answered for it.
+    pub fn shared(inner: Arc<dyn MetaStore>, bytes: u64, ttl: Duration) -> CachedStore {
+        CachedStore {
+            inner,
+            docs: Cache::with_weighter((bytes / 1024) as usize, bytes, DocWeight),
+            mode: Mode::Shared {
+                ttl,
+                stripes: (0..STRIPES).map(|_| Mutex::new(0)).collect(),
+                hasher: Default::default(),
+            },
+            listings: Mutex::new(Listings::new(0)),
+        }
+    }
+
+    fn sole(&self) -> bool {
+        matches!(self.mode, Mode::Sole { .. })
+    }
+
+    /// The shared mode's stripe of an id.
+    fn stripe(&self, idx: Idx, id: &str) -> Option<&Mutex<u64>> {
+        match &self.mode {
+            Mode::Shared {
+                stripes, hasher, ..
+            } => {
+                let mut h = hasher.build_hasher();
+                KeyRef(idx, id).hash(&mut h);
+                Some(&stripes[std::hash::Hasher::finish(&h) as usize % STRIPES])
+            }
+            Mode::Sole { .. } => None,
+        }
+    }
+
+    /// Applies one write's outcome to the listings (sole mode; called
+    /// while writing, so in the store's order).
     fn list(&self, idx: Idx, id: &str, wrote: Wrote<'_>) {
+        if !self.sole() {
+            return;
+        }
         let dir = || id.parse::<u64>().ok();
         match (idx, wrote) {
             (Idx::Entries, Wrote::Created(src) | Wrote::Put(src)) => {
@@ -176,56 +271,128 @@ impl CachedStore {
         }
     }
 
+    /// The cached answer for an id, if it is still to be trusted.
     fn lookup(&self, idx: Idx, id: &str) -> Option<Option<Doc>> {
         if !cached(idx) {
             return None;
         }
-        self.docs.get(&KeyRef(idx, id))
+        let Mode::Shared { ttl, .. } = &self.mode else {
+            return self.docs.get(&KeyRef(idx, id)).map(|s| s.doc);
+        };
+        if super::Caller::current().reads_fresh() {
+            return None;
+        }
+        let slot = self.docs.get(&KeyRef(idx, id))?;
+        (slot.at.elapsed() < *ttl).then_some(slot.doc)
     }
 
-    fn keep(&self, idx: Idx, id: &str, doc: Option<Doc>) {
-        if !cached(idx) {
-            return;
-        }
+    /// Cache an answer (unless too big to keep).
+    fn put_slot(&self, idx: Idx, id: &str, doc: Option<Doc>, version: Option<Version>) {
         if doc
             .as_ref()
             .is_some_and(|d| approx_size(&d.source) > MAX_DOC_BYTES)
         {
             self.docs.remove(&KeyRef(idx, id));
         } else {
-            self.docs.insert((idx, id.to_string()), doc);
+            let at = Instant::now();
+            self.docs
+                .insert((idx, id.to_string()), Slot { doc, version, at });
         }
     }
 
-    fn evict(&self, idx: Idx, id: &str) {
-        if cached(idx) {
-            self.docs.remove(&KeyRef(idx, id));
+    /// A write's answer for one id. Sole mode: called under the write
+    /// lock, so in the store's order. Shared mode: under the id's stripe
+    /// lock, keeping the newer of this and what is cached, and bumping the
+    /// stripe so that a fill which read before this cannot land after it.
+    fn answer(&self, idx: Idx, id: &str, a: Answer) {
+        if !cached(idx) {
+            return;
+        }
+        let _stripe = self.stripe(idx, id).map(|s| {
+            let mut g = s.lock();
+            *g += 1;
+            g
+        });
+        match a {
+            Answer::Is(doc, v) => {
+                let current = self.docs.get(&KeyRef(idx, id)).map(|s| s.version);
+                if self.sole() || current.is_none_or(|c| !newer(c, Some(v))) {
+                    self.put_slot(idx, id, doc, Some(v));
+                }
+            }
+            Answer::Evict => {
+                self.docs.remove(&KeyRef(idx, id));
+            }
         }
     }
 
-    /// Run a write with the epoch odd, serialized with other writes.
+    /// Run a write: in the sole mode with the epoch odd, serialized with
+    /// other writes; shared writes run concurrently.
     fn writing<T>(&self, f: impl FnOnce() -> T) -> T {
-        let _w = self.write.lock();
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        let r = f();
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        r
-    }
-
-    /// Held while filling: no write ran since `before` and none can start.
-    fn quiet_since(&self, before: u64) -> Option<parking_lot::MutexGuard<'_, ()>> {
-        let w = self.write.try_lock()?;
-        (self.epoch.load(Ordering::Acquire) == before).then_some(w)
-    }
-
-    /// Read through to the store; fill the cache if no write overlapped.
-    fn fill(&self, idx: Idx, id: &str) -> StoreResult<Option<Doc>> {
-        let before = self.epoch.load(Ordering::Acquire);
-        let doc = self.inner.get(idx, id)?;
-        if let Some(_w) = self.quiet_since(before) {
-            self.keep(idx, id, doc.clone());
+        match &self.mode {
+            Mode::Sole { write, epoch } => {
+                let _w = write.lock();
+                epoch.fetch_add(1, Ordering::AcqRel);
+                let r = f();
+                epoch.fetch_add(1, Ordering::AcqRel);
+                r
+            }
+            Mode::Shared { .. } => f(),
         }
+    }
+
+    /// Taken before a read that may fill the cache for `id`.
+    fn fill_token(&self, idx: Idx, id: &str) -> u64 {
+        match &self.mode {
+            Mode::Sole { epoch, .. } => epoch.load(Ordering::Acquire),
+            Mode::Shared { .. } => *self.stripe(idx, id).expect("shared").lock(),
+        }
+    }
+
+    /// Cache what a read answered, unless a write's answer for the same
+    /// id (sole: any write) may have landed since `token` was taken.
+    fn fill(&self, idx: Idx, id: &str, token: u64, doc: &Option<Doc>) {
+        if !cached(idx) {
+            return;
+        }
+        let version = doc.as_ref().map(|d| d.version);
+        match &self.mode {
+            Mode::Sole { write, epoch } => {
+                let Some(_w) = write.try_lock() else { return };
+                if epoch.load(Ordering::Acquire) == token {
+                    self.put_slot(idx, id, doc.clone(), version);
+                }
+            }
+            Mode::Shared { .. } => {
+                let g = self.stripe(idx, id).expect("shared").lock();
+                if *g != token {
+                    return;
+                }
+                // Two fills race: the newer answer stays.
+                let current = self.docs.get(&KeyRef(idx, id)).map(|s| s.version);
+                if current.is_none_or(|c| !newer(c, version)) {
+                    self.put_slot(idx, id, doc.clone(), version);
+                }
+            }
+        }
+    }
+
+    /// Read through to the store, filling the cache.
+    fn read(&self, idx: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        let token = self.fill_token(idx, id);
+        let doc = self.inner.get(idx, id)?;
+        self.fill(idx, id, token, &doc);
         Ok(doc)
+    }
+
+    /// Read `ids` through to the store, filling the cache.
+    fn read_many(&self, idx: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        let tokens: Vec<u64> = ids.iter().map(|id| self.fill_token(idx, id)).collect();
+        let docs = self.inner.mget(idx, ids)?;
+        for ((id, t), d) in ids.iter().zip(tokens).zip(&docs) {
+            self.fill(idx, id, t, d);
+        }
+        Ok(docs)
     }
 
     /// A bulk through `send`, the cache and listings updated from its
@@ -290,13 +457,14 @@ impl CachedStore {
                     continue;
                 };
                 let item = r.as_ref().ok().and_then(|rs| rs.as_ref()?.get(i));
-                match (item, keep) {
-                    (Some(Ok(_)), None) => self.keep(idx, &id, None),
+                let a = match (item, keep) {
+                    (Some(Ok(v)), None) => Answer::Is(None, *v),
                     (Some(Ok(v)), Some(src)) if !src.is_null() => {
-                        self.keep(idx, &id, Some(doc(&id, *v, src)))
+                        Answer::Is(Some(doc(&id, *v, src)), *v)
                     }
-                    _ => self.evict(idx, &id),
-                }
+                    _ => Answer::Evict,
+                };
+                self.answer(idx, &id, a);
                 let wrote = match (item, &listed) {
                     (Some(Ok(_)), Listed::Created(v)) => Wrote::Created(v),
                     (Some(Ok(_)), Listed::Put(v)) => Wrote::Put(v),
@@ -323,7 +491,7 @@ fn doc(id: &str, version: Version, source: Value) -> Doc {
 impl MetaStore for CachedStore {
     fn capabilities(&self) -> crate::store::Capabilities {
         crate::store::Capabilities {
-            listings: true,
+            listings: self.sole() || self.inner.capabilities().listings,
             ..self.inner.capabilities()
         }
     }
@@ -331,8 +499,16 @@ impl MetaStore for CachedStore {
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         match self.lookup(index, id) {
             Some(d) => Ok(d),
-            None if cached(index) => self.fill(index, id),
+            None if cached(index) => self.read(index, id),
             None => self.inner.get(index, id),
+        }
+    }
+
+    fn get_fresh(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        match self.mode {
+            // Nothing else writes: the cache is the store.
+            Mode::Sole { .. } => self.get(index, id),
+            Mode::Shared { .. } => self.read(index, id),
         }
     }
 
@@ -349,21 +525,19 @@ impl MetaStore for CachedStore {
             .map(|(id, _)| id.clone())
             .collect();
         if !missing.is_empty() {
-            let before = self.epoch.load(Ordering::Acquire);
-            let got = self.inner.mget(index, &missing)?;
-            let fill = self.quiet_since(before);
-            let mut got = got.into_iter();
-            for (id, slot) in ids.iter().zip(out.iter_mut()) {
-                if slot.is_none() {
-                    let d = got.next().expect("one result per id");
-                    if fill.is_some() {
-                        self.keep(index, id, d.clone());
-                    }
-                    *slot = Some(d);
-                }
+            let mut got = self.read_many(index, &missing)?.into_iter();
+            for slot in out.iter_mut().filter(|d| d.is_none()) {
+                *slot = Some(got.next().expect("one result per id"));
             }
         }
         Ok(out.into_iter().map(|d| d.expect("filled")).collect())
+    }
+
+    fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        match self.mode {
+            Mode::Sole { .. } => self.mget(index, ids),
+            Mode::Shared { .. } => self.read_many(index, ids),
+        }
     }
 
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
@@ -371,11 +545,11 @@ impl MetaStore for CachedStore {
             let r = self.inner.create(index, id, source);
             match &r {
                 Ok(v) => {
-                    self.keep(index, id, Some(doc(id, *v, source.clone())));
+                    self.answer(index, id, Answer::Is(Some(doc(id, *v, source.clone())), *v));
                     self.list(index, id, Wrote::Created(source));
                 }
                 Err(e) => {
-                    self.evict(index, id);
+                    self.answer(index, id, Answer::Evict);
                     self.list(index, id, Wrote::failed(e));
                 }
             }
@@ -394,11 +568,11 @@ impl MetaStore for CachedStore {
             let r = self.inner.put(index, id, source, if_version);
             match &r {
                 Ok(v) => {
-                    self.keep(index, id, Some(doc(id, *v, source.clone())));
+                    self.answer(index, id, Answer::Is(Some(doc(id, *v, source.clone())), *v));
                     self.list(index, id, Wrote::Put(source));
                 }
                 Err(e) => {
-                    self.evict(index, id);
+                    self.answer(index, id, Answer::Evict);
                     self.list(index, id, Wrote::failed(e));
                 }
             }
@@ -407,20 +581,21 @@ impl MetaStore for CachedStore {
     }
 
     fn delete(&self, index: Idx, id: &str, if_version: Option<Version>) -> StoreResult<bool> {
-        self.writing(|| {
-            let r = self.inner.delete(index, id, if_version);
-            match &r {
-                Ok(_) => {
-                    self.keep(index, id, None);
-                    self.list(index, id, Wrote::Deleted);
-                }
-                Err(e) => {
-                    self.evict(index, id);
-                    self.list(index, id, Wrote::failed(e));
-                }
-            }
-            r
-        })
+        // Through the bulk path: its answer carries the delete's version,
+        // which orders it against concurrent fills and writes.
+        let r = self
+            .bulk(vec![BulkOp::Delete {
+                index,
+                id: id.into(),
+                if_version,
+            }])?
+            .pop()
+            .expect("one result");
+        match r {
+            Ok(_) => Ok(true),
+            Err(StoreError::NotFound(_)) if if_version.is_none() => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
@@ -484,7 +659,7 @@ impl MetaStore for CachedStore {
                 self.docs.retain(|k, v| {
                     k.0 != index
                         || !(failed
-                            || v.as_ref().is_some_and(|d| {
+                            || v.doc.as_ref().is_some_and(|d| {
                                 d.source["path"]
                                     .as_str()
                                     .is_none_or(|p| p.starts_with(&below))
@@ -529,3 +704,7 @@ impl MetaStore for CachedStore {
         self.inner.scan_pages(index, query, sort, page, f)
     }
 }
+
+#[cfg(test)]
+#[path = "cache_tests.rs"]
+mod tests;

@@ -321,6 +321,12 @@ impl Caller {
     pub fn reads_only_old_documents(self) -> bool {
         self == Caller::Janitor
     }
+
+    /// The janitor rolls other mounts' half-done changes forward: what it
+    /// reads decides multi-document repairs, so no cache answers it.
+    pub fn reads_fresh(self) -> bool {
+        self == Caller::Janitor
+    }
 }
 
 /// What an engine offers beyond the required primitives. The filesystem,
@@ -415,6 +421,18 @@ pub trait MetaStore: Send + Sync {
             Err(StoreError::NotFound(_)) if if_version.is_none() => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// `get` that no cache in front may answer: the document as the store
+    /// has it now. For reads a conditional write will not check (a
+    /// directory's parent chain under a newly taken tree lock, the names
+    /// a rename reads under its locks). Plain stores: `get`.
+    fn get_fresh(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        self.get(index, id)
+    }
+    /// `mget` that no cache may answer (see `get_fresh`).
+    fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        self.mget(index, ids)
     }
 
     // ---- provided: projections (whole documents by default) ----

@@ -17,13 +17,28 @@ impl Fs {
         // (a lock taken for a name that turns out missing costs nothing:
         // the parent's shared lock is usually held already).
         let (_t, _) = self.tree_lock(&[parent], &[])?;
-        let (entry, ver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
-        if entry.kind == Kind::Dir {
-            return Err(FsError::IsDir);
+        // A cached entry is checked by the conditional delete; if the name
+        // names another inode by now, look again in the store.
+        let mut fresh = false;
+        loop {
+            let (entry, ver) = match fresh {
+                false => self.get_entry(parent, name)?,
+                true => self.get_entry_fresh(parent, name)?,
+            }
+            .ok_or(FsError::NotFound)?;
+            if entry.kind == Kind::Dir {
+                return Err(FsError::IsDir);
+            }
+            match self.delete_entry(parent, name, entry.ino, ver) {
+                Err(FsError::Again) if !fresh => {
+                    fresh = true;
+                    continue;
+                }
+                r => r?,
+            }
+            self.drop_link(entry.ino, parent, &entry.name)?;
+            return self.touch_dir(parent, 0);
         }
-        self.delete_entry(parent, name, entry.ino, ver)?;
-        self.drop_link(entry.ino, parent, &entry.name)?;
-        self.touch_dir(parent, 0)
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
@@ -42,7 +57,9 @@ impl Fs {
             // Exclusive on the directory itself: no other mount can create
             // in it (creates hold it shared) while we check it is empty.
             let (_t, _) = self.tree_lock(&[parent], &[(parent, &peek.name)])?;
-            let (entry, ver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+            let (entry, ver) = self
+                .get_entry_fresh(parent, name)?
+                .ok_or(FsError::NotFound)?;
             if entry.ino != peek.ino {
                 continue;
             }

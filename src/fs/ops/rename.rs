@@ -48,8 +48,11 @@ impl Fs {
                 &[parent, newparent],
                 &[(parent, &peek.name), (newparent, &new_ename)],
             )?;
-            let (src, sver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
-            let dst = self.get_entry(newparent, newname)?;
+            // Fresh: an intent is written from these.
+            let (src, sver) = self
+                .get_entry_fresh(parent, name)?
+                .ok_or(FsError::NotFound)?;
+            let dst = self.get_entry_fresh(newparent, newname)?;
             if moves_dir(&src, &dst) && !whole_tree {
                 continue; // changed under us: retry with the tree lock
             }
