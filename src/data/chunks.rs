@@ -59,6 +59,11 @@ struct State {
     /// Bytes stored per key, counted as chunks are written and deleted
     /// (see `stored_bytes`): st_blocks without a search per stat.
     stored: HashMap<String, Stored>,
+    /// Per open key, an offset nothing is stored at or past (the file's
+    /// size when opened, raised by every write, set by truncates): a write
+    /// there builds its chunk from nothing instead of fetching it (see
+    /// `holds_at_most`).
+    ends: HashMap<String, u64>,
 }
 
 /// What this mount knows of a key's stored bytes.
@@ -148,6 +153,7 @@ impl ChunkStore {
 
     /// Run `f` on the newest contents of chunk `n`, under the state lock
     /// (so a write can buffer its change before any write-out moves on).
+    /// A chunk past what the file is known to hold is empty, unread.
     fn with_chunk<T>(
         &self,
         key: &str,
@@ -160,6 +166,9 @@ impl ChunkStore {
             let mut st = self.state.lock();
             if let Some(c) = st.current(key, n) {
                 return Ok(f(&mut st, c));
+            }
+            if st.ends.get(key).is_some_and(|end| n * CHUNK >= *end) {
+                return Ok(f(&mut st, Arc::new(Vec::new())));
             }
             // A fetch that overlapped a write-out may predate its chunks.
             if let Some((generation, data)) = fetched.take()
@@ -303,6 +312,9 @@ impl ChunkStore {
 
     fn truncate_locked(&self, key: &str, size: u64) -> io::Result<()> {
         self.write_out_locked(key)?;
+        // Until the chunks past `size` are gone below, what is stored may
+        // reach further: no end is trusted meanwhile.
+        let known = self.state.lock().ends.remove(key).is_some();
         let keep = size.div_ceil(CHUNK); // chunks [0, keep) survive
         let doomed = self.stored_chunks(key, keep)?;
         if !doomed.is_empty() {
@@ -346,6 +358,9 @@ impl ChunkStore {
             }
         }
         self.forget_clean(key);
+        if known {
+            self.state.lock().ends.insert(key.to_string(), size);
+        }
         Ok(())
     }
 }
@@ -394,6 +409,11 @@ impl DataStore for ChunkStore {
             })?;
             done += k;
         }
+        let mut st = self.state.lock();
+        if let Some(end) = st.ends.get_mut(key) {
+            *end = (*end).max(off + data.len() as u64);
+        }
+        drop(st);
         let over = self
             .state
             .lock()
@@ -483,8 +503,14 @@ impl DataStore for ChunkStore {
 
     fn release(&self, key: &str) {
         self.forget_clean(key);
+        let mut st = self.state.lock();
         // Written back with the inode (its release follows a persist).
-        self.state.lock().stored.remove(key);
+        st.stored.remove(key);
+        st.ends.remove(key);
+    }
+
+    fn holds_at_most(&self, key: &str, size: u64) {
+        self.state.lock().ends.entry(key.to_string()).or_insert(size);
     }
 
     /// The cluster's capacity is not ours to know; report a large constant

@@ -88,6 +88,11 @@ pub trait DataStore: Send + Sync {
     }
     /// Hint: the key is no longer open; resources held for it can go.
     fn release(&self, key: &str);
+    /// Hint, when a file is opened: nothing is stored for `key` at or past
+    /// `size` (its length as this mount knows it), until `release`. A
+    /// store that would read before writing a piece there (the chunk
+    /// store's read-modify-write of a chunk) need not.
+    fn holds_at_most(&self, _key: &str, _size: u64) {}
     fn capacity(&self) -> io::Result<Capacity>;
     /// Every key held (for fsck's orphan check).
     fn keys(&self) -> io::Result<Vec<String>>;

@@ -514,6 +514,54 @@ impl Fs {
         }
     }
 
+    /// [`Fs::update_inode`] then [`Fs::sync_entries`], in one bulk where
+    /// they were two writes or more: the inode conditional on the version
+    /// read, each entry's attribute copy on its own. The inode's conflict
+    /// retries (an entry written ahead of it is written again); an entry's
+    /// (a rename or text refresh meanwhile) is synced the re-reading way.
+    fn update_inode_synced(
+        &self,
+        ino: u64,
+        mut f: impl FnMut(&mut Inode) -> FsResult<()>,
+    ) -> FsResult<Inode> {
+        for _ in 0..MAX_RETRIES {
+            let (mut inode, ver) = self.get_inode(ino)?;
+            f(&mut inode)?;
+            let mut ops = vec![BulkOp::Index {
+                index: Idx::Inodes,
+                id: inode_id(ino),
+                source: to_doc(&inode),
+                if_version: Some(ver),
+            }];
+            for link in &inode.links {
+                let id = entry_id(link.p, &decode_bytes(&link.n));
+                let Some(doc) = self.store.get(Idx::Entries, &id)? else {
+                    continue;
+                };
+                let mut entry: Entry = serde_json::from_value(doc.source)?;
+                if entry.ino == ino && entry.refresh_attrs(&inode) {
+                    ops.push(BulkOp::Index {
+                        index: Idx::Entries,
+                        id,
+                        source: to_doc(&entry),
+                        if_version: Some(doc.version),
+                    });
+                }
+            }
+            let mut results = self.store.bulk(ops)?.into_iter();
+            match results.next().expect("one result per op") {
+                Ok(_) => {}
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if results.any(|r| r.is_err()) {
+                self.sync_entries(&inode)?;
+            }
+            return Ok(inode);
+        }
+        Err(FsError::Again)
+    }
+
     /// Copy the inode's searchable attributes into each of its entry documents.
     fn sync_entries(&self, inode: &Inode) -> FsResult<()> {
         for link in &inode.links {

@@ -128,21 +128,73 @@ impl Fs {
             self.stale_dirs.lock().insert(ino);
             return Ok(());
         }
-        let (inode, _) = self.change_inode_seen(ino, seen, |i| {
+        self.change_inode_seen(ino, seen, |i| {
             i.mtime_ns = now;
             i.ctime_ns = now;
             i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
             Ok(Fate::Keep)
         })?;
-        if self.lazy_close() {
-            // The entry's copy of the directory's times only serves
-            // searches: the write-back refreshes it, once a second at most
-            // instead of once per name created in the directory (a write of
-            // its own per call). A crash leaves it stale until the next change.
-            self.stale_dirs.lock().insert(ino);
-            return Ok(());
+        // The entry's copy of the directory's times only serves searches:
+        // the write-back refreshes it, once a second at most instead of
+        // once per name created in the directory (a write of its own per
+        // call). A crash leaves it stale until the next change.
+        self.stale_dirs.lock().insert(ino);
+        Ok(())
+    }
+
+    /// [`Fs::touch_dir_seen`]'s write as a bulk item, for the bulk of the
+    /// change that moves the directory's times (a request fewer per call
+    /// on Elasticsearch), conditional on the copy read (`seen`, else the
+    /// cached one). None where the times wait in memory (lazy close) or
+    /// the directory is gone. The caller passes the item's result to
+    /// [`Fs::touched`].
+    pub(super) fn touch_op(
+        &self,
+        ino: u64,
+        nlink: i32,
+        seen: Option<(Inode, Version)>,
+    ) -> FsResult<Option<BulkOp>> {
+        if self.journal.is_some() {
+            return Ok(None);
         }
-        self.sync_entries(&inode)
+        let (mut i, ver) = match seen {
+            Some(s) => s,
+            None => match self.get_inode(ino) {
+                Ok(s) => s,
+                Err(FsError::NotFound) => return Ok(None),
+                Err(e) => return Err(e),
+            },
+        };
+        let now = now_ns();
+        i.mtime_ns = now;
+        i.ctime_ns = now;
+        i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
+        Ok(Some(BulkOp::Index {
+            index: Idx::Inodes,
+            id: inode_id(ino),
+            source: to_doc(&i),
+            if_version: Some(ver),
+        }))
+    }
+
+    /// The outcome of a [`Fs::touch_op`] item (`None`: there was none):
+    /// done, or done now the re-reading way.
+    pub(super) fn touched(
+        &self,
+        ino: u64,
+        nlink: i32,
+        r: Option<&crate::store::BulkItemResult>,
+    ) -> FsResult<()> {
+        match r {
+            Some(Ok(_)) => {
+                if let Some(h) = self.search.get() {
+                    h.activity();
+                }
+                self.stale_dirs.lock().insert(ino);
+                Ok(())
+            }
+            _ => self.touch_dir(ino, nlink),
+        }
     }
 
     /// Refreshes the entry documents of the directories `touch_dir` left stale.
@@ -168,22 +220,52 @@ impl Fs {
     /// atimes, never anything else).
     pub fn write_back_atimes(&self) -> FsResult<usize> {
         let pending: Vec<(u64, i64)> = self.atimes.lock().drain().collect();
-        let n = pending.len();
-        for chunk in pending.chunks(256) {
-            self.batch(|| {
-                for &(ino, a) in chunk {
-                    match self.update_inode(ino, |i| {
-                        i.atime_ns = i.atime_ns.max(a);
-                        Ok(())
-                    }) {
-                        Ok(_) | Err(FsError::NotFound) => {}
-                        Err(e) => return Err(e),
+        let set = |i: &mut Inode, a: i64| i.atime_ns = i.atime_ns.max(a);
+        for chunk in pending.chunks(WRITE_BACK_BATCH) {
+            if self.caps.batches {
+                self.batch(|| {
+                    for &(ino, a) in chunk {
+                        match self.update_inode(ino, |i| Ok(set(i, a))) {
+                            Ok(_) | Err(FsError::NotFound) => {}
+                            Err(e) => return Err(e),
+                        }
                     }
+                    Ok(())
+                })?;
+                continue;
+            }
+            // No batches (Elasticsearch): one bulk of conditional writes
+            // from the inodes as read, not a request per inode; one that
+            // changed meanwhile is updated alone.
+            let ids: Vec<String> = chunk.iter().map(|(ino, _)| inode_id(*ino)).collect();
+            let mut ops = Vec::new();
+            let mut sent = Vec::new();
+            for (&(ino, a), doc) in chunk.iter().zip(self.store.mget(Idx::Inodes, &ids)?) {
+                let Some(doc) = doc else { continue };
+                let mut inode: Inode = serde_json::from_value(doc.source)?;
+                set(&mut inode, a);
+                ops.push(BulkOp::Index {
+                    index: Idx::Inodes,
+                    id: doc.id,
+                    source: to_doc(&inode),
+                    if_version: Some(doc.version),
+                });
+                sent.push((ino, a));
+            }
+            if ops.is_empty() {
+                continue;
+            }
+            for ((ino, a), r) in sent.into_iter().zip(self.store.bulk(ops)?) {
+                if r.is_ok() {
+                    continue;
                 }
-                Ok(())
-            })?;
+                match self.update_inode(ino, |i| Ok(set(i, a))) {
+                    Ok(_) | Err(FsError::NotFound) => {}
+                    Err(e) => return Err(e),
+                }
+            }
         }
-        Ok(n)
+        Ok(pending.len())
     }
 
     /// Whether close(2) may skip esfs (no FLUSH): written sizes and times
@@ -358,6 +440,11 @@ impl Fs {
                         && let Err(e) = fs.write_back()
                     {
                         log::warn!("writing back file sizes and times: {e}");
+                    }
+                    if !fs.lazy_close()
+                        && let Err(e) = fs.sync_stale_dirs()
+                    {
+                        log::warn!("refreshing directories' entries: {e}");
                     }
                     if last_atimes.elapsed() >= ATIME_WRITE_BACK {
                         last_atimes = std::time::Instant::now();

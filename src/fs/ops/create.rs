@@ -109,7 +109,11 @@ impl Fs {
         };
         entry.refresh_attrs(&inode);
         let eid = entry_id(parent, name);
-        let res = self.store.bulk(vec![
+        // The parent's times (and a new directory's ".." link) go in the
+        // same bulk: one request per node made.
+        let nlink = if kind == Kind::Dir { 1 } else { 0 };
+        let touch = self.touch_op(parent, nlink, Some((pinode.clone(), pver)))?;
+        let mut ops = vec![
             BulkOp::Create {
                 index: Idx::Inodes,
                 id: inode_id(ino),
@@ -120,16 +124,24 @@ impl Fs {
                 id: eid.clone(),
                 source: to_doc(&entry),
             },
-        ])?;
+        ];
+        let touching = touch.is_some();
+        ops.extend(touch);
+        let res = self.store.bulk(ops)?;
+        let touched = res.get(2).filter(|_| touching);
         match (&res[0], &res[1]) {
             (Ok(_), Ok(_)) => {}
             (ri, re) => {
-                // Undo whichever half landed.
+                // Undo whichever half landed, and the parent's link count
+                // (its times may stay moved: harmless).
                 if ri.is_ok() {
                     let _ = self.store.delete(Idx::Inodes, &inode_id(ino), None);
                 }
                 if re.is_ok() {
                     let _ = self.store.delete(Idx::Entries, &eid, None);
+                }
+                if nlink != 0 && matches!(touched, Some(Ok(_))) {
+                    self.touch_dir(parent, -nlink)?;
                 }
                 return Err(match re {
                     Err(StoreError::Conflict(_)) => FsError::Exists,
@@ -141,8 +153,10 @@ impl Fs {
         if kind == Kind::Dir {
             self.dirs.write().insert(ino, (parent, ename));
         }
-        let nlink = if kind == Kind::Dir { 1 } else { 0 };
-        self.touch_dir_seen(parent, nlink, Some((pinode, pver)))?;
+        match touched {
+            Some(r) => self.touched(parent, nlink, Some(r))?,
+            None => self.touch_dir_seen(parent, nlink, Some((pinode, pver)))?,
+        }
         Ok(inode)
     }
 }

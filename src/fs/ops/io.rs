@@ -119,11 +119,20 @@ impl Fs {
         }
         let st = open
             .entry(inode.ino)
-            .or_insert_with(|| OpenState::of(inode));
+            .or_insert_with(|| self.new_state(inode));
         st.count += 1;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, Handle { ino: inode.ino });
         Ok(fh)
+    }
+
+    /// The state of a file being opened; the data store hears how long
+    /// the file is (its state's release is the data store's too).
+    fn new_state(&self, inode: &Inode) -> OpenState {
+        if let Some(key) = &inode.content {
+            self.data.holds_at_most(key, inode.size);
+        }
+        OpenState::of(inode)
     }
 
     pub(in crate::fs) fn is_open(&self, ino: u64) -> bool {
@@ -174,7 +183,7 @@ impl Fs {
             if open.contains_key(&ino) || self.settle_mark(ino) != mark {
                 continue;
             }
-            return Ok(f(open.entry(ino).or_insert(OpenState::of(&inode))));
+            return Ok(f(open.entry(ino).or_insert(self.new_state(&inode))));
         }
     }
 
@@ -483,7 +492,7 @@ impl Fs {
         }
         let pending = self.atimes.lock().remove(&ino);
         let (mut changed, mut written) = (false, None);
-        let inode = self.update_inode(ino, |i| {
+        self.update_inode_synced(ino, |i| {
             // The state as of this attempt, not of the call: a persist
             // overtaken by a later one (closes racing a writer) fails its
             // version check, retries and writes the newer state, so the
@@ -510,7 +519,6 @@ impl Fs {
             st.wrote = false;
             self.settle(ino);
         }
-        self.sync_entries(&inode)?;
         if changed {
             self.content_changed(ino);
         }

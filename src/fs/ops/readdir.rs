@@ -79,6 +79,9 @@ pub(in crate::fs) struct DirHandle {
     after: u64,
     page: Vec<DirItem>,
     plus: bool,
+    /// The page holds the directory's last entries: a call past them is
+    /// the end, without another search.
+    last: bool,
     /// Hash of each name returned since the last rewind -> its cookie. A
     /// name deleted and created again while the directory is being listed
     /// gets a new, higher cookie; it is not returned a second time (file
@@ -109,9 +112,10 @@ impl std::hash::Hasher for Prehashed {
 /// Entries fetched per store query: more than a reply buffer can take (the
 /// kernel sizes it from the caller's getdents buffer, 32 KiB for glibc:
 /// ~1000 names, or ~200 names with attributes), so each reply is full and
-/// a 10k listing takes a dozen round trips, not a hundred.
+/// a 10k listing takes a dozen round trips, not a hundred. With attributes
+/// too: `ls -l` of 1000 names is one search and one multi-get, which on
+/// Elasticsearch is what it costs (the handle serves the page's rest).
 const PAGE: usize = 1024;
-const PAGE_PLUS: usize = 256;
 
 impl Fs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
@@ -141,7 +145,7 @@ impl Fs {
     ) -> FsResult<()> {
         let handle = self.dir_handles.lock().get(&fh).cloned();
         let Some(handle) = handle else {
-            for it in &self.fetch_dir(ino, offset, plus)? {
+            for it in &self.fetch_dir(ino, offset, plus)?.0 {
                 if add(it.ent()) {
                     break;
                 }
@@ -179,10 +183,14 @@ impl Fs {
             } else {
                 None
             };
+        let past_last = h.last
+            && h.plus == plus
+            && h.page.last().map_or(offset == h.after, |i| i.offset == offset);
         let pos = match start {
             Some(pos) => pos,
+            None if past_last => return Ok(()),
             None => {
-                h.page = self.fetch_dir(ino, offset, plus)?;
+                (h.page, h.last) = self.fetch_dir(ino, offset, plus)?;
                 h.after = offset;
                 h.plus = plus;
                 0
@@ -231,7 +239,8 @@ impl Fs {
         Ok(())
     }
 
-    fn fetch_dir(&self, ino: u64, offset: u64, plus: bool) -> FsResult<Vec<DirItem>> {
+    /// The items after `offset`, and whether they are the directory's last.
+    fn fetch_dir(&self, ino: u64, offset: u64, plus: bool) -> FsResult<(Vec<DirItem>, bool)> {
         let mark = self.settle_mark(ino);
         let (dir, _) = self.get_inode(ino)?;
         if dir.kind != Kind::Dir {
@@ -261,7 +270,7 @@ impl Fs {
             };
             items.push(dot(2, parent, b"..", attr));
         }
-        let size = if plus { PAGE_PLUS } else { PAGE };
+        let size = PAGE;
         let mut entries = Vec::with_capacity(size.min(64));
         let cached = self.store.cached_children(ino, offset.max(2), &mut |c| {
             entries.push((
@@ -275,6 +284,7 @@ impl Fs {
         if cached.is_none() {
             self.search_dir(ino, offset, size, &mut entries)?;
         }
+        let mut last = entries.len() < size;
         if plus {
             // Attributes of inodes the kernel already holds (it made or
             // looked them up) would be sent for nothing, and fetching them
@@ -287,6 +297,7 @@ impl Fs {
                 && (k > 0 || !items.is_empty())
             {
                 entries.truncate(k);
+                last = false;
             }
         }
         let (attrs, marks) = if plus {
@@ -323,6 +334,6 @@ impl Fs {
                 attr,
             });
         }
-        Ok(items)
+        Ok((items, last))
     }
 }

@@ -29,15 +29,17 @@ impl Fs {
             if entry.kind == Kind::Dir {
                 return Err(FsError::IsDir);
             }
-            match self.delete_entry(parent, name, entry.ino, ver) {
+            // The parent's times go in the entry's bulk.
+            let touch = self.touch_op(parent, 0, None)?;
+            let touched = match self.delete_entry(parent, name, entry.ino, ver, touch) {
                 Err(FsError::Again) if !fresh => {
                     fresh = true;
                     continue;
                 }
                 r => r?,
-            }
+            };
             self.drop_link(entry.ino, parent, &entry.name)?;
-            return self.touch_dir(parent, 0);
+            return self.touched(parent, 0, touched.as_ref());
         }
     }
 
@@ -70,21 +72,41 @@ impl Fs {
             if !self.dir_is_empty(entry.ino)? {
                 return Err(FsError::NotEmpty);
             }
-            self.delete_entry(parent, name, entry.ino, ver)?;
+            self.delete_entry(parent, name, entry.ino, ver, None)?;
             self.drop_link(entry.ino, parent, &entry.name)?;
             return self.touch_dir(parent, -1);
         }
     }
 
-    /// Delete the entry `name` in `parent` if it still names `ino`. A version
-    /// conflict from an attribute refresh of the same entry (a close racing
-    /// with the unlink) is retried; the entry naming another inode is not.
-    fn delete_entry(&self, parent: u64, name: &[u8], ino: u64, ver: Version) -> FsResult<()> {
+    /// Delete the entry `name` in `parent` if it still names `ino`, in one
+    /// bulk with `touch` (the parent's times, which may land even if the
+    /// delete does not: a harmless time); returns `touch`'s result. A
+    /// version conflict from an attribute refresh of the same entry (a
+    /// close racing with the unlink) is retried; the entry naming another
+    /// inode is not (EAGAIN).
+    fn delete_entry(
+        &self,
+        parent: u64,
+        name: &[u8],
+        ino: u64,
+        ver: Version,
+        mut touch: Option<BulkOp>,
+    ) -> FsResult<Option<crate::store::BulkItemResult>> {
         let id = entry_id(parent, name);
         let mut ver = ver;
+        let mut touched = None;
         for _ in 0..MAX_RETRIES {
-            match self.store.delete(Idx::Entries, &id, Some(ver)) {
-                Ok(_) => return Ok(()),
+            let mut ops = vec![BulkOp::Delete {
+                index: Idx::Entries,
+                id: id.clone(),
+                if_version: Some(ver),
+            }];
+            ops.extend(touch.take());
+            let mut results = self.store.bulk(ops)?.into_iter();
+            let deleted = results.next().expect("one result per op");
+            touched = touched.or(results.next());
+            match deleted {
+                Ok(_) => return Ok(touched),
                 Err(StoreError::Conflict(_)) => {}
                 Err(e) => return Err(e.into()),
             }
