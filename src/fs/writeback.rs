@@ -220,12 +220,15 @@ impl Fs {
     /// atimes, never anything else).
     pub fn write_back_atimes(&self) -> FsResult<usize> {
         let pending: Vec<(u64, i64)> = self.atimes.lock().drain().collect();
-        let set = |i: &mut Inode, a: i64| i.atime_ns = i.atime_ns.max(a);
+        let set = |i: &mut Inode, a: i64| {
+            i.atime_ns = i.atime_ns.max(a);
+            Ok(())
+        };
         for chunk in pending.chunks(WRITE_BACK_BATCH) {
             if self.caps.batches {
                 self.batch(|| {
                     for &(ino, a) in chunk {
-                        match self.update_inode(ino, |i| Ok(set(i, a))) {
+                        match self.update_inode(ino, |i| set(i, a)) {
                             Ok(_) | Err(FsError::NotFound) => {}
                             Err(e) => return Err(e),
                         }
@@ -243,7 +246,7 @@ impl Fs {
             for (&(ino, a), doc) in chunk.iter().zip(self.store.mget(Idx::Inodes, &ids)?) {
                 let Some(doc) = doc else { continue };
                 let mut inode: Inode = serde_json::from_value(doc.source)?;
-                set(&mut inode, a);
+                set(&mut inode, a)?;
                 ops.push(BulkOp::Index {
                     index: Idx::Inodes,
                     id: doc.id,
@@ -259,7 +262,7 @@ impl Fs {
                 if r.is_ok() {
                     continue;
                 }
-                match self.update_inode(ino, |i| Ok(set(i, a))) {
+                match self.update_inode(ino, |i| set(i, a)) {
                     Ok(_) | Err(FsError::NotFound) => {}
                     Err(e) => return Err(e),
                 }
