@@ -5,7 +5,7 @@
 //! forward by whoever notices. The new entry is written before the old one
 //! goes, so a crash leaves the file reachable.
 
-use crate::fs::intent::{Intent, MoveIntent};
+use crate::fs::intent::{Intent, MoveIntent, Seen};
 use crate::fs::*;
 
 pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
@@ -31,8 +31,8 @@ impl Fs {
         let exchange = flags & RENAME_EXCHANGE != 0;
         loop {
             // Peek without locks to pick the lock scope, then re-read under it.
-            let (peek, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
-            let peek_dst = self.get_entry(newparent, newname)?;
+            let (peek, peek_dst) = self.get_two_entries((parent, name), (newparent, newname))?;
+            let (peek, _) = peek.ok_or(FsError::NotFound)?;
             let moves_dir = |s: &Entry, d: &Option<(Entry, Version)>| {
                 s.kind == Kind::Dir
                     || (exchange && d.as_ref().is_some_and(|(d, _)| d.kind == Kind::Dir))
@@ -44,32 +44,63 @@ impl Fs {
                 self.locks.dirs(&[parent, newparent])
             };
             // Across mounts: the guide's tree lock, exclusive on both names.
-            let (_t, _) = self.tree_lock(
+            let (t, _) = self.tree_lock(
                 &[parent, newparent],
                 &[(parent, &peek.name), (newparent, &new_ename)],
             )?;
-            let (src, sver) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
-            let dst = self.get_entry(newparent, newname)?;
-            if moves_dir(&src, &dst) && !whole_tree {
+            let (src, dst) = self.get_two_entries((parent, name), (newparent, newname))?;
+            let src = src.ok_or(FsError::NotFound)?;
+            if moves_dir(&src.0, &dst) && !whole_tree {
                 continue; // changed under us: retry with the tree lock
             }
             return if exchange {
-                let (dst, dver) = dst.ok_or(FsError::NotFound)?;
-                self.exchange(src, sver, dst, dver)
+                self.exchange(src, dst.ok_or(FsError::NotFound)?, t)
             } else {
-                self.move_entry(src, sver, newparent, new_ename, dst, flags)
+                self.move_entry(src, (newparent, new_ename), dst, flags, t)
             };
         }
     }
 
+    /// Two entries in one request (`a` and `b` may be the same).
+    #[allow(clippy::type_complexity)]
+    fn get_two_entries(
+        &self,
+        a: (u64, &[u8]),
+        b: (u64, &[u8]),
+    ) -> FsResult<(Option<(Entry, Version)>, Option<(Entry, Version)>)> {
+        let ids = [entry_id(a.0, a.1), entry_id(b.0, b.1)];
+        let mut docs = self.store.mget(Idx::Entries, &ids)?.into_iter();
+        let mut next = || -> FsResult<Option<(Entry, Version)>> {
+            match docs.next().flatten() {
+                Some(d) => Ok(Some((serde_json::from_value(d.source)?, d.version))),
+                None => Ok(None),
+            }
+        };
+        Ok((next()?, next()?))
+    }
+
+    /// Inodes in one request, each with its version; NotFound if any is gone.
+    fn get_inodes(&self, inos: &[u64]) -> FsResult<Vec<(Inode, Version)>> {
+        let ids: Vec<String> = inos.iter().map(|i| inode_id(*i)).collect();
+        self.store
+            .mget(Idx::Inodes, &ids)?
+            .into_iter()
+            .map(|d| {
+                let d = d.ok_or(FsError::NotFound)?;
+                Ok((serde_json::from_value(d.source)?, d.version))
+            })
+            .collect()
+    }
+
+    /// A move of `src` to `to` (new parent, encoded name) under the
+    /// rename's tree locks `t`, released when it is done.
     fn move_entry(
         &self,
-        src: Entry,
-        sver: Version,
-        newparent: u64,
-        new_ename: String,
+        (src, sver): (Entry, Version),
+        (newparent, new_ename): (u64, String),
         dst: Option<(Entry, Version)>,
         flags: u32,
+        t: TreeLock<'_>,
     ) -> FsResult<()> {
         let src_is_dir = src.kind == Kind::Dir;
         let mut replaced_dir = false;
@@ -92,8 +123,16 @@ impl Fs {
                 (false, false) => {}
             }
         }
-        let (npinode, _) = self.get_inode(newparent)?;
-        if npinode.kind != Kind::Dir {
+        // The new parent (checked, then touched) and a moved file's inode
+        // (its back-link goes in the entries' bulk), in one read.
+        let mut inodes = self.get_inodes(&if src_is_dir {
+            vec![newparent]
+        } else {
+            vec![newparent, src.ino]
+        })?;
+        let moved_inode = (!src_is_dir).then(|| inodes.pop().expect("read"));
+        let np = inodes.pop().expect("read");
+        if np.0.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
         if src_is_dir && self.is_ancestor(src.ino, newparent)? {
@@ -115,17 +154,24 @@ impl Fs {
             entry: moved,
             replaced: dst.as_ref().map(|(d, _)| d.ino),
         };
-        if !src_is_dir && dst.is_none() && self.move_at_once(&intent, sver)? {
+        if let Some(seen) = &moved_inode
+            && dst.is_none()
+            && self.move_at_once(&intent, sver, seen)?
+        {
             self.touch_dir(src.parent, 0)?;
             if newparent != src.parent {
-                self.touch_dir(newparent, 0)?;
+                self.touch_dir_seen(newparent, 0, Some(np))?;
             }
             return Ok(());
         }
         // The intent goes first: if this mount dies from here on, whoever
         // notices rolls the rename forward from it.
         let iid = self.write_intent(&Intent::Move(intent.clone()))?;
-        self.apply_move(&intent, Some((sver, dst.as_ref().map(|(_, v)| *v))))?;
+        let seen = Seen {
+            entries: (sver, dst.as_ref().map(|(_, v)| *v)),
+            inodes: moved_inode.into_iter().collect(),
+        };
+        self.apply_move(&intent, Some(&seen))?;
         // Directory link counts: the moved directory's ".." leaves the old
         // parent; a replaced directory's ".." leaves the new parent.
         let dir_delta = |p: u64| -> i32 {
@@ -141,15 +187,22 @@ impl Fs {
             }
             d
         };
-        self.touch_dir(src.parent, dir_delta(src.parent))?;
+        // The new parent as read above: nothing since wrote it (a conflict
+        // re-reads).
         if newparent != src.parent {
-            self.touch_dir(newparent, dir_delta(newparent))?;
+            self.touch_dir(src.parent, dir_delta(src.parent))?;
         }
-        self.finish_intent(&iid)
+        self.touch_dir_seen(newparent, dir_delta(newparent), Some(np))?;
+        self.finish_intent(&iid, t)
     }
 
     /// RENAME_EXCHANGE: the two names swap the inodes they point to.
-    fn exchange(&self, a: Entry, aver: Version, b: Entry, bver: Version) -> FsResult<()> {
+    fn exchange(
+        &self,
+        (a, aver): (Entry, Version),
+        (b, bver): (Entry, Version),
+        t: TreeLock<'_>,
+    ) -> FsResult<()> {
         if a.ino == b.ino {
             return Ok(());
         }
@@ -158,11 +211,26 @@ impl Fs {
         {
             return Err(FsError::Invalid);
         }
+        // The files' inodes, whose back-links go in the entries' bulk.
+        let files: Vec<u64> = [&a, &b]
+            .into_iter()
+            .filter(|e| e.kind != Kind::Dir)
+            .map(|e| e.ino)
+            .collect();
+        let inodes = if files.is_empty() {
+            Vec::new()
+        } else {
+            self.get_inodes(&files)?
+        };
         let iid = self.write_intent(&Intent::Exchange {
             a: a.clone(),
             b: b.clone(),
         })?;
-        if self.apply_exchange(&a, &b, Some((aver, bver)))? {
+        let seen = Seen {
+            entries: (aver, bver),
+            inodes,
+        };
+        if self.apply_exchange(&a, &b, Some(&seen))? {
             // Directory link counts: a directory's ".." changes parents.
             if a.parent != b.parent && (a.kind == Kind::Dir) != (b.kind == Kind::Dir) {
                 let d = if a.kind == Kind::Dir { 1 } else { -1 };
@@ -175,7 +243,7 @@ impl Fs {
                 }
             }
         }
-        self.finish_intent(&iid)
+        self.finish_intent(&iid, t)
     }
 
     /// Whether directory `dir` is `ino` or one of its ancestors is.
