@@ -154,7 +154,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.per_op(N, |i| {
             fs::rename(a.p(format!("f{i}")), a.p(format!("g{i}"))).unwrap()
         }),
-        23.0,
+        11.5,
         5.0,
     );
     row(
@@ -201,7 +201,7 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "rename of a directory holding 1000 files (total)",
         t.per_op(1, |_| fs::rename(a.p("big"), a.p("big2")).unwrap()),
-        32.0,
+        17.5,
         12.0,
     );
 

@@ -74,6 +74,18 @@ pub enum Intent {
 pub struct Seen<V> {
     pub entries: V,
     pub inodes: Vec<(Inode, Version)>,
+    /// Further writes for the entries' bulk, conditional on what was read
+    /// (the parents' touches); `apply_move` says which succeeded.
+    pub also: Vec<BulkOp>,
+}
+
+/// What the live rename's bulk did besides the entries.
+#[derive(Default)]
+struct Bulked {
+    /// The inodes whose back-links it moved.
+    linked: Vec<u64>,
+    /// Which of `Seen::also` succeeded.
+    also: Vec<bool>,
 }
 
 impl Fs {
@@ -114,18 +126,18 @@ impl Fs {
     /// and of the entry the new name replaces (None: the name was free),
     /// and a moved file's inode, read under the locks it holds. None: a
     /// roll-forward, which also recounts the parents' links (the live
-    /// rename adjusts them itself).
+    /// rename adjusts them itself). Returns which of `seen.also` succeeded.
     pub(super) fn apply_move(
         &self,
         it: &MoveIntent,
         seen: Option<&Seen<(Version, Option<Version>)>>,
-    ) -> FsResult<()> {
+    ) -> FsResult<Vec<bool>> {
         let e = &it.entry;
         // 1, 2. The new name points at the moved inode, the old one no
         // longer (with the live rename, 3 too, in the same bulk).
-        let linked = self.move_entries(it, seen)?;
+        let bulked = self.move_entries(it, seen)?;
         // 3. The inode's back-link follows.
-        if !linked.contains(&e.ino) {
+        if !bulked.linked.contains(&e.ino) {
             self.move_link(
                 e.ino,
                 e.kind,
@@ -151,28 +163,29 @@ impl Fs {
             self.recount_dir(it.src_parent)?;
             self.recount_dir(e.parent)?;
         }
-        Ok(())
+        Ok(bulked.also)
     }
 
     /// Steps 1 and 2 of a move: the entries. With `seen` (the live
     /// rename), first both in one bulk conditional on those versions, with
-    /// the seen inode's back-link (step 3; another shard, so in no order
-    /// with the entries, which the intent covers). If the bulk's first
-    /// item failed nothing happened to the entries, if the second failed
-    /// the new name is there: either way the re-reading steps below
-    /// complete them. Returns the inodes whose back-links the bulk moved.
+    /// the seen inode's back-link (step 3) and `also` (other shards, so in
+    /// no order with the entries: the intent covers a crash). If the bulk's
+    /// first item failed nothing happened to the entries, if the second
+    /// failed the new name is there: either way the re-reading steps below
+    /// complete them.
     fn move_entries(
         &self,
         it: &MoveIntent,
         seen: Option<&Seen<(Version, Option<Version>)>>,
-    ) -> FsResult<Vec<u64>> {
+    ) -> FsResult<Bulked> {
         let e = &it.entry;
         let new_id = entry_id(e.parent, &decode_bytes(&e.name));
         let old = decode_bytes(&it.src_name);
-        let mut linked = Vec::new();
+        let mut bulked = Bulked::default();
         if let Some(Seen {
             entries: (sver, dver),
             inodes,
+            also,
         }) = seen
         {
             let put_new = match *dver {
@@ -202,10 +215,13 @@ impl Fs {
                     .iter()
                     .map(|i| link_op(i, (it.src_parent, &it.src_name), (e.parent, &e.name), now)),
             );
+            ops.extend(also.iter().cloned());
             let mut res = self.store.bulk(ops)?;
-            linked = inode_results(inodes, res.split_off(2));
+            let also_res = res.split_off(2 + inodes.len());
+            bulked.also = also_res.iter().map(|r| r.is_ok()).collect();
+            bulked.linked = inode_results(inodes, res.split_off(2));
             match bulk_check(res) {
-                Ok(()) => return Ok(linked),
+                Ok(()) => return Ok(bulked),
                 Err(err) => log::debug!("rename bulk: {err}; completed by steps"),
             }
         }
@@ -240,7 +256,7 @@ impl Fs {
                 _ => break,
             }
         }
-        Ok(linked)
+        Ok(bulked)
     }
 
     /// The link step (3 of a move; both sides of an exchange): inode `ino`'s
@@ -389,6 +405,7 @@ impl Fs {
         if let Some(Seen {
             entries: (aver, bver),
             inodes,
+            also: _,
         }) = seen
         {
             let mut ops: Vec<BulkOp> = [(a, b, *aver), (b, a, *bver)]

@@ -145,6 +145,42 @@ impl Fs {
         self.sync_entries(&inode)
     }
 
+    /// [`Fs::touch_dir_seen`] as an item for the caller's bulk, from the
+    /// inode it read under its locks: (the item, the inode it writes). Only
+    /// where the touch is a plain write (no journal: no times wait in
+    /// memory), else None. Once the item succeeded, `dir_touched`; if it
+    /// failed, `touch_dir` (it re-reads).
+    pub(super) fn touch_dir_op(
+        &self,
+        seen: &(Inode, Version),
+        nlink: i32,
+        now: i64,
+    ) -> Option<(BulkOp, Inode)> {
+        if self.journal.is_some() {
+            return None;
+        }
+        let (mut inode, ver) = seen.clone();
+        inode.mtime_ns = now;
+        inode.ctime_ns = now;
+        inode.nlink = (inode.nlink as i64 + nlink as i64).max(0) as u32;
+        let op = BulkOp::Index {
+            index: Idx::Inodes,
+            id: inode_id(inode.ino),
+            source: to_doc(&inode),
+            if_version: Some(ver),
+        };
+        Some((op, inode))
+    }
+
+    /// What follows a `touch_dir_op` that succeeded (as `touch_dir` does
+    /// after its write).
+    pub(super) fn dir_touched(&self, inode: &Inode) -> FsResult<()> {
+        if let Some(h) = self.search.get() {
+            h.activity();
+        }
+        self.sync_entries(inode)
+    }
+
     /// Refreshes the entry documents of the directories `touch_dir` left stale.
     fn sync_stale_dirs(&self) -> FsResult<()> {
         let dirs: Vec<u64> = self.stale_dirs.lock().drain().collect();

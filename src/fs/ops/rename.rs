@@ -11,6 +11,9 @@ use crate::fs::*;
 pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
 pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
 
+/// An entry read, with its version; None: the name is free.
+type Found = Option<(Entry, Version)>;
+
 impl Fs {
     /// rename(2) and renameat2(2) with RENAME_NOREPLACE / RENAME_EXCHANGE.
     pub fn rename(
@@ -62,15 +65,10 @@ impl Fs {
     }
 
     /// Two entries in one request (`a` and `b` may be the same).
-    #[allow(clippy::type_complexity)]
-    fn get_two_entries(
-        &self,
-        a: (u64, &[u8]),
-        b: (u64, &[u8]),
-    ) -> FsResult<(Option<(Entry, Version)>, Option<(Entry, Version)>)> {
+    fn get_two_entries(&self, a: (u64, &[u8]), b: (u64, &[u8])) -> FsResult<(Found, Found)> {
         let ids = [entry_id(a.0, a.1), entry_id(b.0, b.1)];
         let mut docs = self.store.mget(Idx::Entries, &ids)?.into_iter();
-        let mut next = || -> FsResult<Option<(Entry, Version)>> {
+        let mut next = || -> FsResult<Found> {
             match docs.next().flatten() {
                 Some(d) => Ok(Some((serde_json::from_value(d.source)?, d.version))),
                 None => Ok(None),
@@ -123,16 +121,18 @@ impl Fs {
                 (false, false) => {}
             }
         }
-        // The new parent (checked, then touched) and a moved file's inode
-        // (its back-link goes in the entries' bulk), in one read.
-        let mut inodes = self.get_inodes(&if src_is_dir {
-            vec![newparent]
-        } else {
-            vec![newparent, src.ino]
-        })?;
-        let moved_inode = (!src_is_dir).then(|| inodes.pop().expect("read"));
-        let np = inodes.pop().expect("read");
-        if np.0.kind != Kind::Dir {
+        // The parents (the new one checked; both touched) and a moved
+        // file's inode (its back-link goes in the entries' bulk), in one read.
+        let mut ids = vec![newparent];
+        if src.parent != newparent {
+            ids.push(src.parent);
+        }
+        if !src_is_dir {
+            ids.push(src.ino);
+        }
+        let mut parents = self.get_inodes(&ids)?;
+        let moved_inode = (!src_is_dir).then(|| parents.pop().expect("read"));
+        if parents[0].0.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
         if src_is_dir && self.is_ancestor(src.ino, newparent)? {
@@ -158,20 +158,11 @@ impl Fs {
             && dst.is_none()
             && self.move_at_once(&intent, sver, seen)?
         {
-            self.touch_dir(src.parent, 0)?;
-            if newparent != src.parent {
-                self.touch_dir_seen(newparent, 0, Some(np))?;
+            for p in parents {
+                self.touch_dir_seen(p.0.ino, 0, Some(p))?;
             }
             return Ok(());
         }
-        // The intent goes first: if this mount dies from here on, whoever
-        // notices rolls the rename forward from it.
-        let iid = self.write_intent(&Intent::Move(intent.clone()))?;
-        let seen = Seen {
-            entries: (sver, dst.as_ref().map(|(_, v)| *v)),
-            inodes: moved_inode.into_iter().collect(),
-        };
-        self.apply_move(&intent, Some(&seen))?;
         // Directory link counts: the moved directory's ".." leaves the old
         // parent; a replaced directory's ".." leaves the new parent.
         let dir_delta = |p: u64| -> i32 {
@@ -187,12 +178,34 @@ impl Fs {
             }
             d
         };
-        // The new parent as read above: nothing since wrote it (a conflict
-        // re-reads).
-        if newparent != src.parent {
-            self.touch_dir(src.parent, dir_delta(src.parent))?;
+        // The parents' touches go in the entries' bulk where they are plain
+        // writes, conditional on the reads above (a crash before the intent
+        // is gone: its roll-forward recounts them).
+        let now = now_ns();
+        let touches: Vec<_> = parents
+            .iter()
+            .map(|p| self.touch_dir_op(p, dir_delta(p.0.ino), now))
+            .collect();
+        // The intent goes first: if this mount dies from here on, whoever
+        // notices rolls the rename forward from it.
+        let iid = self.write_intent(&Intent::Move(intent.clone()))?;
+        let seen = Seen {
+            entries: (sver, dst.as_ref().map(|(_, v)| *v)),
+            inodes: moved_inode.into_iter().collect(),
+            also: touches.iter().flatten().map(|(op, _)| op.clone()).collect(),
+        };
+        let mut touched = self.apply_move(&intent, Some(&seen))?.into_iter();
+        for (p, touch) in parents.into_iter().zip(touches) {
+            let ino = p.0.ino;
+            match touch {
+                Some((_, inode)) => match touched.next() {
+                    Some(true) => self.dir_touched(&inode)?,
+                    // Changed since read, or the bulk did not happen.
+                    _ => self.touch_dir(ino, dir_delta(ino))?,
+                },
+                None => self.touch_dir_seen(ino, dir_delta(ino), Some(p))?,
+            }
         }
-        self.touch_dir_seen(newparent, dir_delta(newparent), Some(np))?;
         self.finish_intent(&iid, t)
     }
 
@@ -229,6 +242,7 @@ impl Fs {
         let seen = Seen {
             entries: (aver, bver),
             inodes,
+            also: Vec::new(),
         };
         if self.apply_exchange(&a, &b, Some(&seen))? {
             // Directory link counts: a directory's ".." changes parents.
