@@ -510,7 +510,11 @@ impl DataStore for ChunkStore {
     }
 
     fn holds_at_most(&self, key: &str, size: u64) {
-        self.state.lock().ends.entry(key.to_string()).or_insert(size);
+        self.state
+            .lock()
+            .ends
+            .entry(key.to_string())
+            .or_insert(size);
     }
 
     /// The cluster's capacity is not ours to know; report a large constant

@@ -29,9 +29,11 @@
 //!   itself (`touch_dir`); a roll-forward recounts them (`recount_dir`).
 //!
 //! The live rename passes the versions of the entries it read under its
-//! locks: its entry writes are then one bulk conditional on them, and a
-//! conflict (a concurrent attribute or text refresh) falls back to the
-//! re-reading way a roll-forward takes.
+//! locks, and the moved files' inodes: its entry writes and those inodes'
+//! back-links are then one bulk conditional on them, and a conflict (a
+//! concurrent attribute or text refresh) falls back to the re-reading way a
+//! roll-forward takes. The intent is deleted in the request that releases
+//! the rename's exclusive locks, before them (`finish_intent`).
 //!
 //! One exception, not a step: on a store that applies a bulk all or nothing
 //! (the embedded one), a file renamed to a free name does the entries and
@@ -66,6 +68,26 @@ pub enum Intent {
     },
 }
 
+/// What the live rename read under its locks: the entries' versions
+/// (`V`), and the inodes of the moved files (not directories: their back-
+/// links also carry cached parents and deferred times), with versions.
+pub struct Seen<V> {
+    pub entries: V,
+    pub inodes: Vec<(Inode, Version)>,
+    /// Further writes for the entries' bulk, conditional on what was read
+    /// (the parents' touches); `apply_move` says which succeeded.
+    pub also: Vec<BulkOp>,
+}
+
+/// What the live rename's bulk did besides the entries.
+#[derive(Default)]
+struct Bulked {
+    /// The inodes whose back-links it moved.
+    linked: Vec<u64>,
+    /// Which of `Seen::also` succeeded.
+    also: Vec<bool>,
+}
+
 impl Fs {
     pub(super) fn write_intent(&self, intent: &Intent) -> FsResult<String> {
         let id = format!("intent/{}-{}", self.lm.owner(), self.alloc()?);
@@ -77,31 +99,53 @@ impl Fs {
         Ok(id)
     }
 
-    pub(super) fn finish_intent(&self, id: &str) -> FsResult<()> {
-        self.store.delete(Idx::Locks, id, None)?;
-        Ok(())
+    /// The change is done: delete intent `id` and release the change's
+    /// tree locks `t`, in one request. The intent goes first (the `locks`
+    /// index applies a bulk in order), so a crash in between leaves it
+    /// under locks still held, for a roll-forward to take over; never the
+    /// locks released with the intent left, which a roll-forward would
+    /// replay over whatever other mounts changed meanwhile.
+    pub(super) fn finish_intent(&self, id: &str, mut t: TreeLock<'_>) -> FsResult<()> {
+        let op = BulkOp::Delete {
+            index: Idx::Locks,
+            id: id.to_string(),
+            if_version: None,
+        };
+        let res = match t.guard.take() {
+            Some(g) => self.lm.release_with(g, vec![op])?,
+            None => self.store.bulk(vec![op])?,
+        };
+        match res.into_iter().next() {
+            Some(Ok(_)) | Some(Err(StoreError::NotFound(_))) => Ok(()),
+            Some(Err(e)) => Err(e.into()),
+            None => Err(FsError::Io("a one-item bulk answered nothing".into())),
+        }
     }
 
     /// A move's steps. `seen`: the live rename's versions of the old entry
     /// and of the entry the new name replaces (None: the name was free),
-    /// read under the locks it holds. None: a roll-forward, which also
-    /// recounts the parents' links (the live rename adjusts them itself).
+    /// and a moved file's inode, read under the locks it holds. None: a
+    /// roll-forward, which also recounts the parents' links (the live
+    /// rename adjusts them itself). Returns which of `seen.also` succeeded.
     pub(super) fn apply_move(
         &self,
         it: &MoveIntent,
-        seen: Option<(Version, Option<Version>)>,
-    ) -> FsResult<()> {
+        seen: Option<&Seen<(Version, Option<Version>)>>,
+    ) -> FsResult<Vec<bool>> {
         let e = &it.entry;
-        // 1, 2. The new name points at the moved inode, the old one no longer.
-        self.move_entries(it, seen)?;
+        // 1, 2. The new name points at the moved inode, the old one no
+        // longer (with the live rename, 3 too, in the same bulk).
+        let bulked = self.move_entries(it, seen)?;
         // 3. The inode's back-link follows.
-        self.move_link(
-            e.ino,
-            e.kind,
-            (it.src_parent, &it.src_name),
-            (e.parent, &e.name),
-            now_ns(),
-        )?;
+        if !bulked.linked.contains(&e.ino) {
+            self.move_link(
+                e.ino,
+                e.kind,
+                (it.src_parent, &it.src_name),
+                (e.parent, &e.name),
+                now_ns(),
+            )?;
+        }
         // 4. The replaced inode loses that name.
         if let Some(r) = it.replaced.filter(|r| *r != e.ino) {
             match self.drop_link(r, e.parent, &e.name) {
@@ -119,24 +163,32 @@ impl Fs {
             self.recount_dir(it.src_parent)?;
             self.recount_dir(e.parent)?;
         }
-        Ok(())
+        Ok(bulked.also)
     }
 
     /// Steps 1 and 2 of a move: the entries. With `seen` (the live
-    /// rename), first both in one bulk conditional on those versions
-    /// (atomic on the embedded store); if that bulk's first item failed
-    /// nothing happened, if the second failed the new name is there: either
-    /// way the re-reading steps below complete it.
+    /// rename), first both in one bulk conditional on those versions, with
+    /// the seen inode's back-link (step 3) and `also` (other shards, so in
+    /// no order with the entries: the intent covers a crash). If the bulk's
+    /// first item failed nothing happened to the entries, if the second
+    /// failed the new name is there: either way the re-reading steps below
+    /// complete them.
     fn move_entries(
         &self,
         it: &MoveIntent,
-        seen: Option<(Version, Option<Version>)>,
-    ) -> FsResult<()> {
+        seen: Option<&Seen<(Version, Option<Version>)>>,
+    ) -> FsResult<Bulked> {
         let e = &it.entry;
         let new_id = entry_id(e.parent, &decode_bytes(&e.name));
         let old = decode_bytes(&it.src_name);
-        if let Some((sver, dver)) = seen {
-            let put_new = match dver {
+        let mut bulked = Bulked::default();
+        if let Some(Seen {
+            entries: (sver, dver),
+            inodes,
+            also,
+        }) = seen
+        {
+            let put_new = match *dver {
                 Some(v) => BulkOp::Index {
                     index: Idx::Entries,
                     id: new_id.clone(),
@@ -149,16 +201,27 @@ impl Fs {
                     source: to_doc(e),
                 },
             };
-            let res = self.store.bulk(vec![
+            let mut ops = vec![
                 put_new,
                 BulkOp::Delete {
                     index: Idx::Entries,
                     id: entry_id(it.src_parent, &old),
-                    if_version: Some(sver),
+                    if_version: Some(*sver),
                 },
-            ])?;
+            ];
+            let now = now_ns();
+            ops.extend(
+                inodes
+                    .iter()
+                    .map(|i| link_op(i, (it.src_parent, &it.src_name), (e.parent, &e.name), now)),
+            );
+            ops.extend(also.iter().cloned());
+            let mut res = self.store.bulk(ops)?;
+            let also_res = res.split_off(2 + inodes.len());
+            bulked.also = also_res.iter().map(|r| r.is_ok()).collect();
+            bulked.linked = inode_results(inodes, res.split_off(2));
             match bulk_check(res) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(bulked),
                 Err(err) => log::debug!("rename bulk: {err}; completed by steps"),
             }
         }
@@ -193,7 +256,7 @@ impl Fs {
                 _ => break,
             }
         }
-        Ok(())
+        Ok(bulked)
     }
 
     /// The link step (3 of a move; both sides of an exchange): inode `ino`'s
@@ -225,16 +288,17 @@ impl Fs {
     /// can split, so no intent is written and deleted (a sixth of a
     /// rename's cost). False: not done (no such store, or a concurrent
     /// change to the entry or inode): the intent's way does it.
-    pub(super) fn move_at_once(&self, it: &MoveIntent, sver: Version) -> FsResult<bool> {
-        // Only an engine with all-or-nothing bulks offers it; elsewhere the
-        // inode read below would be wasted.
+    /// `seen`: the moved file's inode, read under the rename's locks.
+    pub(super) fn move_at_once(
+        &self,
+        it: &MoveIntent,
+        sver: Version,
+        seen: &(Inode, Version),
+    ) -> FsResult<bool> {
         if !self.caps.atomic_bulk {
             return Ok(false);
         }
         let e = &it.entry;
-        let (mut inode, iver) = self.get_inode(e.ino)?;
-        relink(&mut inode, it.src_parent, &it.src_name, e.parent, &e.name);
-        inode.ctime_ns = now_ns();
         let ops = vec![
             BulkOp::Create {
                 index: Idx::Entries,
@@ -246,12 +310,12 @@ impl Fs {
                 id: entry_id(it.src_parent, &decode_bytes(&it.src_name)),
                 if_version: Some(sver),
             },
-            BulkOp::Index {
-                index: Idx::Inodes,
-                id: inode_id(e.ino),
-                source: to_doc(&inode),
-                if_version: Some(iver),
-            },
+            link_op(
+                seen,
+                (it.src_parent, &it.src_name),
+                (e.parent, &e.name),
+                now_ns(),
+            ),
         ];
         Ok(self
             .store
@@ -260,8 +324,9 @@ impl Fs {
     }
 
     /// An exchange's steps (`a` and `b`: the entries as they were before).
-    /// `seen`: the live rename's versions of `a` and `b`, read under the
-    /// locks it holds. True: its one bulk swapped the entries, so nothing
+    /// `seen`: the live rename's versions of `a` and `b`, and the inodes of
+    /// the files among them, read under the locks it holds. True: its one
+    /// bulk swapped the entries (and moved those back-links), so nothing
     /// else of the exchange has happened and the subtrees' paths move by
     /// prefix; the caller adjusts the parents' link counts and times.
     /// False (a roll-forward, or that bulk failed): the state is whatever a
@@ -271,13 +336,17 @@ impl Fs {
         &self,
         a: &Entry,
         b: &Entry,
-        seen: Option<(Version, Version)>,
+        seen: Option<&Seen<(Version, Version)>>,
     ) -> FsResult<bool> {
-        // 1. Each name takes the other's inode.
-        let clean = self.exchange_entries(a, b, seen)?;
+        // 1. Each name takes the other's inode (with the live rename, the
+        // files' back-links too, in the same bulk).
+        let (clean, linked) = self.exchange_entries(a, b, seen)?;
         // 2. Each inode's back-link follows.
         let now = now_ns();
         for (moved, to) in [(a, b), (b, a)] {
+            if linked.contains(&moved.ino) {
+                continue;
+            }
             self.move_link(
                 moved.ino,
                 moved.kind,
@@ -317,22 +386,29 @@ impl Fs {
     /// Step 1 of an exchange: each position keeps its name, path and
     /// cookie and takes the other's inode and what derives from it
     /// (attributes, indexed text, xattr keywords). With `seen` (the live
-    /// rename), first both in one bulk conditional on those versions: true
-    /// if that did it. Otherwise (or if it failed) each position is re-read
-    /// and swapped unless it is done already.
+    /// rename), first both in one bulk conditional on those versions, with
+    /// the seen inodes' back-links: true if that did the entries. Otherwise
+    /// (or if it failed) each position is re-read and swapped unless it is
+    /// done already. Also returns the inodes whose back-links the bulk moved.
     fn exchange_entries(
         &self,
         a: &Entry,
         b: &Entry,
-        seen: Option<(Version, Version)>,
-    ) -> FsResult<bool> {
+        seen: Option<&Seen<(Version, Version)>>,
+    ) -> FsResult<(bool, Vec<u64>)> {
         let swap = |pos: &Entry, from: &Entry| {
             let mut e = pos.clone();
             e.take_inode_fields(from);
             e
         };
-        if let Some((aver, bver)) = seen {
-            let ops = [(a, b, aver), (b, a, bver)]
+        let mut linked = Vec::new();
+        if let Some(Seen {
+            entries: (aver, bver),
+            inodes,
+            also: _,
+        }) = seen
+        {
+            let mut ops: Vec<BulkOp> = [(a, b, *aver), (b, a, *bver)]
                 .into_iter()
                 .map(|(pos, other, ver)| BulkOp::Index {
                     index: Idx::Entries,
@@ -341,8 +417,20 @@ impl Fs {
                     if_version: Some(ver),
                 })
                 .collect();
-            match bulk_check(self.store.bulk(ops)?) {
-                Ok(()) => return Ok(true),
+            let now = now_ns();
+            for i in inodes {
+                let (from, to) = if i.0.ino == a.ino { (a, b) } else { (b, a) };
+                ops.push(link_op(
+                    i,
+                    (from.parent, &from.name),
+                    (to.parent, &to.name),
+                    now,
+                ));
+            }
+            let mut res = self.store.bulk(ops)?;
+            linked = inode_results(inodes, res.split_off(2));
+            match bulk_check(res) {
+                Ok(()) => return Ok((true, linked)),
                 // A concurrent refresh of either entry (the content indexer).
                 Err(err) => log::debug!("exchange bulk: {err}; completed by steps"),
             }
@@ -371,7 +459,7 @@ impl Fs {
                 }
             }
         }
-        Ok(false)
+        Ok((false, linked))
     }
 
     /// The path step by prefix (the seeds' directory rename): find every
@@ -533,6 +621,34 @@ impl Fs {
         }
         Err(FsError::Again)
     }
+}
+
+/// The link step of a file whose inode the live rename read (`seen`), as a
+/// bulk item conditional on that read: its back-link `from` becomes `to`,
+/// its ctime `now`.
+fn link_op(seen: &(Inode, Version), from: (u64, &str), to: (u64, &str), now: i64) -> BulkOp {
+    let (mut inode, ver) = seen.clone();
+    relink(&mut inode, from.0, from.1, to.0, to.1);
+    inode.ctime_ns = now;
+    BulkOp::Index {
+        index: Idx::Inodes,
+        id: inode_id(inode.ino),
+        source: to_doc(&inode),
+        if_version: Some(ver),
+    }
+}
+
+/// The inodes whose `link_op`s succeeded (the others: the re-reading step).
+fn inode_results(
+    inodes: &[(Inode, Version)],
+    results: Vec<crate::store::BulkItemResult>,
+) -> Vec<u64> {
+    inodes
+        .iter()
+        .zip(results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|((i, _), _)| i.ino)
+        .collect()
 }
 
 /// Replace the back-link (from_p, from_n) of an inode with (to_p, to_n).

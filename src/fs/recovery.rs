@@ -107,34 +107,37 @@ impl Fs {
             }
             let intent: Intent = serde_json::from_value(doc.source["op"].clone())?;
             log::warn!("rolling forward {} left by {owner}: {intent:?}", doc.id);
-            self.redo(&intent)?;
-            self.finish_intent(&doc.id)?;
+            self.redo(&doc.id, &intent)?;
             done += 1;
         }
         Ok(done)
     }
 
-    fn redo(&self, intent: &Intent) -> FsResult<()> {
+    /// Roll intent `id` forward and delete it, under its locks.
+    fn redo(&self, id: &str, intent: &Intent) -> FsResult<()> {
         // The change is ours now: take its locks like the dead owner did.
         let _g = self.locks.exclusive();
         self.store.refresh(Idx::Entries)?;
-        match intent {
+        let t = match intent {
             Intent::Move(m) => {
                 let e = &m.entry;
-                let (_t, _) = self.tree_lock(
+                let (t, _) = self.tree_lock(
                     &[m.src_parent, e.parent],
                     &[(m.src_parent, &m.src_name), (e.parent, &e.name)],
                 )?;
-                self.apply_move(m, None)
+                self.apply_move(m, None)?;
+                t
             }
             Intent::Exchange { a, b } => {
-                let (_t, _) = self.tree_lock(
+                let (t, _) = self.tree_lock(
                     &[a.parent, b.parent],
                     &[(a.parent, &a.name), (b.parent, &b.name)],
                 )?;
-                self.apply_exchange(a, b, None).map(|_| ())
+                self.apply_exchange(a, b, None)?;
+                t
             }
-        }
+        };
+        self.finish_intent(id, t)
     }
 
     /// Set an inode's link count and back-links (fsck repair).

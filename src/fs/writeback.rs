@@ -177,16 +177,11 @@ impl Fs {
         }))
     }
 
-    /// The outcome of a [`Fs::touch_op`] item (`None`: there was none):
-    /// done, or done now the re-reading way.
-    pub(super) fn touched(
-        &self,
-        ino: u64,
-        nlink: i32,
-        r: Option<&crate::store::BulkItemResult>,
-    ) -> FsResult<()> {
-        match r {
-            Some(Ok(_)) => {
+    /// After a [`Fs::touch_op`] item: what follows its write if it
+    /// `landed`, else the touch the re-reading way.
+    pub(super) fn touched(&self, ino: u64, nlink: i32, landed: bool) -> FsResult<()> {
+        match landed {
+            true => {
                 if let Some(h) = self.search.get() {
                     h.activity();
                 }

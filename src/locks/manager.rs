@@ -19,8 +19,16 @@
 //! exclusive locks in sorted order, each with try-and-back-off; if the whole
 //! set is not held by the deadline it releases everything (longest path
 //! first) and the operation fails with EBUSY rather than hanging.
+//!
+//! Round trips: the exclusive locks of one tree lock are created in one
+//! bulk, and released in one bulk of deletes conditional on the versions
+//! their creation returned (no read first). The `locks` index has one
+//! shard, so a bulk's items are applied in order: a caller may put its own
+//! lock-index items (a finished intent's delete) before the releases.
 
-use crate::store::{Caller, Idx, MetaStore, Query, StoreError, StoreResult, Version, scan};
+use crate::store::{
+    BulkItemResult, BulkOp, Caller, Idx, MetaStore, Query, StoreError, StoreResult, Version, scan,
+};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -110,6 +118,9 @@ pub struct LockManager {
     /// The session document as last written, and its version: only this
     /// mount writes it, so a renewal is one conditional write.
     session: Mutex<(Value, Option<Version>)>,
+    /// Versions of the global and document locks this mount holds: a
+    /// release is one conditional delete, without reading the lock first.
+    owned: Mutex<HashMap<String, Version>>,
 }
 
 /// What [`LockManager::reap_dead`] found (and, repairing, removed).
@@ -126,7 +137,8 @@ pub struct Reaped {
 #[derive(Debug, Default)]
 pub struct TreeGuard {
     shared: Vec<String>,
-    exclusive: Vec<String>,
+    /// Paths and the versions we wrote them at (released conditionally).
+    exclusive: Vec<(String, Version)>,
     /// Some shared lock was newly taken from the store (not the cache): the
     /// caller must re-validate the paths it computed before locking.
     pub fresh: bool,
@@ -155,6 +167,7 @@ impl LockManager {
             stop: AtomicBool::new(false),
             sole: AtomicBool::new(false),
             session: Mutex::new((Value::Null, None)),
+            owned: Mutex::new(HashMap::new()),
         });
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let doc = json!({
@@ -302,7 +315,10 @@ impl LockManager {
         let doc = json!({"type": ty, "owner": self.owner, "since": now_ms()});
         for _ in 0..20 {
             match self.store.create(Idx::Locks, id, &doc) {
-                Ok(_) => return Ok(()),
+                Ok(v) => {
+                    self.owned.lock().insert(id.to_string(), v);
+                    return Ok(());
+                }
                 Err(StoreError::Conflict(_)) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -311,7 +327,9 @@ impl LockManager {
             };
             let holder = cur.source["owner"].as_str().unwrap_or("").to_string();
             if holder == self.owner {
-                return Ok(()); // the guide's noop for the same owner
+                // The guide's noop for the same owner.
+                self.owned.lock().insert(id.to_string(), cur.version);
+                return Ok(());
             }
             if self.alive(&holder)? {
                 return Err(LockError::Held(id.to_string(), holder));
@@ -323,15 +341,24 @@ impl LockManager {
     }
 
     fn unlock_owned(&self, id: &str) -> StoreResult<()> {
-        if let Some(cur) = self.store.get(Idx::Locks, id)?
-            && cur.source["owner"] == self.owner.as_str()
-        {
-            match self.store.delete(Idx::Locks, id, Some(cur.version)) {
-                Ok(_) | Err(StoreError::Conflict(_)) => {}
-                Err(e) => return Err(e),
+        let known = self.owned.lock().remove(id);
+        let version = match known {
+            Some(v) => v,
+            // Not taken by this manager: delete it only if it is ours.
+            None => match self.store.get(Idx::Locks, id)? {
+                Some(cur) if cur.source["owner"] == self.owner.as_str() => cur.version,
+                _ => return Ok(()),
+            },
+        };
+        match self.store.delete(Idx::Locks, id, Some(version)) {
+            Ok(_) => Ok(()),
+            // Broken meanwhile (we were taken for dead): not ours to delete.
+            Err(StoreError::Conflict(_)) | Err(StoreError::NotFound(_)) => {
+                log::warn!("lock {id} was broken while this mount held it");
+                Ok(())
             }
+            Err(e) => Err(e),
         }
-        Ok(())
     }
 
     // ---- the guide's tree locks ----
@@ -388,9 +415,39 @@ impl LockManager {
             g.fresh |= self.acquire_shared(p, deadline)?;
             g.shared.push(p.clone());
         }
+        if excl.is_empty() {
+            return Ok(());
+        }
+        // The exclusive locks in one bulk of creates; those taken already
+        // (live or dead holders, shared counts) the per-lock way. All are
+        // try-locks, backed off from as a whole: the order cannot deadlock.
         for p in excl {
-            self.try_exclusive(p)?;
-            g.exclusive.push(p.clone());
+            self.drain_own_share(p);
+        }
+        let ops = excl
+            .iter()
+            .map(|p| BulkOp::Create {
+                index: Idx::Locks,
+                id: tree_id(p),
+                source: self.exclusive_doc(p),
+            })
+            .collect();
+        let mut taken = Vec::new();
+        let mut failed = None;
+        for (p, r) in excl.iter().zip(self.store.bulk(ops)?) {
+            match r {
+                Ok(v) => g.exclusive.push((p.clone(), v)),
+                Err(StoreError::Conflict(_)) => taken.push(p),
+                // Keep what was created (in the guard, to be released).
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        for p in taken {
+            let v = self.try_exclusive(p)?;
+            g.exclusive.push((p.clone(), v));
         }
         Ok(())
     }
@@ -426,15 +483,50 @@ impl LockManager {
     }
 
     /// Release in reverse order, longest path first (the guide's order).
-    pub fn release(&self, mut g: TreeGuard) {
-        while let Some(p) = g.exclusive.pop() {
-            if let Err(e) = self.unlock_owned(&tree_id(&p)) {
-                log::warn!("releasing exclusive lock {p}: {e}");
-            }
+    pub fn release(&self, g: TreeGuard) {
+        if let Err(e) = self.release_with(g, Vec::new()) {
+            log::warn!("releasing exclusive locks: {e}");
         }
+    }
+
+    /// [`LockManager::release`], the exclusive locks in one bulk of deletes
+    /// conditional on our versions, after `first` (items on the `locks`
+    /// index, applied before the releases: one shard applies a bulk in
+    /// order). Returns `first`'s results. A release that finds its lock
+    /// changed or gone leaves it: it was broken, this mount taken for dead.
+    pub fn release_with(
+        &self,
+        mut g: TreeGuard,
+        first: Vec<BulkOp>,
+    ) -> StoreResult<Vec<BulkItemResult>> {
+        debug_assert!(first.iter().all(|op| op.index() == Idx::Locks));
+        let n = first.len();
+        g.exclusive.sort_by(|a, b| b.0.cmp(&a.0)); // reverse sorted: children first
+        let mut ops = first;
+        ops.extend(g.exclusive.iter().map(|(p, v)| BulkOp::Delete {
+            index: Idx::Locks,
+            id: tree_id(p),
+            if_version: Some(*v),
+        }));
+        let res = if ops.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.store.bulk(ops)
+        };
         while let Some(p) = g.shared.pop() {
             self.release_shared(&p);
         }
+        let mut res = res?;
+        for ((p, _), r) in g.exclusive.iter().zip(res.drain(n..)) {
+            match r {
+                Ok(_) => {}
+                Err(StoreError::Conflict(_)) | Err(StoreError::NotFound(_)) => {
+                    log::warn!("exclusive lock {p} was broken while this mount held it")
+                }
+                Err(e) => log::warn!("releasing exclusive lock {p}: {e}"),
+            }
+        }
+        Ok(res)
     }
 
     /// A shared lock on `path`, from this mount's cache when possible.
@@ -629,32 +721,43 @@ impl LockManager {
         }
     }
 
-    /// One attempt at an exclusive lock on `path`. Shared holders that are
-    /// dead are dropped; live ones make us mark the lock `pending` and wait.
-    fn try_exclusive(&self, path: &str) -> Result<(), LockError> {
-        let id = tree_id(path);
-        // Our own idle cached share would block us: give it back first.
-        {
-            let mut cache = self.cache.lock();
-            if let Some(c) = cache.get_mut(path) {
-                c.draining = true;
-                if c.users == 0 {
-                    cache.remove(path);
-                    drop(cache);
-                    self.store_release_shared(&id);
-                }
+    fn exclusive_doc(&self, path: &str) -> Value {
+        json!({"type": "exclusive", "path": path, "owner": self.owner, "since": now_ms()})
+    }
+
+    /// Our own idle cached share of `path` would block our exclusive lock
+    /// on it: give it back first (and let no new user take it).
+    fn drain_own_share(&self, path: &str) {
+        let mut cache = self.cache.lock();
+        if let Some(c) = cache.get_mut(path) {
+            c.draining = true;
+            if c.users == 0 {
+                cache.remove(path);
+                drop(cache);
+                self.store_release_shared(&tree_id(path));
             }
         }
-        let doc =
-            json!({"type": "exclusive", "path": path, "owner": self.owner, "since": now_ms()});
+    }
+
+    /// One attempt at an exclusive lock on `path` whose create conflicted,
+    /// returning the version written. A dead holder's lock is broken;
+    /// shared holders that are dead are dropped, live ones make us mark the
+    /// lock `pending` and wait.
+    fn try_exclusive(&self, path: &str) -> Result<Version, LockError> {
+        let id = tree_id(path);
+        let doc = self.exclusive_doc(path);
+        let mut create = false;
         for _ in 0..50 {
-            let cur = match self.store.create(Idx::Locks, &id, &doc) {
-                Ok(_) => return Ok(()),
-                Err(StoreError::Conflict(_)) => match self.store.get(Idx::Locks, &id)? {
-                    Some(c) => c,
-                    None => continue,
-                },
-                Err(e) => return Err(e.into()),
+            if create {
+                match self.store.create(Idx::Locks, &id, &doc) {
+                    Ok(v) => return Ok(v),
+                    Err(StoreError::Conflict(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            create = true;
+            let Some(cur) = self.store.get(Idx::Locks, &id)? else {
+                continue;
             };
             let mut s = cur.source.clone();
             if s["type"] == "exclusive" {
@@ -677,7 +780,7 @@ impl LockManager {
             }
             if count == 0 {
                 match self.store.put(Idx::Locks, &id, &doc, Some(cur.version)) {
-                    Ok(_) => return Ok(()),
+                    Ok(v) => return Ok(v),
                     Err(StoreError::Conflict(_)) => continue,
                     Err(e) => return Err(e.into()),
                 }

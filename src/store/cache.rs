@@ -79,6 +79,9 @@ struct Slot {
     version: Option<Version>,
     /// When the store gave this answer.
     at: Instant,
+    /// The source leaves out the `Text` fields (a `get_brief`): it serves
+    /// brief reads only, never one whose source may be written back.
+    brief: bool,
 }
 
 #[derive(Clone)]
@@ -271,23 +274,32 @@ impl CachedStore {
         }
     }
 
-    /// The cached answer for an id, if it is still to be trusted.
-    fn lookup(&self, idx: Idx, id: &str) -> Option<Option<Doc>> {
+    /// The cached answer for an id, if it is still to be trusted (and
+    /// whole, unless `brief` will do).
+    fn lookup(&self, idx: Idx, id: &str, brief: bool) -> Option<Option<Doc>> {
         if !cached(idx) {
             return None;
         }
-        let Mode::Shared { ttl, .. } = &self.mode else {
-            return self.docs.get(&KeyRef(idx, id)).map(|s| s.doc);
-        };
-        if super::Caller::current().reads_fresh() {
-            return None;
+        let slot = self
+            .docs
+            .get(&KeyRef(idx, id))
+            .filter(|s| brief || !s.brief)?;
+        match &self.mode {
+            Mode::Sole { .. } => Some(slot.doc),
+            Mode::Shared { .. } if super::Caller::current().reads_fresh() => None,
+            Mode::Shared { ttl, .. } => (slot.at.elapsed() < *ttl).then_some(slot.doc),
         }
-        let slot = self.docs.get(&KeyRef(idx, id))?;
-        (slot.at.elapsed() < *ttl).then_some(slot.doc)
     }
 
     /// Cache an answer (unless too big to keep).
-    fn put_slot(&self, idx: Idx, id: &str, doc: Option<Doc>, version: Option<Version>) {
+    fn put_slot(
+        &self,
+        idx: Idx,
+        id: &str,
+        doc: Option<Doc>,
+        version: Option<Version>,
+        brief: bool,
+    ) {
         if doc
             .as_ref()
             .is_some_and(|d| approx_size(&d.source) > MAX_DOC_BYTES)
@@ -295,8 +307,15 @@ impl CachedStore {
             self.docs.remove(&KeyRef(idx, id));
         } else {
             let at = Instant::now();
-            self.docs
-                .insert((idx, id.to_string()), Slot { doc, version, at });
+            // An absent document is absent, whoever asked.
+            let brief = brief && doc.is_some();
+            let slot = Slot {
+                doc,
+                version,
+                at,
+                brief,
+            };
+            self.docs.insert((idx, id.to_string()), slot);
         }
     }
 
@@ -317,7 +336,7 @@ impl CachedStore {
             Answer::Is(doc, v) => {
                 let current = self.docs.get(&KeyRef(idx, id)).map(|s| s.version);
                 if self.sole() || current.is_none_or(|c| !newer(c, Some(v))) {
-                    self.put_slot(idx, id, doc, Some(v));
+                    self.put_slot(idx, id, doc, Some(v), false);
                 }
             }
             Answer::Evict => {
@@ -351,7 +370,7 @@ impl CachedStore {
 
     /// Cache what a read answered, unless a write's answer for the same
     /// id (sole: any write) may have landed since `token` was taken.
-    fn fill(&self, idx: Idx, id: &str, token: u64, doc: &Option<Doc>) {
+    fn fill(&self, idx: Idx, id: &str, token: u64, doc: &Option<Doc>, brief: bool) {
         if !cached(idx) {
             return;
         }
@@ -360,18 +379,24 @@ impl CachedStore {
             Mode::Sole { write, epoch } => {
                 let Some(_w) = write.try_lock() else { return };
                 if epoch.load(Ordering::Acquire) == token {
-                    self.put_slot(idx, id, doc.clone(), version);
+                    self.put_slot(idx, id, doc.clone(), version, brief);
                 }
             }
-            Mode::Shared { .. } => {
+            Mode::Shared { ttl, .. } => {
                 let g = self.stripe(idx, id).expect("shared").lock();
                 if *g != token {
                     return;
                 }
-                // Two fills race: the newer answer stays.
-                let current = self.docs.get(&KeyRef(idx, id)).map(|s| s.version);
-                if current.is_none_or(|c| !newer(c, version)) {
-                    self.put_slot(idx, id, doc.clone(), version);
+                // Over a copy still trusted, only a newer answer (or a
+                // whole one of the same version over a brief one): of two
+                // racing fills the newer stays.
+                let keep = |c: &Slot| {
+                    c.at.elapsed() < *ttl
+                        && (newer(c.version, version)
+                            || (c.version == version && (brief || !c.brief)))
+                };
+                if !self.docs.get(&KeyRef(idx, id)).is_some_and(|c| keep(&c)) {
+                    self.put_slot(idx, id, doc.clone(), version, brief);
                 }
             }
         }
@@ -381,7 +406,15 @@ impl CachedStore {
     fn read(&self, idx: Idx, id: &str) -> StoreResult<Option<Doc>> {
         let token = self.fill_token(idx, id);
         let doc = self.inner.get(idx, id)?;
-        self.fill(idx, id, token, &doc);
+        self.fill(idx, id, token, &doc, false);
+        Ok(doc)
+    }
+
+    /// [`CachedStore::read`] of a brief source.
+    fn read_brief(&self, idx: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        let token = self.fill_token(idx, id);
+        let doc = self.inner.get_brief(idx, id)?;
+        self.fill(idx, id, token, &doc, true);
         Ok(doc)
     }
 
@@ -390,7 +423,7 @@ impl CachedStore {
         let tokens: Vec<u64> = ids.iter().map(|id| self.fill_token(idx, id)).collect();
         let docs = self.inner.mget(idx, ids)?;
         for ((id, t), d) in ids.iter().zip(tokens).zip(&docs) {
-            self.fill(idx, id, t, d);
+            self.fill(idx, id, t, d, false);
         }
         Ok(docs)
     }
@@ -497,7 +530,7 @@ impl MetaStore for CachedStore {
     }
 
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
-        match self.lookup(index, id) {
+        match self.lookup(index, id, false) {
             Some(d) => Ok(d),
             None if cached(index) => self.read(index, id),
             None => self.inner.get(index, id),
@@ -517,7 +550,7 @@ impl MetaStore for CachedStore {
             return self.inner.mget(index, ids);
         }
         let mut out: Vec<Option<Option<Doc>>> =
-            ids.iter().map(|id| self.lookup(index, id)).collect();
+            ids.iter().map(|id| self.lookup(index, id, false)).collect();
         let missing: Vec<String> = ids
             .iter()
             .zip(&out)
@@ -531,6 +564,20 @@ impl MetaStore for CachedStore {
             }
         }
         Ok(out.into_iter().map(|d| d.expect("filled")).collect())
+    }
+
+    fn mget_hint(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        if !cached(index) {
+            return self.inner.mget(index, ids);
+        }
+        let held: Vec<Option<Option<Doc>>> = ids
+            .iter()
+            .map(|id| self.docs.get(&KeyRef(index, id)).map(|s| s.doc))
+            .collect();
+        if held.iter().all(|d| d.is_some()) {
+            return Ok(held.into_iter().flatten().collect());
+        }
+        self.mget(index, ids)
     }
 
     fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
@@ -611,11 +658,12 @@ impl MetaStore for CachedStore {
         self.inner.search(req)
     }
 
-    /// A cached full document serves too (more than asked, never less); a
-    /// miss is not filled, since a brief source must not be written back.
+    /// A cached full document serves too (more than asked, never less);
+    /// a miss fills a brief copy, which serves only brief reads.
     fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
-        match self.lookup(index, id) {
+        match self.lookup(index, id, true) {
             Some(d) => Ok(d),
+            None if cached(index) => self.read_brief(index, id),
             None => self.inner.get_brief(index, id),
         }
     }

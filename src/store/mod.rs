@@ -434,6 +434,11 @@ pub trait MetaStore: Send + Sync {
     fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
         self.mget(index, ids)
     }
+    /// `mget` that a cache may answer however old its copies: for a hint
+    /// a fresh read verifies (the lock scope a rename peeks for).
+    fn mget_hint(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        self.mget(index, ids)
+    }
 
     // ---- provided: projections (whole documents by default) ----
 

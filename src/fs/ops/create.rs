@@ -154,7 +154,7 @@ impl Fs {
             self.dirs.write().insert(ino, (parent, ename));
         }
         match touched {
-            Some(r) => self.touched(parent, nlink, Some(r))?,
+            Some(r) => self.touched(parent, nlink, r.is_ok())?,
             None => self.touch_dir_seen(parent, nlink, Some((pinode, pver)))?,
         }
         Ok(inode)

@@ -185,7 +185,9 @@ impl Fs {
             };
         let past_last = h.last
             && h.plus == plus
-            && h.page.last().map_or(offset == h.after, |i| i.offset == offset);
+            && h.page
+                .last()
+                .map_or(offset == h.after, |i| i.offset == offset);
         let pos = match start {
             Some(pos) => pos,
             None if past_last => return Ok(()),

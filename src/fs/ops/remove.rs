@@ -39,7 +39,7 @@ impl Fs {
                 r => r?,
             };
             self.drop_link(entry.ino, parent, &entry.name)?;
-            return self.touched(parent, 0, touched.as_ref());
+            return self.touched(parent, 0, matches!(touched, Some(Ok(_))));
         }
     }
 

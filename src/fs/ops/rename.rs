@@ -5,11 +5,14 @@
 //! forward by whoever notices. The new entry is written before the old one
 //! goes, so a crash leaves the file reachable.
 
-use crate::fs::intent::{Intent, MoveIntent};
+use crate::fs::intent::{Intent, MoveIntent, Seen};
 use crate::fs::*;
 
 pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
 pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
+
+/// An entry read, with its version; None: the name is free.
+type Found = Option<(Entry, Version)>;
 
 impl Fs {
     /// rename(2) and renameat2(2) with RENAME_NOREPLACE / RENAME_EXCHANGE.
@@ -31,8 +34,9 @@ impl Fs {
         let exchange = flags & RENAME_EXCHANGE != 0;
         loop {
             // Peek without locks to pick the lock scope, then re-read under it.
-            let (peek, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
-            let peek_dst = self.get_entry(newparent, newname)?;
+            let (peek, peek_dst) =
+                self.get_two_entries((parent, name), (newparent, newname), false)?;
+            let (peek, _) = peek.ok_or(FsError::NotFound)?;
             let moves_dir = |s: &Entry, d: &Option<(Entry, Version)>| {
                 s.kind == Kind::Dir
                     || (exchange && d.as_ref().is_some_and(|(d, _)| d.kind == Kind::Dir))
@@ -44,35 +48,69 @@ impl Fs {
                 self.locks.dirs(&[parent, newparent])
             };
             // Across mounts: the guide's tree lock, exclusive on both names.
-            let (_t, _) = self.tree_lock(
+            let (t, _) = self.tree_lock(
                 &[parent, newparent],
                 &[(parent, &peek.name), (newparent, &new_ename)],
             )?;
             // Fresh: an intent is written from these.
-            let (src, sver) = self
-                .get_entry_fresh(parent, name)?
-                .ok_or(FsError::NotFound)?;
-            let dst = self.get_entry_fresh(newparent, newname)?;
-            if moves_dir(&src, &dst) && !whole_tree {
+            let (src, dst) = self.get_two_entries((parent, name), (newparent, newname), true)?;
+            let src = src.ok_or(FsError::NotFound)?;
+            if moves_dir(&src.0, &dst) && !whole_tree {
                 continue; // changed under us: retry with the tree lock
             }
             return if exchange {
-                let (dst, dver) = dst.ok_or(FsError::NotFound)?;
-                self.exchange(src, sver, dst, dver)
+                self.exchange(src, dst.ok_or(FsError::NotFound)?, t)
             } else {
-                self.move_entry(src, sver, newparent, new_ename, dst, flags)
+                self.move_entry(src, (newparent, new_ename), dst, flags, t)
             };
         }
     }
 
+    /// Two entries in one request (`a` and `b` may be the same): from the
+    /// store (`fresh`), or a hint from whatever copies a cache holds.
+    fn get_two_entries(
+        &self,
+        a: (u64, &[u8]),
+        b: (u64, &[u8]),
+        fresh: bool,
+    ) -> FsResult<(Found, Found)> {
+        let ids = [entry_id(a.0, a.1), entry_id(b.0, b.1)];
+        let docs = match fresh {
+            true => self.store.mget_fresh(Idx::Entries, &ids)?,
+            false => self.store.mget_hint(Idx::Entries, &ids)?,
+        };
+        let mut docs = docs.into_iter();
+        let mut next = || -> FsResult<Found> {
+            match docs.next().flatten() {
+                Some(d) => Ok(Some((serde_json::from_value(d.source)?, d.version))),
+                None => Ok(None),
+            }
+        };
+        Ok((next()?, next()?))
+    }
+
+    /// Inodes in one request, each with its version; NotFound if any is gone.
+    fn get_inodes(&self, inos: &[u64]) -> FsResult<Vec<(Inode, Version)>> {
+        let ids: Vec<String> = inos.iter().map(|i| inode_id(*i)).collect();
+        self.store
+            .mget(Idx::Inodes, &ids)?
+            .into_iter()
+            .map(|d| {
+                let d = d.ok_or(FsError::NotFound)?;
+                Ok((serde_json::from_value(d.source)?, d.version))
+            })
+            .collect()
+    }
+
+    /// A move of `src` to `to` (new parent, encoded name) under the
+    /// rename's tree locks `t`, released when it is done.
     fn move_entry(
         &self,
-        src: Entry,
-        sver: Version,
-        newparent: u64,
-        new_ename: String,
+        (src, sver): (Entry, Version),
+        (newparent, new_ename): (u64, String),
         dst: Option<(Entry, Version)>,
         flags: u32,
+        t: TreeLock<'_>,
     ) -> FsResult<()> {
         let src_is_dir = src.kind == Kind::Dir;
         let mut replaced_dir = false;
@@ -95,8 +133,18 @@ impl Fs {
                 (false, false) => {}
             }
         }
-        let (npinode, _) = self.get_inode(newparent)?;
-        if npinode.kind != Kind::Dir {
+        // The parents (the new one checked; both touched) and a moved
+        // file's inode (its back-link goes in the entries' bulk), in one read.
+        let mut ids = vec![newparent];
+        if src.parent != newparent {
+            ids.push(src.parent);
+        }
+        if !src_is_dir {
+            ids.push(src.ino);
+        }
+        let mut parents = self.get_inodes(&ids)?;
+        let moved_inode = (!src_is_dir).then(|| parents.pop().expect("read"));
+        if parents[0].0.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
         if src_is_dir && self.is_ancestor(src.ino, newparent)? {
@@ -118,17 +166,15 @@ impl Fs {
             entry: moved,
             replaced: dst.as_ref().map(|(d, _)| d.ino),
         };
-        if !src_is_dir && dst.is_none() && self.move_at_once(&intent, sver)? {
-            self.touch_dir(src.parent, 0)?;
-            if newparent != src.parent {
-                self.touch_dir(newparent, 0)?;
+        if let Some(seen) = &moved_inode
+            && dst.is_none()
+            && self.move_at_once(&intent, sver, seen)?
+        {
+            for p in parents {
+                self.touch_dir_seen(p.0.ino, 0, Some(p))?;
             }
             return Ok(());
         }
-        // The intent goes first: if this mount dies from here on, whoever
-        // notices rolls the rename forward from it.
-        let iid = self.write_intent(&Intent::Move(intent.clone()))?;
-        self.apply_move(&intent, Some((sver, dst.as_ref().map(|(_, v)| *v))))?;
         // Directory link counts: the moved directory's ".." leaves the old
         // parent; a replaced directory's ".." leaves the new parent.
         let dir_delta = |p: u64| -> i32 {
@@ -144,15 +190,40 @@ impl Fs {
             }
             d
         };
-        self.touch_dir(src.parent, dir_delta(src.parent))?;
-        if newparent != src.parent {
-            self.touch_dir(newparent, dir_delta(newparent))?;
+        // The parents' touches go in the entries' bulk where they are plain
+        // writes, conditional on the reads above (a crash before the intent
+        // is gone: its roll-forward recounts them).
+        let touches: Vec<Option<BulkOp>> = parents
+            .iter()
+            .map(|p| self.touch_op(p.0.ino, dir_delta(p.0.ino), Some(p.clone())))
+            .collect::<FsResult<_>>()?;
+        // The intent goes first: if this mount dies from here on, whoever
+        // notices rolls the rename forward from it.
+        let iid = self.write_intent(&Intent::Move(intent.clone()))?;
+        let seen = Seen {
+            entries: (sver, dst.as_ref().map(|(_, v)| *v)),
+            inodes: moved_inode.into_iter().collect(),
+            also: touches.iter().flatten().cloned().collect(),
+        };
+        let mut touched = self.apply_move(&intent, Some(&seen))?.into_iter();
+        for (p, touch) in parents.into_iter().zip(touches) {
+            let ino = p.0.ino;
+            match touch {
+                // Not landed: changed since read, or the bulk did not happen.
+                Some(_) => self.touched(ino, dir_delta(ino), touched.next() == Some(true))?,
+                None => self.touch_dir_seen(ino, dir_delta(ino), Some(p))?,
+            }
         }
-        self.finish_intent(&iid)
+        self.finish_intent(&iid, t)
     }
 
     /// RENAME_EXCHANGE: the two names swap the inodes they point to.
-    fn exchange(&self, a: Entry, aver: Version, b: Entry, bver: Version) -> FsResult<()> {
+    fn exchange(
+        &self,
+        (a, aver): (Entry, Version),
+        (b, bver): (Entry, Version),
+        t: TreeLock<'_>,
+    ) -> FsResult<()> {
         if a.ino == b.ino {
             return Ok(());
         }
@@ -161,11 +232,27 @@ impl Fs {
         {
             return Err(FsError::Invalid);
         }
+        // The files' inodes, whose back-links go in the entries' bulk.
+        let files: Vec<u64> = [&a, &b]
+            .into_iter()
+            .filter(|e| e.kind != Kind::Dir)
+            .map(|e| e.ino)
+            .collect();
+        let inodes = if files.is_empty() {
+            Vec::new()
+        } else {
+            self.get_inodes(&files)?
+        };
         let iid = self.write_intent(&Intent::Exchange {
             a: a.clone(),
             b: b.clone(),
         })?;
-        if self.apply_exchange(&a, &b, Some((aver, bver)))? {
+        let seen = Seen {
+            entries: (aver, bver),
+            inodes,
+            also: Vec::new(),
+        };
+        if self.apply_exchange(&a, &b, Some(&seen))? {
             // Directory link counts: a directory's ".." changes parents.
             if a.parent != b.parent && (a.kind == Kind::Dir) != (b.kind == Kind::Dir) {
                 let d = if a.kind == Kind::Dir { 1 } else { -1 };
@@ -178,7 +265,7 @@ impl Fs {
                 }
             }
         }
-        self.finish_intent(&iid)
+        self.finish_intent(&iid, t)
     }
 
     /// Whether directory `dir` is `ino` or one of its ancestors is.

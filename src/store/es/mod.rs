@@ -213,6 +213,94 @@ impl EsStore {
         format!("{}-{}", self.prefix, idx.name())
     }
 
+    /// [`MetaStore::bulk`]'s requests: cut to a bounded size, items the
+    /// cluster rejected as overloaded sent again with backoff.
+    fn bulk_requests(&self, ops: &[BulkOp]) -> StoreResult<Vec<BulkItemResult>> {
+        let mut results: Vec<Option<BulkItemResult>> = vec![None; ops.len()];
+        let mut pending: Vec<usize> = (0..ops.len()).collect();
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(50);
+        while !pending.is_empty() {
+            let mut retry = Vec::new();
+            // Cut into requests of bounded size.
+            let mut i = 0;
+            while i < pending.len() {
+                let mut lines = Vec::new();
+                let mut bytes = 0;
+                let mut batch = Vec::new();
+                while i < pending.len() && (batch.is_empty() || bytes < BULK_BYTES) {
+                    let op = &ops[pending[i]];
+                    let before = lines.len();
+                    bulk_lines(op, &self.index_name(op.index()), &mut lines);
+                    bytes += lines[before..].iter().map(|l| l.len() + 1).sum::<usize>();
+                    batch.push(pending[i]);
+                    i += 1;
+                }
+                let lines = &lines;
+                let (status, resp) = self.call(|c| async move {
+                    c.bulk(BulkParts::None).body(lines.clone()).send().await
+                })?;
+                if status != 200 {
+                    return Err(error_of(status, &resp, "_bulk"));
+                }
+                let items = resp["items"].as_array().cloned().unwrap_or_default();
+                if items.len() != batch.len() {
+                    return Err(StoreError::Other(format!(
+                        "bulk answered {} items for {} actions",
+                        items.len(),
+                        batch.len()
+                    )));
+                }
+                for (&k, item) in batch.iter().zip(&items) {
+                    // Each item is {"<action>": {...}}.
+                    let r = item
+                        .as_object()
+                        .and_then(|o| o.values().next())
+                        .cloned()
+                        .unwrap_or_default();
+                    let status = r["status"].as_u64().unwrap_or(500) as u16;
+                    let id = ops[k].id();
+                    results[k] = Some(match status {
+                        200 | 201 => version_of(&r).ok_or_else(|| StoreError::Other(r.to_string())),
+                        // An update of a missing document (document_missing_exception).
+                        404 if matches!(ops[k], BulkOp::Update { .. }) => {
+                            Err(StoreError::NotFound(id.to_string()))
+                        }
+                        404 if r["result"] == "not_found" => match &ops[k] {
+                            BulkOp::Delete {
+                                if_version: None, ..
+                            } => Err(StoreError::NotFound(id.to_string())),
+                            _ => Err(StoreError::Conflict(id.to_string())),
+                        },
+                        s if retryable(s) => {
+                            retry.push(k);
+                            continue;
+                        }
+                        s => Err(error_of(s, &r, id)),
+                    });
+                }
+            }
+            if !retry.is_empty() {
+                if start.elapsed() + delay > self.retry_budget {
+                    for k in retry {
+                        results[k] = Some(Err(StoreError::Unavailable(format!(
+                            "Elasticsearch at {} kept rejecting bulk items",
+                            self.url
+                        ))));
+                    }
+                    break;
+                }
+                std::thread::sleep(jitter(delay));
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            pending = retry_pending(&results);
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect())
+    }
+
     fn mark_dirty(&self, idx: Idx) {
         self.dirty[idx as usize].store(true, Ordering::Release);
     }
@@ -223,11 +311,8 @@ impl EsStore {
         if Caller::current().reads_only_old_documents() {
             return Ok(());
         }
-        if self.dirty[idx as usize].swap(false, Ordering::AcqRel)
-            && let Err(e) = self.refresh(idx)
-        {
-            self.mark_dirty(idx);
-            return Err(e);
+        if self.dirty[idx as usize].load(Ordering::Acquire) {
+            self.refresh(idx)?;
         }
         Ok(())
     }
@@ -431,94 +516,15 @@ impl MetaStore for EsStore {
     }
 
     fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
-        let mut results: Vec<Option<BulkItemResult>> = vec![None; ops.len()];
-        let mut pending: Vec<usize> = (0..ops.len()).collect();
-        let start = Instant::now();
-        let mut delay = Duration::from_millis(50);
+        let r = self.bulk_requests(&ops);
+        // After the writes landed (a refresh between would miss them), and
+        // whatever the answer (some may have landed).
         for idx in Idx::ALL {
             if ops.iter().any(|o| o.index() == idx) {
                 self.mark_dirty(idx);
             }
         }
-        while !pending.is_empty() {
-            let mut retry = Vec::new();
-            // Cut into requests of bounded size.
-            let mut i = 0;
-            while i < pending.len() {
-                let mut lines = Vec::new();
-                let mut bytes = 0;
-                let mut batch = Vec::new();
-                while i < pending.len() && (batch.is_empty() || bytes < BULK_BYTES) {
-                    let op = &ops[pending[i]];
-                    let before = lines.len();
-                    bulk_lines(op, &self.index_name(op.index()), &mut lines);
-                    bytes += lines[before..].iter().map(|l| l.len() + 1).sum::<usize>();
-                    batch.push(pending[i]);
-                    i += 1;
-                }
-                let lines = &lines;
-                let (status, resp) = self.call(|c| async move {
-                    c.bulk(BulkParts::None).body(lines.clone()).send().await
-                })?;
-                if status != 200 {
-                    return Err(error_of(status, &resp, "_bulk"));
-                }
-                let items = resp["items"].as_array().cloned().unwrap_or_default();
-                if items.len() != batch.len() {
-                    return Err(StoreError::Other(format!(
-                        "bulk answered {} items for {} actions",
-                        items.len(),
-                        batch.len()
-                    )));
-                }
-                for (&k, item) in batch.iter().zip(&items) {
-                    // Each item is {"<action>": {...}}.
-                    let r = item
-                        .as_object()
-                        .and_then(|o| o.values().next())
-                        .cloned()
-                        .unwrap_or_default();
-                    let status = r["status"].as_u64().unwrap_or(500) as u16;
-                    let id = ops[k].id();
-                    results[k] = Some(match status {
-                        200 | 201 => version_of(&r).ok_or_else(|| StoreError::Other(r.to_string())),
-                        // An update of a missing document (document_missing_exception).
-                        404 if matches!(ops[k], BulkOp::Update { .. }) => {
-                            Err(StoreError::NotFound(id.to_string()))
-                        }
-                        404 if r["result"] == "not_found" => match &ops[k] {
-                            BulkOp::Delete {
-                                if_version: None, ..
-                            } => Err(StoreError::NotFound(id.to_string())),
-                            _ => Err(StoreError::Conflict(id.to_string())),
-                        },
-                        s if retryable(s) => {
-                            retry.push(k);
-                            continue;
-                        }
-                        s => Err(error_of(s, &r, id)),
-                    });
-                }
-            }
-            if !retry.is_empty() {
-                if start.elapsed() + delay > self.retry_budget {
-                    for k in retry {
-                        results[k] = Some(Err(StoreError::Unavailable(format!(
-                            "Elasticsearch at {} kept rejecting bulk items",
-                            self.url
-                        ))));
-                    }
-                    break;
-                }
-                std::thread::sleep(jitter(delay));
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-            pending = retry_pending(&results);
-        }
-        Ok(results
-            .into_iter()
-            .map(|r| r.expect("every item answered"))
-            .collect())
+        r
     }
 
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
@@ -540,19 +546,30 @@ impl MetaStore for EsStore {
             .ok_or_else(|| StoreError::Other(format!("count answer without count: {resp}")))
     }
 
+    /// Covers every write this client made before it: the index is clean
+    /// for read-your-writes until the next one (a write racing the refresh
+    /// marks it again).
     fn refresh(&self, index: Idx) -> StoreResult<()> {
+        self.dirty[index as usize].store(false, Ordering::Release);
         let name = &self.index_name(index);
         let name = name.as_str();
-        let (status, resp) = self.call(|c| async move {
+        let r = self.call(|c| async move {
             c.indices()
                 .refresh(IndicesRefreshParts::Index(&[name]))
                 .send()
                 .await
-        })?;
-        if status != 200 {
-            return Err(error_of(status, &resp, "_refresh"));
+        });
+        match r {
+            Ok((200, _)) => Ok(()),
+            Ok((status, resp)) => {
+                self.mark_dirty(index);
+                Err(error_of(status, &resp, "_refresh"))
+            }
+            Err(e) => {
+                self.mark_dirty(index);
+                Err(e)
+            }
         }
-        Ok(())
     }
 
     /// Elasticsearch acknowledges a write only after its translog is fsync'd
