@@ -136,8 +136,12 @@ impl Fs {
         // 1, 2. The new name points at the moved inode, the old one no
         // longer (with the live rename, 3 too, in the same bulk).
         let bulked = self.move_entries(it, seen)?;
-        // 3. The inode's back-link follows.
-        if !bulked.linked.contains(&e.ino) {
+        // 3. The inode's back-link follows (a directory's cached parent too).
+        if bulked.linked.contains(&e.ino) {
+            if e.kind == Kind::Dir {
+                self.dirs.write().insert(e.ino, (e.parent, e.name.clone()));
+            }
+        } else {
             self.move_link(
                 e.ino,
                 e.kind,

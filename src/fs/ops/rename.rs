@@ -133,17 +133,20 @@ impl Fs {
                 (false, false) => {}
             }
         }
-        // The parents (the new one checked; both touched) and a moved
-        // file's inode (its back-link goes in the entries' bulk), in one read.
+        // The parents (the new one checked; both touched) and the moved
+        // inode (its back-link goes in the entries' bulk), in one read. A
+        // directory's only where its times are not waiting in memory (lazy
+        // close: its own write takes them along).
         let mut ids = vec![newparent];
         if src.parent != newparent {
             ids.push(src.parent);
         }
-        if !src_is_dir {
+        let link_in_bulk = !src_is_dir || self.journal.is_none();
+        if link_in_bulk {
             ids.push(src.ino);
         }
         let mut parents = self.get_inodes(&ids)?;
-        let moved_inode = (!src_is_dir).then(|| parents.pop().expect("read"));
+        let moved_inode = link_in_bulk.then(|| parents.pop().expect("read"));
         if parents[0].0.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -167,6 +170,7 @@ impl Fs {
             replaced: dst.as_ref().map(|(d, _)| d.ino),
         };
         if let Some(seen) = &moved_inode
+            && !src_is_dir
             && dst.is_none()
             && self.move_at_once(&intent, sver, seen)?
         {
