@@ -69,8 +69,8 @@ pub enum Intent {
 }
 
 /// What the live rename read under its locks: the entries' versions
-/// (`V`), and the inodes of the moved files (not directories: their back-
-/// links also carry cached parents and deferred times), with versions.
+/// (`V`), and the moved inodes, with versions (a directory's only where
+/// no deferred times of its wait in memory for its own write to take).
 pub struct Seen<V> {
     pub entries: V,
     pub inodes: Vec<(Inode, Version)>,
