@@ -231,7 +231,7 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "rename of a directory holding 1000 files (total)",
         t.per_op(1, |_| fs::rename(a.p("big"), a.p("big2")).unwrap()),
-        13.5,
+        12.5,
         12.0,
     );
 

@@ -204,6 +204,14 @@ fn to_doc<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("documents serialize")
 }
 
+/// A stored document as its type, with its version.
+fn typed<T: serde::de::DeserializeOwned>(
+    doc: Option<crate::store::Doc>,
+) -> FsResult<Option<(T, Version)>> {
+    doc.map(|d| Ok((serde_json::from_value(d.source)?, d.version)))
+        .transpose()
+}
+
 impl Fs {
     pub fn new(store: Arc<dyn MetaStore>, data: Arc<dyn DataStore>, cfg: FsConfig) -> FsResult<Fs> {
         let owner = session_id();
@@ -414,21 +422,13 @@ impl Fs {
     // ---- documents ----
 
     fn get_inode(&self, ino: u64) -> FsResult<(Inode, Version)> {
-        let doc = self
-            .store
-            .get(Idx::Inodes, &inode_id(ino))?
-            .ok_or(FsError::NotFound)?;
-        Ok((serde_json::from_value(doc.source)?, doc.version))
+        typed(self.store.get(Idx::Inodes, &inode_id(ino))?)?.ok_or(FsError::NotFound)
     }
 
     /// [`Fs::get_inode`] from the store itself, not a cache in front of a
     /// shared one (see `MetaStore::get_fresh`).
     fn get_inode_fresh(&self, ino: u64) -> FsResult<(Inode, Version)> {
-        let doc = self
-            .store
-            .get_fresh(Idx::Inodes, &inode_id(ino))?
-            .ok_or(FsError::NotFound)?;
-        Ok((serde_json::from_value(doc.source)?, doc.version))
+        typed(self.store.get_fresh(Idx::Inodes, &inode_id(ino))?)?.ok_or(FsError::NotFound)
     }
 
     /// Read-modify-write of an inode with optimistic concurrency.
@@ -496,22 +496,16 @@ impl Fs {
     }
 
     fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
-        match self.store.get(Idx::Entries, &entry_id(parent, name))? {
-            Some(doc) => Ok(Some((serde_json::from_value(doc.source)?, doc.version))),
-            None => Ok(None),
-        }
+        typed(self.store.get(Idx::Entries, &entry_id(parent, name))?)
     }
 
     /// [`Fs::get_entry`] from the store itself: for a name read under an
     /// exclusive tree lock to decide a change of several documents.
     fn get_entry_fresh(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
-        match self
-            .store
-            .get_fresh(Idx::Entries, &entry_id(parent, name))?
-        {
-            Some(doc) => Ok(Some((serde_json::from_value(doc.source)?, doc.version))),
-            None => Ok(None),
-        }
+        typed(
+            self.store
+                .get_fresh(Idx::Entries, &entry_id(parent, name))?,
+        )
     }
 
     /// [`Fs::update_inode`] then [`Fs::sync_entries`], in one bulk where

@@ -279,6 +279,23 @@ pub enum Caller {
 
 thread_local! {
     static CALLER: std::cell::Cell<Caller> = const { std::cell::Cell::new(Caller::Fs) };
+    static PAST_OWN_WRITES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with this thread's searches skipping read-your-writes: for a
+/// scan that writes between its pages what it already paged past (a
+/// subtree rename's path rewrite: its `search_after` cursor is beyond every
+/// document it rewrote), once it has made the index current itself. On
+/// Elasticsearch that is a refresh fewer per page.
+pub fn past_own_writes<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            PAST_OWN_WRITES.with(|p| p.set(self.0));
+        }
+    }
+    let _reset = Reset(PAST_OWN_WRITES.with(|p| p.replace(true)));
+    f()
 }
 
 impl Caller {
@@ -317,9 +334,10 @@ impl Caller {
     /// The janitor looks for sessions and intents at least a lease old,
     /// which a near-real-time search sees without a refresh: its searches
     /// skip read-your-writes (otherwise the heartbeat's write to the same
-    /// index makes every janitor pass cost a refresh too).
+    /// index makes every janitor pass cost a refresh too). So do scans
+    /// inside [`past_own_writes`], on any thread.
     pub fn reads_only_old_documents(self) -> bool {
-        self == Caller::Janitor
+        self == Caller::Janitor || PAST_OWN_WRITES.with(|p| p.get())
     }
 
     /// The janitor rolls other mounts' half-done changes forward: what it
