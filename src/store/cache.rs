@@ -334,8 +334,14 @@ impl CachedStore {
         });
         match a {
             Answer::Is(doc, v) => {
-                let current = self.docs.get(&KeyRef(idx, id)).map(|s| s.version);
-                if self.sole() || current.is_none_or(|c| !newer(c, Some(v))) {
+                // Sole: the write lock orders answers; no need to compare
+                // (a lookup clones the cached document).
+                if self.sole()
+                    || self
+                        .docs
+                        .get(&KeyRef(idx, id))
+                        .is_none_or(|c| !newer(c.version, Some(v)))
+                {
                     self.put_slot(idx, id, doc, Some(v), false);
                 }
             }
