@@ -129,9 +129,7 @@ impl Fs {
             return Ok(());
         }
         self.change_inode_seen(ino, seen, |i| {
-            i.mtime_ns = now;
-            i.ctime_ns = now;
-            i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
+            touch(i, nlink, now);
             Ok(Fate::Keep)
         })?;
         // The entry's copy of the directory's times only serves searches:
@@ -165,10 +163,7 @@ impl Fs {
                 Err(e) => return Err(e),
             },
         };
-        let now = now_ns();
-        i.mtime_ns = now;
-        i.ctime_ns = now;
-        i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
+        touch(&mut i, nlink, now_ns());
         Ok(Some(BulkOp::Index {
             index: Idx::Inodes,
             id: inode_id(ino),
@@ -473,4 +468,11 @@ impl Fs {
         self.store.sync()?;
         Ok(())
     }
+}
+
+/// A directory's change: mtime and ctime `now`, link count moved by `nlink`.
+fn touch(i: &mut Inode, nlink: i32, now: i64) {
+    i.mtime_ns = now;
+    i.ctime_ns = now;
+    i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
 }
