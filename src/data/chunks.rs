@@ -392,7 +392,15 @@ impl DataStore for ChunkStore {
             let (n, within) = (pos / CHUNK, (pos % CHUNK) as usize);
             let k = (data.len() - done).min(CHUNK as usize - within);
             self.with_chunk(key, n, |st, base| {
-                let State { dirty, was, .. } = st;
+                let State {
+                    dirty, was, ends, ..
+                } = st;
+                // Under the lock that makes the chunk dirty: a write-out
+                // then a write by another thread must not find this chunk
+                // past the known end and build it from nothing.
+                if let Some(end) = ends.get_mut(key) {
+                    *end = (*end).max(pos + k as u64);
+                }
                 let chunk = dirty
                     .entry(key.to_string())
                     .or_default()
@@ -409,11 +417,6 @@ impl DataStore for ChunkStore {
             })?;
             done += k;
         }
-        let mut st = self.state.lock();
-        if let Some(end) = st.ends.get_mut(key) {
-            *end = (*end).max(off + data.len() as u64);
-        }
-        drop(st);
         let over = self
             .state
             .lock()
