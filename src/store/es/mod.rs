@@ -108,6 +108,10 @@ pub struct EsStore {
     /// connected (a mount's first listing after another mount, or its own
     /// killed previous life, wrote must not miss them).
     dirty: [AtomicBool; Idx::ALL.len()],
+    /// Held around a read-your-writes refresh: a search that finds the
+    /// flag just cleared by another thread's refresh waits for that refresh
+    /// to finish instead of searching before it.
+    refreshing: [parking_lot::Mutex<()>; Idx::ALL.len()],
     /// The server's version string, as reported at connect time.
     pub server_version: String,
     engine: Engine,
@@ -188,6 +192,7 @@ impl EsStore {
             raw_url: cfg.url.trim_end_matches('/').to_string(),
             retry_budget: cfg.retry_budget,
             dirty: std::array::from_fn(|_| AtomicBool::new(true)),
+            refreshing: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             server_version: String::new(),
             engine: Engine::Elasticsearch,
         };
@@ -301,6 +306,32 @@ impl EsStore {
             .collect())
     }
 
+    /// A refresh covering every write this client made before it (the
+    /// caller holds `refreshing`): the index is clean for read-your-writes
+    /// until the next write (a write racing the refresh marks it again).
+    fn refresh_now(&self, index: Idx) -> StoreResult<()> {
+        self.dirty[index as usize].store(false, Ordering::Release);
+        let name = &self.index_name(index);
+        let name = name.as_str();
+        let r = self.call(|c| async move {
+            c.indices()
+                .refresh(IndicesRefreshParts::Index(&[name]))
+                .send()
+                .await
+        });
+        match r {
+            Ok((200, _)) => Ok(()),
+            Ok((status, resp)) => {
+                self.mark_dirty(index);
+                Err(error_of(status, &resp, "_refresh"))
+            }
+            Err(e) => {
+                self.mark_dirty(index);
+                Err(e)
+            }
+        }
+    }
+
     fn mark_dirty(&self, idx: Idx) {
         self.dirty[idx as usize].store(true, Ordering::Release);
     }
@@ -311,8 +342,9 @@ impl EsStore {
         if Caller::current().reads_only_old_documents() {
             return Ok(());
         }
+        let _r = self.refreshing[idx as usize].lock();
         if self.dirty[idx as usize].load(Ordering::Acquire) {
-            self.refresh(idx)?;
+            self.refresh_now(idx)?;
         }
         Ok(())
     }
@@ -550,26 +582,8 @@ impl MetaStore for EsStore {
     /// for read-your-writes until the next one (a write racing the refresh
     /// marks it again).
     fn refresh(&self, index: Idx) -> StoreResult<()> {
-        self.dirty[index as usize].store(false, Ordering::Release);
-        let name = &self.index_name(index);
-        let name = name.as_str();
-        let r = self.call(|c| async move {
-            c.indices()
-                .refresh(IndicesRefreshParts::Index(&[name]))
-                .send()
-                .await
-        });
-        match r {
-            Ok((200, _)) => Ok(()),
-            Ok((status, resp)) => {
-                self.mark_dirty(index);
-                Err(error_of(status, &resp, "_refresh"))
-            }
-            Err(e) => {
-                self.mark_dirty(index);
-                Err(e)
-            }
-        }
+        let _r = self.refreshing[index as usize].lock();
+        self.refresh_now(index)
     }
 
     /// Elasticsearch acknowledges a write only after its translog is fsync'd
