@@ -160,7 +160,7 @@ fn round_trips_per_operation_on_elasticsearch() {
                 .unwrap();
             f.write_all(&[b'x'; 100]).unwrap();
         }),
-        3.5,
+        2.5,
         3.0,
     );
     row(
@@ -186,7 +186,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.per_op(N, |i| {
             assert_eq!(fs::read(a.p(format!("s{i}"))).unwrap(), b"small contents\n")
         }),
-        3.5,
+        2.5,
         2.0,
     );
     row(

@@ -632,6 +632,20 @@ fn get_and_mget_are_realtime(s: &dyn MetaStore) {
     let r = s.get(Idx::Entries, "");
     assert!(r.is_err(), "{r:?}");
     assert!(s.mget(Idx::Entries, &[]).unwrap().is_empty());
+    // Across indices in one call, in order.
+    let vi = s.create(Idx::Inodes, "7", &json!({"x": 1})).unwrap();
+    let keys = [
+        (Idx::Inodes, "7".to_string()),
+        (Idx::Entries, "1/b".to_string()),
+        (Idx::Inodes, "1/a".to_string()),
+        (Idx::Entries, "1/a".to_string()),
+    ];
+    let got = s.mget_docs(&keys).unwrap();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[0].as_ref().unwrap().version, vi);
+    assert_eq!(got[1].as_ref().unwrap().source["name"], "b");
+    assert!(got[2].is_none());
+    assert_eq!(got[3].as_ref().unwrap().version, v2);
 }
 
 fn create_conflicts_on_existing_id(s: &dyn MetaStore) {

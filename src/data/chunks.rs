@@ -14,8 +14,8 @@
 //! `flushing`, so a write meanwhile builds on them and not on the stored
 //! (older) chunk, which would write the bytes in flight back as zeros.
 
-use super::{Capacity, DataStore};
-use crate::store::{BulkOp, Idx, MetaStore, Query, SearchRequest, Sort, StoreError};
+use super::{Capacity, DataStore, Piece};
+use crate::store::{BulkOp, Doc, Idx, MetaStore, Query, SearchRequest, Sort, StoreError, Version};
 use base64::Engine;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -37,6 +37,11 @@ const CACHE_CHUNKS: usize = 64;
 const STRIPES: usize = 32;
 /// `remove_sized` addresses at most this many chunks (1 GiB) by id.
 const ADDRESSED_MAX: u64 = 1024;
+/// Bytes of landed chunks kept for the content indexer (see `read_written`).
+const WRITTEN_BYTES: usize = 8 << 20;
+/// Offered chunks kept for opens (see `DataStore::offer`); a lookup offers
+/// only small files' (see `Fs::lookup`), so this bounds a few MiB.
+const OFFERED_MAX: usize = 256;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -64,6 +69,24 @@ struct State {
     /// there builds its chunk from nothing instead of fetching it (see
     /// `holds_at_most`).
     ends: HashMap<String, u64>,
+    /// Chunks this mount's write-outs landed, oldest first, for the content
+    /// indexer's read soon after a close (`read_written`): at most
+    /// `WRITTEN_BYTES`, dropped when the stored chunks change otherwise.
+    written: HashMap<(String, u64), Arc<Vec<u8>>>,
+    written_order: VecDeque<(String, u64)>,
+    written_bytes: usize,
+    /// Chunk 0 of small files, read by a lookup with their inode (see
+    /// `DataStore::offer`), until an open of that inode version adopts it.
+    offered: HashMap<String, Offered>,
+    offered_order: VecDeque<String>,
+}
+
+struct Offered {
+    data: Arc<Vec<u8>>,
+    /// The inode document's version it was read with.
+    version: Version,
+    /// The stripe's generation before it was read.
+    mark: u64,
 }
 
 /// What this mount knows of a key's stored bytes.
@@ -92,6 +115,41 @@ impl State {
             .find_map(|m| m.get(key).and_then(|d| d.get(&n)))
             .or_else(|| self.clean.get(&(key.to_string(), n)))
             .cloned()
+    }
+
+    fn keep_written(&mut self, key: &str, n: u64, data: Arc<Vec<u8>>) {
+        self.written_bytes += data.len();
+        if let Some(old) = self.written.insert((key.to_string(), n), data) {
+            self.written_bytes -= old.len();
+        } else {
+            self.written_order.push_back((key.to_string(), n));
+        }
+        while self.written_bytes > WRITTEN_BYTES {
+            let Some(k) = self.written_order.pop_front() else {
+                break;
+            };
+            if let Some(old) = self.written.remove(&k) {
+                self.written_bytes -= old.len();
+            }
+        }
+    }
+
+    fn forget_written(&mut self, key: &str) {
+        let gone: Vec<(String, u64)> = self
+            .written_order
+            .iter()
+            .filter(|(k, _)| k == key)
+            .cloned()
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.written_order.retain(|(k, _)| k != key);
+        for k in gone {
+            if let Some(old) = self.written.remove(&k) {
+                self.written_bytes -= old.len();
+            }
+        }
     }
 
     fn cache(&mut self, key: &str, n: u64, data: Arc<Vec<u8>>) {
@@ -235,8 +293,9 @@ impl ChunkStore {
             let was = st.was.remove(&k).unwrap_or(0);
             st.count_stored(key, data.len() as i64 - was as i64);
             if let Some(c) = st.clean.get_mut(&k) {
-                *c = data;
+                *c = Arc::clone(&data);
             }
+            st.keep_written(key, n, data);
         }
         Ok(())
     }
@@ -300,7 +359,9 @@ impl ChunkStore {
     /// fetched of `key` before.
     fn stored_changed(&self, key: &str) {
         self.forget_clean(key);
-        self.state.lock().generation[stripe(key)] += 1;
+        let mut st = self.state.lock();
+        st.generation[stripe(key)] += 1;
+        st.forget_written(key);
     }
 
     /// Unwritten bytes of a file being removed: gone with it.
@@ -308,6 +369,7 @@ impl ChunkStore {
         let mut st = self.state.lock();
         st.dirty.remove(key);
         st.was.retain(|(k, _), _| k != key);
+        st.forget_written(key);
     }
 
     fn truncate_locked(&self, key: &str, size: u64) -> io::Result<()> {
@@ -512,12 +574,103 @@ impl DataStore for ChunkStore {
         st.ends.remove(key);
     }
 
-    fn holds_at_most(&self, key: &str, size: u64) {
-        self.state
-            .lock()
-            .ends
-            .entry(key.to_string())
-            .or_insert(size);
+    fn opening(&self, key: &str, size: u64, version: Option<Version>) {
+        let mut st = self.state.lock();
+        st.ends.entry(key.to_string()).or_insert(size);
+        if let Some(o) = st.offered.remove(key) {
+            st.offered_order.retain(|k| k != key);
+            // Read with this very inode version, and nothing of the file
+            // written here since: the file's contents as that inode says.
+            if version == Some(o.version)
+                && o.mark == st.generation[stripe(key)]
+                && st.current(key, 0).is_none()
+            {
+                st.cache(key, 0, o.data);
+            }
+        }
+    }
+
+    fn first_piece(&self, key: &str) -> Option<Piece> {
+        let st = self.state.lock();
+        if st.current(key, 0).is_some() || st.offered.contains_key(key) {
+            return None;
+        }
+        Some(Piece {
+            index: Idx::Chunks,
+            id: chunk_id(key, 0),
+            mark: st.generation[stripe(key)],
+        })
+    }
+
+    fn offer(&self, key: &str, piece: Piece, doc: Option<&Doc>, size: u64, version: Version) {
+        if size > CHUNK || piece.id != chunk_id(key, 0) {
+            return;
+        }
+        let data = match doc {
+            Some(d) => match B64.decode(d.source["data"].as_str().unwrap_or_default()) {
+                Ok(b) => b,
+                Err(_) => return,
+            },
+            None => Vec::new(),
+        };
+        // Not the bytes that inode describes (or a sparse tail): let the
+        // read fetch.
+        if data.len() as u64 != size {
+            return;
+        }
+        let mut st = self.state.lock();
+        if st.generation[stripe(key)] != piece.mark {
+            return;
+        }
+        let o = Offered {
+            data: Arc::new(data),
+            version,
+            mark: piece.mark,
+        };
+        if st.offered.insert(key.to_string(), o).is_none() {
+            st.offered_order.push_back(key.to_string());
+        }
+        while st.offered_order.len() > OFFERED_MAX {
+            if let Some(k) = st.offered_order.pop_front() {
+                st.offered.remove(&k);
+            }
+        }
+    }
+
+    fn read_written(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let mut done = 0usize;
+        let mut held = 0usize;
+        while done < buf.len() {
+            let pos = off + done as u64;
+            let (n, within) = (pos / CHUNK, (pos % CHUNK) as usize);
+            let want = (buf.len() - done).min(CHUNK as usize - within);
+            let landed = {
+                let mut st = self.state.lock();
+                let k = (key.to_string(), n);
+                let d = st.written.remove(&k);
+                if let Some(d) = &d {
+                    st.written_bytes -= d.len();
+                    st.written_order.retain(|x| *x != k);
+                }
+                d
+            };
+            let Some(data) = landed else {
+                // Not landed here lately: as any read.
+                let got = self.read(key, pos, &mut buf[done..done + want])?;
+                if got > 0 {
+                    held = done + got;
+                }
+                done += want;
+                continue;
+            };
+            if within < data.len() {
+                let k = want.min(data.len() - within);
+                buf[done..done + k].copy_from_slice(&data[within..within + k]);
+                held = done + k;
+            }
+            done += want;
+        }
+        Ok(held)
     }
 
     /// The cluster's capacity is not ours to know; report a large constant
@@ -728,5 +881,74 @@ mod tests {
         assert!(cs.keys().unwrap().is_empty(), "nothing stored before flush");
         cs.flush("1").unwrap();
         assert_eq!(cs.keys().unwrap(), vec!["1".to_string()]);
+    }
+
+    const V1: Version = Version {
+        seq_no: 1,
+        primary_term: 1,
+    };
+    const V2: Version = Version {
+        seq_no: 2,
+        primary_term: 1,
+    };
+
+    /// Another mount's reader: a chunk store of its own over the store.
+    /// The chunk is deleted behind it after the offer, so a read that
+    /// fetches finds nothing: the bytes it returns came from the offer.
+    fn offered(size: u64, open_as: Version, mark_moves: bool) -> (usize, Vec<u8>) {
+        let (_d, g, writer) = gated();
+        writer.write("1", 0, b"hello").unwrap();
+        writer.flush("1").unwrap();
+        let reader = ChunkStore::new(g.clone());
+        let piece = reader.first_piece("1").expect("nothing held: named");
+        let doc = g.get(piece.index, &piece.id).unwrap();
+        if mark_moves {
+            // This mount wrote the file meanwhile.
+            reader.write("1", 0, b"HELLO").unwrap();
+            reader.flush("1").unwrap();
+        }
+        reader.offer("1", piece, doc.as_ref(), size, V1);
+        g.delete(Idx::Chunks, &chunk_id("1", 0), None).unwrap();
+        reader.opening("1", size, Some(open_as));
+        let mut b = vec![0u8; 5];
+        let n = reader.read("1", 0, &mut b).unwrap();
+        (n, b)
+    }
+
+    #[test]
+    fn an_offered_piece_serves_an_open_of_the_inode_version_read_with_it() {
+        assert_eq!(offered(5, V1, false), (5, b"hello".to_vec()));
+    }
+
+    #[test]
+    fn an_offered_piece_is_not_used_for_another_version_or_size_or_after_a_change() {
+        // Another inode version opened: the piece may not be its bytes.
+        assert_eq!(offered(5, V2, false).0, 0);
+        // The inode says 6 bytes, the piece holds 5: read across a write-out.
+        assert_eq!(offered(6, V1, false).0, 0);
+        // This mount wrote the file after naming the piece: its bytes win.
+        assert_eq!(offered(5, V1, true), (5, b"HELLO".to_vec()));
+    }
+
+    #[test]
+    fn the_indexer_reads_what_a_close_wrote_out_without_fetching_it() {
+        let (_d, g, cs) = gated();
+        cs.write("1", 0, b"some text").unwrap();
+        cs.flush("1").unwrap();
+        cs.release("1");
+        g.delete(Idx::Chunks, &chunk_id("1", 0), None).unwrap();
+        let mut b = vec![0u8; 9];
+        assert_eq!(cs.read_written("1", 0, &mut b).unwrap(), 9);
+        assert_eq!(&b, b"some text");
+        // Read once: what is kept is given up, the next read fetches.
+        let mut b = vec![0u8; 9];
+        assert_eq!(cs.read_written("1", 0, &mut b).unwrap(), 0);
+        // A truncate drops what was kept.
+        cs.write("2", 0, b"abc").unwrap();
+        cs.flush("2").unwrap();
+        cs.truncate("2", 1).unwrap();
+        let mut b = vec![0u8; 3];
+        assert_eq!(cs.read_written("2", 0, &mut b).unwrap(), 1);
+        assert_eq!(&b, b"a\0\0");
     }
 }

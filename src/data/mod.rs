@@ -16,6 +16,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::model::now_ns;
+use crate::store::{Doc, Idx, Version};
+
+/// Where a file's first bytes are stored, named by [`DataStore::first_piece`].
+#[derive(Clone, Debug)]
+pub struct Piece {
+    pub index: Idx,
+    pub id: String,
+    /// The store's state when named (what was written meanwhile wins).
+    pub mark: u64,
+}
 
 /// Capacity figures for statfs, in bytes and file slots.
 #[derive(Clone, Copy, Debug, Default)]
@@ -91,8 +101,27 @@ pub trait DataStore: Send + Sync {
     /// Hint, when a file is opened: nothing is stored for `key` at or past
     /// `size` (its length as this mount knows it), until `release`. A
     /// store that would read before writing a piece there (the chunk
-    /// store's read-modify-write of a chunk) need not.
-    fn holds_at_most(&self, _key: &str, _size: u64) {}
+    /// store's read-modify-write of a chunk) need not. `version`: the
+    /// inode document's, when known; a piece `offer`ed with the same one
+    /// serves this open's reads.
+    fn opening(&self, _key: &str, _size: u64, _version: Option<Version>) {}
+    /// The metadata-store document holding `key`'s first bytes, when the
+    /// contents live in the metadata store and this store holds none of
+    /// them in memory: a lookup of a small file reads it along with the
+    /// inode, in one round trip, and hands it to `offer`.
+    fn first_piece(&self, _key: &str) -> Option<Piece> {
+        None
+    }
+    /// What the read of `first_piece`'s document answered, beside the inode
+    /// (at `version`, `size` bytes long) read with it. Kept (briefly, bounded)
+    /// for an `opening` of that inode version; dropped when it does not hold
+    /// exactly `size` bytes (the read straddled another mount's write-out).
+    fn offer(&self, _key: &str, _piece: Piece, _doc: Option<&Doc>, _size: u64, _version: Version) {}
+    /// `read` for the content indexer, which reads a file soon after its
+    /// last close: a store may answer from what that close wrote out.
+    fn read_written(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.read(key, off, buf)
+    }
     fn capacity(&self) -> io::Result<Capacity>;
     /// Every key held (for fsck's orphan check).
     fn keys(&self) -> io::Result<Vec<String>>;

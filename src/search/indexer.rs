@@ -291,7 +291,8 @@ impl Inner {
         };
         let mut buf = vec![0u8; inode.size as usize];
         // Bytes past what the store holds are a hole: zeros, i.e. binary.
-        let n = self.data.read(key, 0, &mut buf)?;
+        // What the close wrote out, when it was this mount's: no re-read.
+        let n = self.data.read_written(key, 0, &mut buf)?;
         if n < buf.len() || buf.contains(&0) {
             return Ok(Text::Binary);
         }

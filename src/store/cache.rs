@@ -586,6 +586,42 @@ impl MetaStore for CachedStore {
         self.mget(index, ids)
     }
 
+    /// Cached documents from the cache, the rest in one read through
+    /// (filling the cache as `mget` does).
+    fn mget_docs(&self, keys: &[(Idx, String)]) -> StoreResult<Vec<Option<Doc>>> {
+        let mut out: Vec<Option<Option<Doc>>> = keys
+            .iter()
+            .map(|(idx, id)| self.lookup(*idx, id, false))
+            .collect();
+        let missing: Vec<(Idx, String)> = keys
+            .iter()
+            .zip(&out)
+            .filter(|(_, d)| d.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !missing.is_empty() {
+            let tokens: Vec<Option<u64>> = missing
+                .iter()
+                .map(|(idx, id)| cached(*idx).then(|| self.fill_token(*idx, id)))
+                .collect();
+            let docs = self.inner.mget_docs(&missing)?;
+            for (((idx, id), t), d) in missing.iter().zip(tokens).zip(&docs) {
+                if let Some(t) = t {
+                    self.fill(*idx, id, t, d, false);
+                }
+            }
+            let mut got = docs.into_iter();
+            for slot in out.iter_mut().filter(|d| d.is_none()) {
+                *slot = Some(got.next().expect("one result per key"));
+            }
+        }
+        Ok(out.into_iter().map(|d| d.expect("filled")).collect())
+    }
+
+    fn holds(&self, index: Idx, id: &str) -> bool {
+        self.lookup(index, id, false).is_some()
+    }
+
     fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
         match self.mode {
             Mode::Sole { .. } => self.mget(index, ids),

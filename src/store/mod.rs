@@ -458,6 +458,32 @@ pub trait MetaStore: Send + Sync {
         self.mget(index, ids)
     }
 
+    /// Realtime get of documents of several indices, results in order: one
+    /// round trip where the engine can (Elasticsearch's `_mget` names an
+    /// index per document), by default one `mget` per index.
+    fn mget_docs(&self, keys: &[(Idx, String)]) -> StoreResult<Vec<Option<Doc>>> {
+        let mut out: Vec<Option<Doc>> = vec![None; keys.len()];
+        let mut indices: Vec<Idx> = Vec::new();
+        for (idx, _) in keys {
+            if !indices.contains(idx) {
+                indices.push(*idx);
+            }
+        }
+        for idx in indices {
+            let at: Vec<usize> = (0..keys.len()).filter(|&i| keys[i].0 == idx).collect();
+            let ids: Vec<String> = at.iter().map(|&i| keys[i].1.clone()).collect();
+            for (i, d) in at.into_iter().zip(self.mget(idx, &ids)?) {
+                out[i] = d;
+            }
+        }
+        Ok(out)
+    }
+    /// Whether a `get` of this document would be answered without a round
+    /// trip (a cache in front holds a copy it trusts).
+    fn holds(&self, _index: Idx, _id: &str) -> bool {
+        false
+    }
+
     // ---- provided: projections (whole documents by default) ----
 
     /// `get` whose source leaves out the `Text` fields (a file's contents):

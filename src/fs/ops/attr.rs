@@ -2,6 +2,9 @@
 
 use crate::fs::*;
 
+/// Files up to this size are read with their inode by a lookup.
+const PREFETCH_MAX: u64 = 16 << 10;
+
 impl Fs {
     /// The inode as callers should see it: stored attributes plus the
     /// not-yet-persisted size/times of open files.
@@ -25,7 +28,39 @@ impl Fs {
             .get_brief(Idx::Entries, &entry_id(parent, name))?
             .ok_or(FsError::NotFound)?;
         let entry: Entry = serde_json::from_value(doc.source)?;
+        if entry.kind == Kind::File && (1..=PREFETCH_MAX).contains(&entry.size) {
+            self.prefetch(entry.ino);
+        }
         self.getattr(entry.ino)
+    }
+
+    /// A small file's inode and first bytes in one round trip, when the
+    /// store would read each on its own (a name another mount made): the
+    /// open and read that usually follow a lookup then cost nothing. The
+    /// entry's size copy picks the files; the inode read with the bytes
+    /// decides whether they serve (see `DataStore::offer`). Best effort:
+    /// a failure here is the getattr's to report.
+    fn prefetch(&self, ino: u64) {
+        let id = inode_id(ino);
+        let key = ino.to_string(); // a file's content key (see make_node)
+        if self.store.holds(Idx::Inodes, &id) {
+            return;
+        }
+        let Some(piece) = self.data.first_piece(&key) else {
+            return;
+        };
+        let keys = [(Idx::Inodes, id), (piece.index, piece.id.clone())];
+        let Ok(docs) = self.store.mget_docs(&keys) else {
+            return;
+        };
+        let Some(doc) = &docs[0] else { return };
+        let Ok(inode) = serde_json::from_value::<Inode>(doc.source.clone()) else {
+            return;
+        };
+        if inode.content.as_deref() == Some(key.as_str()) {
+            self.data
+                .offer(&key, piece, docs[1].as_ref(), inode.size, doc.version);
+        }
     }
 
     pub fn setattr(&self, ctx: Ctx, ino: u64, set: SetAttr) -> FsResult<Inode> {

@@ -89,11 +89,11 @@ const RELATIME_NS: i64 = 24 * 3600 * 1_000_000_000;
 
 impl Fs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
-        let (inode, _) = self.get_inode(ino).map_err(stale)?;
+        let (inode, version) = self.get_inode(ino).map_err(stale)?;
         if inode.kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(FsError::IsDir);
         }
-        self.register_open(&inode)
+        self.register_open(&inode, Some(version))
     }
 
     /// create(2): make the file and open it in one step.
@@ -106,11 +106,11 @@ impl Fs {
         umask: u32,
     ) -> FsResult<(Inode, u64)> {
         let inode = self.make_node(ctx, parent, name, NewNode::File, mode, umask)?;
-        let fh = self.register_open(&inode)?;
+        let fh = self.register_open(&inode, None)?;
         Ok((inode, fh))
     }
 
-    fn register_open(&self, inode: &Inode) -> FsResult<u64> {
+    fn register_open(&self, inode: &Inode, version: Option<Version>) -> FsResult<u64> {
         let mut open = self.open.lock();
         // Its last name is going, or went, and its document with it (see
         // drop_link): the inode this open read is stale.
@@ -119,7 +119,7 @@ impl Fs {
         }
         let st = open
             .entry(inode.ino)
-            .or_insert_with(|| self.new_state(inode));
+            .or_insert_with(|| self.new_state(inode, version));
         st.count += 1;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, Handle { ino: inode.ino });
@@ -127,10 +127,11 @@ impl Fs {
     }
 
     /// The state of a file being opened; the data store hears how long
-    /// the file is (its state's release is the data store's too).
-    fn new_state(&self, inode: &Inode) -> OpenState {
+    /// the file is, and which inode version (its state's release is the
+    /// data store's too).
+    fn new_state(&self, inode: &Inode, version: Option<Version>) -> OpenState {
         if let Some(key) = &inode.content {
-            self.data.holds_at_most(key, inode.size);
+            self.data.opening(key, inode.size, version);
         }
         OpenState::of(inode)
     }
@@ -175,7 +176,7 @@ impl Fs {
                 }
                 self.settle_mark(ino)
             };
-            let (inode, _) = self.get_inode(ino)?;
+            let (inode, version) = self.get_inode(ino)?;
             if inode.kind == Kind::Dir {
                 return Err(FsError::IsDir);
             }
@@ -183,7 +184,8 @@ impl Fs {
             if open.contains_key(&ino) || self.settle_mark(ino) != mark {
                 continue;
             }
-            return Ok(f(open.entry(ino).or_insert(self.new_state(&inode))));
+            let st = self.new_state(&inode, Some(version));
+            return Ok(f(open.entry(ino).or_insert(st)));
         }
     }
 

@@ -373,23 +373,31 @@ impl EsStore {
             return Ok(vec![]);
         }
         let name = &self.index_name(index);
-        let name = name.as_str();
-        let body = &json!({ "ids": ids });
+        self.mget_body(Some(name), &json!({ "ids": ids }), ids.len())
+    }
+
+    /// `_mget` of `body` (on `index`, or naming an index per document).
+    fn mget_body(
+        &self,
+        index: Option<&str>,
+        body: &Value,
+        n: usize,
+    ) -> StoreResult<Vec<Option<Doc>>> {
         let (status, resp) = self.call(|c| async move {
-            c.mget(MgetParts::Index(name))
-                .body(body.clone())
-                .send()
-                .await
+            let parts = match index {
+                Some(name) => MgetParts::Index(name),
+                None => MgetParts::None,
+            };
+            c.mget(parts).body(body.clone()).send().await
         })?;
         if status != 200 {
             return Err(error_of(status, &resp, "_mget"));
         }
         let docs = resp["docs"].as_array().cloned().unwrap_or_default();
-        if docs.len() != ids.len() {
+        if docs.len() != n {
             return Err(StoreError::Other(format!(
-                "mget answered {} docs for {} ids",
+                "mget answered {} docs for {n} ids",
                 docs.len(),
-                ids.len()
             )));
         }
         docs.iter()
@@ -477,6 +485,17 @@ impl MetaStore for EsStore {
 
     fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
         self.mget_impl(index, ids)
+    }
+
+    fn mget_docs(&self, keys: &[(Idx, String)]) -> StoreResult<Vec<Option<Doc>>> {
+        if keys.is_empty() {
+            return Ok(vec![]);
+        }
+        let docs: Vec<Value> = keys
+            .iter()
+            .map(|(idx, id)| json!({"_index": self.index_name(*idx), "_id": id}))
+            .collect();
+        self.mget_body(None, &json!({ "docs": docs }), keys.len())
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
