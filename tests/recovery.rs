@@ -497,3 +497,87 @@ fn a_rename_over_a_file_left_after_its_first_step_is_rolled_forward() {
     assert_eq!(ino_of(&m, "d2/y"), x);
     assert_rolled_forward(&mut m);
 }
+
+/// The intent of a file's rename is written with its locks, planned from
+/// names read before them. A mount that died before confirming the plan
+/// against the names may leave one that another mount made stale: here
+/// the plan moves `x` to the free name `z`, which another mount then
+/// created. The roll-forward checks the plan against the names and drops
+/// it: `z` keeps its file, `x` stays where it is.
+#[test]
+fn a_rename_planned_from_a_stale_read_is_not_carried_out() {
+    let mut m = Mount::new();
+    skip_in_plain_mode!("a_rename_planned_from_a_stale_read_is_not_carried_out");
+    fs::create_dir_all(m.p("d")).unwrap();
+    fs::write(m.p("d/x"), b"stays").unwrap();
+    fs::write(m.p("d/z"), b"made after the plan").unwrap();
+    let (d, x, z) = (ino_of(&m, "d"), ino_of(&m, "d/x"), ino_of(&m, "d/z"));
+    m.unmount();
+    {
+        let store = open_store(&m);
+        let store = &*store;
+        let (ex, _) = get_entry(store, d, b"x");
+        let (ez, _) = get_entry(store, d, b"z");
+        let planned = Entry {
+            name: ez.name.clone(),
+            path: ez.path.clone(),
+            cookie: ez.cookie + 1000,
+            ..ex.clone()
+        };
+        leave_dead_intent(
+            store,
+            &Intent::Move(MoveIntent {
+                src_parent: d,
+                src_name: ex.name.clone(),
+                old_path: ex.path.clone(),
+                entry: planned,
+                replaced: None,
+            }),
+        );
+    }
+    m.start_again();
+    assert_eq!(fs::read(m.p("d/x")).unwrap(), b"stays");
+    assert_eq!(fs::read(m.p("d/z")).unwrap(), b"made after the plan");
+    assert_eq!((ino_of(&m, "d/x"), ino_of(&m, "d/z")), (x, z));
+    assert_rolled_forward(&mut m);
+}
+
+/// The same early intent, its plan still true to the names (nothing of it
+/// done): the roll-forward carries it out, from the old entry as it is now.
+#[test]
+fn a_rename_planned_and_not_started_is_carried_out() {
+    let mut m = Mount::new();
+    skip_in_plain_mode!("a_rename_planned_and_not_started_is_carried_out");
+    fs::create_dir_all(m.p("d")).unwrap();
+    fs::write(m.p("d/x"), b"moves").unwrap();
+    let (d, x) = (ino_of(&m, "d"), ino_of(&m, "d/x"));
+    m.unmount();
+    {
+        let store = open_store(&m);
+        let store = &*store;
+        let (ex, _) = get_entry(store, d, b"x");
+        let planned = Entry {
+            name: "w".into(),
+            path: "/d/w".into(),
+            cookie: ex.cookie + 1000,
+            // The plan's copy of the attributes is older than the file.
+            size: 0,
+            ..ex.clone()
+        };
+        leave_dead_intent(
+            store,
+            &Intent::Move(MoveIntent {
+                src_parent: d,
+                src_name: ex.name.clone(),
+                old_path: ex.path.clone(),
+                entry: planned,
+                replaced: None,
+            }),
+        );
+    }
+    m.start_again();
+    assert!(!m.p("d/x").exists());
+    assert_eq!(fs::read(m.p("d/w")).unwrap(), b"moves");
+    assert_eq!(ino_of(&m, "d/w"), x);
+    assert_rolled_forward(&mut m);
+}

@@ -168,7 +168,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.per_op(N, |i| {
             fs::rename(a.p(format!("f{i}")), a.p(format!("g{i}"))).unwrap()
         }),
-        6.5,
+        5.5,
         5.0,
     );
     row(

@@ -79,6 +79,17 @@ pub struct Seen<V> {
     pub also: Vec<BulkOp>,
 }
 
+/// Where a move intent read back stands (see [`Fs::move_state`]).
+pub enum MoveState {
+    /// The new name points at the moved inode: carried out, maybe in part.
+    Landed,
+    /// Nothing done yet, and the names as planned: the old entry (as it is
+    /// now) to move.
+    Pending(Entry),
+    /// Neither: a plan made from a stale read, never carried out.
+    Stale,
+}
+
 /// What the live rename's bulk did besides the entries.
 #[derive(Default)]
 struct Bulked {
@@ -90,13 +101,33 @@ struct Bulked {
 
 impl Fs {
     pub(super) fn write_intent(&self, intent: &Intent) -> FsResult<String> {
-        let id = format!("intent/{}-{}", self.lm.owner(), self.alloc()?);
-        let doc = json!({
+        let id = self.intent_id()?;
+        self.store
+            .create(Idx::Locks, &id, &self.intent_doc(intent))?;
+        Ok(id)
+    }
+
+    /// A new intent's id (this mount's, unique).
+    pub(super) fn intent_id(&self) -> FsResult<String> {
+        Ok(format!("intent/{}-{}", self.lm.owner(), self.alloc()?))
+    }
+
+    /// Intent `id` written (or rewritten) as a bulk item: a put, so the
+    /// lock attempts that carry it may send it more than once.
+    pub(super) fn intent_op(&self, id: &str, intent: &Intent) -> BulkOp {
+        BulkOp::Index {
+            index: Idx::Locks,
+            id: id.to_string(),
+            source: self.intent_doc(intent),
+            if_version: None,
+        }
+    }
+
+    fn intent_doc(&self, intent: &Intent) -> Value {
+        json!({
             "type": "intent", "owner": self.lm.owner(), "since": crate::locks::manager::now_ms(),
             "op": intent,
-        });
-        self.store.create(Idx::Locks, &id, &doc)?;
-        Ok(id)
+        })
     }
 
     /// The change is done: delete intent `id` and release the change's
@@ -119,6 +150,35 @@ impl Fs {
             Some(Ok(_)) | Some(Err(StoreError::NotFound(_))) => Ok(()),
             Some(Err(e)) => Err(e.into()),
             None => Err(FsError::Io("a one-item bulk answered nothing".into())),
+        }
+    }
+
+    /// Where move intent `m` stands, for a roll-forward (under its locks).
+    /// A file's live rename writes its plan with its locks, from names read
+    /// before them, and confirms it after (see `Fs::rename`): a mount that
+    /// died in between leaves a plan the names may contradict. Carried
+    /// out only if the names still say what it planned; an intent whose
+    /// bulk ran in part shows in the new name, or in the moved inode's
+    /// back-link (the bulk's new entry refused, its link written).
+    pub(super) fn move_state(&self, m: &MoveIntent) -> FsResult<MoveState> {
+        let e = &m.entry;
+        let dst = self.get_entry_fresh(e.parent, &decode_bytes(&e.name))?;
+        let dst_ino = dst.as_ref().map(|(d, _)| d.ino);
+        if dst_ino == Some(e.ino) {
+            return Ok(MoveState::Landed);
+        }
+        if let Some((src, _)) = self.get_entry_fresh(m.src_parent, &decode_bytes(&m.src_name))?
+            && src.ino == e.ino
+            && dst_ino == m.replaced
+        {
+            return Ok(MoveState::Pending(src));
+        }
+        match self.get_inode_fresh(e.ino) {
+            Ok((i, _)) if i.links.iter().any(|l| l.p == e.parent && l.n == e.name) => {
+                Ok(MoveState::Landed)
+            }
+            Ok(_) | Err(FsError::NotFound) => Ok(MoveState::Stale),
+            Err(err) => Err(err),
         }
     }
 

@@ -713,11 +713,30 @@ impl Fs {
         dirs: &[u64],
         targets: &[(u64, &str)],
     ) -> FsResult<(TreeLock<'_>, Vec<String>)> {
+        self.tree_lock_with(dirs, targets, &[])
+            .map(|(t, paths, _)| (t, paths))
+    }
+
+    /// Whether tree locks are lock documents in the store (so writes can
+    /// ride in the request that takes them: see `tree_lock_with`).
+    pub(crate) fn tree_locks_stored(&self) -> bool {
+        !(self.cfg.no_tree_locks || self.caps.single_writer)
+    }
+
+    /// [`Fs::tree_lock`], with writes sent in the request that takes the
+    /// exclusive locks (idempotent ones: see `LockManager::lock_tree_with`).
+    /// The bool: they landed (never where tree locks are not stored).
+    pub(crate) fn tree_lock_with(
+        &self,
+        dirs: &[u64],
+        targets: &[(u64, &str)],
+        with: &[BulkOp],
+    ) -> FsResult<(TreeLock<'_>, Vec<String>, bool)> {
         // This mount the store's only writer (the embedded store: its lock
         // file keeps every other mount out), the in-process locks already
         // exclude everything the store-level tree locks would; taking them
         // there only costs lock-document writes per call.
-        if self.cfg.no_tree_locks || self.caps.single_writer {
+        if !self.tree_locks_stored() {
             let paths = dirs
                 .iter()
                 .map(|d| self.dir_path(*d))
@@ -728,6 +747,7 @@ impl Fs {
                     guard: None,
                 },
                 paths,
+                false,
             ));
         }
         for _ in 0..20 {
@@ -747,7 +767,7 @@ impl Fs {
                     ))
                 })
                 .collect::<FsResult<_>>()?;
-            let guard = match self.lm.lock_tree(&shared, &excl) {
+            let guard = match self.lm.lock_tree_with(&shared, &excl, with) {
                 Ok(g) => g,
                 Err(LockError::Store(e)) => return Err(e.into()),
                 Err(e) => {
@@ -755,13 +775,13 @@ impl Fs {
                     return Err(FsError::Busy);
                 }
             };
-            let fresh = guard.fresh;
+            let (fresh, landed) = (guard.fresh, guard.with_landed);
             let lock = TreeLock {
                 lm: &self.lm,
                 guard: Some(guard),
             };
             if !fresh || self.chains_valid(dirs)? {
-                return Ok((lock, paths));
+                return Ok((lock, paths, landed));
             }
             // Stale cache: it was refreshed; lock again with the new paths.
         }

@@ -6,7 +6,7 @@
 //! while open. Also the repairs `esfs fsck` makes: link counts and paths
 //! recomputed from the truth.
 
-use super::intent::Intent;
+use super::intent::{Intent, MoveIntent, MoveState};
 use super::*;
 use crate::store::{Query, Sort, scan};
 
@@ -125,7 +125,31 @@ impl Fs {
                     &[m.src_parent, e.parent],
                     &[(m.src_parent, &m.src_name), (e.parent, &e.name)],
                 )?;
-                self.apply_move(m, None)?;
+                match self.move_state(m)? {
+                    MoveState::Landed => {
+                        self.apply_move(m, None)?;
+                    }
+                    MoveState::Pending(src) => {
+                        // From the old entry as it is now (the plan's copy
+                        // of its attributes and text may be older).
+                        let moved = MoveIntent {
+                            entry: Entry {
+                                parent: e.parent,
+                                name: e.name.clone(),
+                                path: e.path.clone(),
+                                dir: e.dir.clone(),
+                                cookie: e.cookie,
+                                ..src
+                            },
+                            ..m.clone()
+                        };
+                        self.apply_move(&moved, None)?;
+                    }
+                    MoveState::Stale => log::warn!(
+                        "{id}: the names no longer match its plan (made from a stale read, \
+                         never carried out): dropped"
+                    ),
+                }
                 t
             }
             Intent::Exchange { a, b } => {

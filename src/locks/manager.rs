@@ -142,6 +142,8 @@ pub struct TreeGuard {
     /// Some shared lock was newly taken from the store (not the cache): the
     /// caller must re-validate the paths it computed before locking.
     pub fresh: bool,
+    /// The `with` writes of [`LockManager::lock_tree_with`] landed.
+    pub with_landed: bool,
 }
 
 fn jitter(d: Duration) -> Duration {
@@ -370,6 +372,19 @@ impl LockManager {
         shared: &[String],
         exclusive: &[String],
     ) -> Result<TreeGuard, LockError> {
+        self.lock_tree_with(shared, exclusive, &[])
+    }
+
+    /// [`LockManager::lock_tree`], with writes that go in the request that
+    /// creates the exclusive locks (a rename's intent): each attempt sends
+    /// them again, so they must be idempotent (puts). Whether they landed
+    /// is in the guard.
+    pub fn lock_tree_with(
+        &self,
+        shared: &[String],
+        exclusive: &[String],
+        with: &[BulkOp],
+    ) -> Result<TreeGuard, LockError> {
         let deadline = Instant::now() + self.wait();
         let mut excl: Vec<String> = exclusive.to_vec();
         excl.sort();
@@ -382,7 +397,7 @@ impl LockManager {
         let mut delay = Duration::from_millis(5);
         loop {
             let mut g = TreeGuard::default();
-            match self.try_tree(&shared, &excl, &mut g, deadline) {
+            match self.try_tree(&shared, &excl, with, &mut g, deadline) {
                 Ok(()) => return Ok(g),
                 Err(LockError::Store(e)) => {
                     self.release(g);
@@ -408,6 +423,7 @@ impl LockManager {
         &self,
         shared: &[String],
         excl: &[String],
+        with: &[BulkOp],
         g: &mut TreeGuard,
         deadline: Instant,
     ) -> Result<(), LockError> {
@@ -424,7 +440,7 @@ impl LockManager {
         for p in excl {
             self.drain_own_share(p);
         }
-        let ops = excl
+        let mut ops: Vec<BulkOp> = excl
             .iter()
             .map(|p| BulkOp::Create {
                 index: Idx::Locks,
@@ -432,9 +448,13 @@ impl LockManager {
                 source: self.exclusive_doc(p),
             })
             .collect();
+        ops.extend(with.iter().cloned());
+        let mut results = self.store.bulk(ops)?;
+        let with_results = results.split_off(excl.len());
+        g.with_landed = with_results.iter().all(|r| r.is_ok());
         let mut taken = Vec::new();
         let mut failed = None;
-        for (p, r) in excl.iter().zip(self.store.bulk(ops)?) {
+        for (p, r) in excl.iter().zip(results) {
             match r {
                 Ok(v) => g.exclusive.push((p.clone(), v)),
                 Err(StoreError::Conflict(_)) => taken.push(p),

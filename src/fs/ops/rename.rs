@@ -14,6 +14,30 @@ pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
 /// An entry read, with its version; None: the name is free.
 type Found = Option<(Entry, Version)>;
 
+/// What a move read and decided before writing anything.
+struct Prepared {
+    /// The new name held an (empty) directory.
+    replaced_dir: bool,
+    /// The new parent (checked a directory) and the old one if another,
+    /// with versions.
+    parents: Vec<(Inode, Version)>,
+    /// The moved inode, when its back-link goes in the entries' bulk.
+    moved_inode: Option<(Inode, Version)>,
+    intent: MoveIntent,
+}
+
+/// Two plans of one move, whatever the entries' attribute copies say.
+fn same_plan(a: &MoveIntent, b: &MoveIntent) -> bool {
+    fn key(m: &MoveIntent) -> impl PartialEq + '_ {
+        let e = &m.entry;
+        (
+            (m.src_parent, &m.src_name, &m.old_path, m.replaced),
+            (e.ino, e.kind, e.parent, &e.name, &e.path, &e.dir, e.cookie),
+        )
+    }
+    key(a) == key(b)
+}
+
 impl Fs {
     /// rename(2) and renameat2(2) with RENAME_NOREPLACE / RENAME_EXCHANGE.
     pub fn rename(
@@ -47,23 +71,99 @@ impl Fs {
             } else {
                 self.locks.dirs(&[parent, newparent])
             };
+            // A file's move is planned from the peek, and its intent goes in
+            // the request that takes the tree locks: the names read under
+            // them confirm the plan (or it is written again). A plan never
+            // confirmed is checked against the names by any roll-forward
+            // (`Fs::move_state`), so a stale peek is never carried out.
+            let early = match !exchange && !whole_tree && self.tree_locks_stored() {
+                true => {
+                    let replaced = peek_dst.as_ref().map(|(d, _)| d.ino);
+                    let plan =
+                        self.plan_move(&peek, (newparent, &new_ename), replaced, self.alloc()?)?;
+                    Some((self.intent_id()?, plan))
+                }
+                false => None,
+            };
+            let with: Vec<BulkOp> = early
+                .iter()
+                .map(|(id, plan)| self.intent_op(id, &Intent::Move(plan.clone())))
+                .collect();
             // Across mounts: the guide's tree lock, exclusive on both names.
-            let (t, _) = self.tree_lock(
+            let locked = self.tree_lock_with(
                 &[parent, newparent],
                 &[(parent, &peek.name), (newparent, &new_ename)],
-            )?;
-            // Fresh: an intent is written from these.
-            let (src, dst) = self.get_two_entries((parent, name), (newparent, newname), true)?;
-            let src = src.ok_or(FsError::NotFound)?;
+                &with,
+            );
+            let (t, _, landed) = match locked {
+                Ok(l) => l,
+                Err(e) => {
+                    // An attempt may have written the intent: no change is.
+                    if let Some((id, _)) = &early {
+                        let _ = self.store.delete(Idx::Locks, id, None);
+                    }
+                    return Err(e);
+                }
+            };
+            let early = early.filter(|_| landed);
+            // Fresh: the intent is written (or confirmed) from these.
+            let (src, dst) = match self.get_two_entries((parent, name), (newparent, newname), true)
+            {
+                Ok(two) => two,
+                Err(e) => {
+                    self.abandon(early, t)?;
+                    return Err(e);
+                }
+            };
+            let Some(src) = src else {
+                self.abandon(early, t)?;
+                return Err(FsError::NotFound);
+            };
             if moves_dir(&src.0, &dst) && !whole_tree {
+                self.abandon(early, t)?;
                 continue; // changed under us: retry with the tree lock
             }
             return if exchange {
                 self.exchange(src, dst.ok_or(FsError::NotFound)?, t)
             } else {
-                self.move_entry(src, (newparent, new_ename), dst, flags, t)
+                self.move_entry(src, (newparent, new_ename), dst, flags, t, early)
             };
         }
+    }
+
+    /// A rename that changes nothing after all: its early intent (if any)
+    /// goes with its locks, in one request.
+    fn abandon(&self, early: Option<(String, MoveIntent)>, t: TreeLock<'_>) -> FsResult<()> {
+        match early {
+            Some((id, _)) => self.finish_intent(&id, t),
+            None => Ok(()),
+        }
+    }
+
+    /// The plan of moving entry `src` to `to` (new parent, encoded name),
+    /// replacing inode `replaced`; the new entry gets `cookie`.
+    fn plan_move(
+        &self,
+        src: &Entry,
+        (newparent, new_ename): (u64, &str),
+        replaced: Option<u64>,
+        cookie: u64,
+    ) -> FsResult<MoveIntent> {
+        let new_dir = self.dir_path(newparent)?;
+        Ok(MoveIntent {
+            src_parent: src.parent,
+            src_name: src.name.clone(),
+            old_path: src.path.clone(),
+            entry: Entry {
+                parent: newparent,
+                name: new_ename.to_string(),
+                path: join_path(&new_dir, new_ename),
+                dir: new_dir,
+                cookie,
+                ..src.clone()
+            },
+            replaced,
+        })
     }
 
     /// Two entries in one request (`a` and `b` may be the same): from the
@@ -104,19 +204,129 @@ impl Fs {
 
     /// A move of `src` to `to` (new parent, encoded name) under the
     /// rename's tree locks `t`, released when it is done.
+    /// `early`: the intent written with the locks, from the peek.
     fn move_entry(
         &self,
         (src, sver): (Entry, Version),
-        (newparent, new_ename): (u64, String),
+        to: (u64, String),
         dst: Option<(Entry, Version)>,
         flags: u32,
         t: TreeLock<'_>,
+        early: Option<(String, MoveIntent)>,
     ) -> FsResult<()> {
+        let cookie = match &early {
+            Some((_, plan)) => plan.entry.cookie,
+            None => self.alloc()?,
+        };
+        // Nothing is written until the checks pass: a refusal (or a move
+        // that changes nothing) takes the early intent along with the locks.
+        let prepared = match self.prepare_move(&src, (to.0, &to.1), &dst, flags, cookie) {
+            Ok(Some(p)) => p,
+            r => {
+                self.abandon(early, t)?;
+                return r.map(|_| ());
+            }
+        };
+        let Prepared {
+            replaced_dir,
+            parents,
+            moved_inode,
+            intent,
+        } = prepared;
+        let src_is_dir = src.kind == Kind::Dir;
+        let newparent = to.0;
+        if let Some(seen) = &moved_inode
+            && early.is_none()
+            && !src_is_dir
+            && dst.is_none()
+            && self.move_at_once(&intent, sver, seen)?
+        {
+            for p in parents {
+                self.touch_dir_seen(p.0.ino, 0, Some(p))?;
+            }
+            return Ok(());
+        }
+        // Directory link counts: the moved directory's ".." leaves the old
+        // parent; a replaced directory's ".." leaves the new parent.
+        let dir_delta = |p: u64| -> i32 {
+            let mut d = 0;
+            if src_is_dir && p == src.parent {
+                d -= 1;
+            }
+            if src_is_dir && p == newparent {
+                d += 1;
+            }
+            if replaced_dir && p == newparent {
+                d -= 1;
+            }
+            d
+        };
+        // The parents' touches go in the entries' bulk where they are plain
+        // writes, conditional on the reads above (a crash before the intent
+        // is gone: its roll-forward recounts them).
+        let touches = parents
+            .iter()
+            .map(|p| self.touch_op(p.0.ino, dir_delta(p.0.ino), Some(p.clone())))
+            .collect::<FsResult<Vec<Option<BulkOp>>>>();
+        let touches = match touches {
+            Ok(ops) => ops,
+            Err(e) => {
+                self.abandon(early, t)?;
+                return Err(e);
+            }
+        };
+        // The intent is in place before any change: if this mount dies from
+        // here on, whoever notices rolls the rename forward from it.
+        let iid = match early {
+            Some((iid, plan)) if same_plan(&plan, &intent) => iid,
+            Some((iid, plan)) => {
+                // The peek was stale: the plan as the names now say.
+                let op = self.intent_op(&iid, &Intent::Move(intent.clone()));
+                if let Err(e) = self
+                    .store
+                    .bulk(vec![op])
+                    .map_err(FsError::from)
+                    .and_then(bulk_check)
+                {
+                    self.abandon(Some((iid, plan)), t)?;
+                    return Err(e);
+                }
+                iid
+            }
+            None => self.write_intent(&Intent::Move(intent.clone()))?,
+        };
+        let seen = Seen {
+            entries: (sver, dst.as_ref().map(|(_, v)| *v)),
+            inodes: moved_inode.into_iter().collect(),
+            also: touches.iter().flatten().cloned().collect(),
+        };
+        let mut touched = self.apply_move(&intent, Some(&seen))?.into_iter();
+        for (p, touch) in parents.into_iter().zip(touches) {
+            let ino = p.0.ino;
+            match touch {
+                // Not landed: changed since read, or the bulk did not happen.
+                Some(_) => self.touched(ino, dir_delta(ino), touched.next() == Some(true))?,
+                None => self.touch_dir_seen(ino, dir_delta(ino), Some(p))?,
+            }
+        }
+        self.finish_intent(&iid, t)
+    }
+
+    /// A move's checks and reads, before anything is written: None when it
+    /// changes nothing (two names of one file).
+    fn prepare_move(
+        &self,
+        src: &Entry,
+        (newparent, new_ename): (u64, &str),
+        dst: &Found,
+        flags: u32,
+        cookie: u64,
+    ) -> FsResult<Option<Prepared>> {
         let src_is_dir = src.kind == Kind::Dir;
         let mut replaced_dir = false;
-        if let Some((d, _)) = &dst {
+        if let Some((d, _)) = dst {
             if d.ino == src.ino {
-                return Ok(()); // two names of one file: POSIX says do nothing
+                return Ok(None); // two names of one file: POSIX says do nothing
             }
             if flags & RENAME_NOREPLACE != 0 {
                 return Err(FsError::Exists);
@@ -153,72 +363,18 @@ impl Fs {
         if src_is_dir && self.is_ancestor(src.ino, newparent)? {
             return Err(FsError::Invalid);
         }
-        let new_dir = self.dir_path(newparent)?;
-        let moved = Entry {
-            parent: newparent,
-            name: new_ename.clone(),
-            path: join_path(&new_dir, &new_ename),
-            dir: new_dir,
-            cookie: self.alloc()?,
-            ..src.clone()
-        };
-        let intent = MoveIntent {
-            src_parent: src.parent,
-            src_name: src.name.clone(),
-            old_path: src.path.clone(),
-            entry: moved,
-            replaced: dst.as_ref().map(|(d, _)| d.ino),
-        };
-        if let Some(seen) = &moved_inode
-            && !src_is_dir
-            && dst.is_none()
-            && self.move_at_once(&intent, sver, seen)?
-        {
-            for p in parents {
-                self.touch_dir_seen(p.0.ino, 0, Some(p))?;
-            }
-            return Ok(());
-        }
-        // Directory link counts: the moved directory's ".." leaves the old
-        // parent; a replaced directory's ".." leaves the new parent.
-        let dir_delta = |p: u64| -> i32 {
-            let mut d = 0;
-            if src_is_dir && p == src.parent {
-                d -= 1;
-            }
-            if src_is_dir && p == newparent {
-                d += 1;
-            }
-            if replaced_dir && p == newparent {
-                d -= 1;
-            }
-            d
-        };
-        // The parents' touches go in the entries' bulk where they are plain
-        // writes, conditional on the reads above (a crash before the intent
-        // is gone: its roll-forward recounts them).
-        let touches: Vec<Option<BulkOp>> = parents
-            .iter()
-            .map(|p| self.touch_op(p.0.ino, dir_delta(p.0.ino), Some(p.clone())))
-            .collect::<FsResult<_>>()?;
-        // The intent goes first: if this mount dies from here on, whoever
-        // notices rolls the rename forward from it.
-        let iid = self.write_intent(&Intent::Move(intent.clone()))?;
-        let seen = Seen {
-            entries: (sver, dst.as_ref().map(|(_, v)| *v)),
-            inodes: moved_inode.into_iter().collect(),
-            also: touches.iter().flatten().cloned().collect(),
-        };
-        let mut touched = self.apply_move(&intent, Some(&seen))?.into_iter();
-        for (p, touch) in parents.into_iter().zip(touches) {
-            let ino = p.0.ino;
-            match touch {
-                // Not landed: changed since read, or the bulk did not happen.
-                Some(_) => self.touched(ino, dir_delta(ino), touched.next() == Some(true))?,
-                None => self.touch_dir_seen(ino, dir_delta(ino), Some(p))?,
-            }
-        }
-        self.finish_intent(&iid, t)
+        let intent = self.plan_move(
+            src,
+            (newparent, new_ename),
+            dst.as_ref().map(|(d, _)| d.ino),
+            cookie,
+        )?;
+        Ok(Some(Prepared {
+            replaced_dir,
+            parents,
+            moved_inode,
+            intent,
+        }))
     }
 
     /// RENAME_EXCHANGE: the two names swap the inodes they point to.
