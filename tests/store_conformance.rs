@@ -640,7 +640,7 @@ fn get_and_mget_are_realtime(s: &dyn MetaStore) {
         (Idx::Inodes, "1/a".to_string()),
         (Idx::Entries, "1/a".to_string()),
     ];
-    let got = s.mget_docs(&keys).unwrap();
+    let got = s.mget_docs(&keys, false).unwrap();
     assert_eq!(got.len(), 4);
     assert_eq!(got[0].as_ref().unwrap().version, vi);
     assert_eq!(got[1].as_ref().unwrap().source["name"], "b");

@@ -85,7 +85,7 @@ pub enum MoveState {
     Landed,
     /// Nothing done yet, and the names as planned: the old entry (as it is
     /// now) to move.
-    Pending(Entry),
+    Pending(Box<Entry>),
     /// Neither: a plan made from a stale read, never carried out.
     Stale,
 }
@@ -171,7 +171,7 @@ impl Fs {
             && src.ino == e.ino
             && dst_ino == m.replaced
         {
-            return Ok(MoveState::Pending(src));
+            return Ok(MoveState::Pending(Box::new(src)));
         }
         match self.get_inode_fresh(e.ino) {
             Ok((i, _)) if i.links.iter().any(|l| l.p == e.parent && l.n == e.name) => {

@@ -139,7 +139,7 @@ impl Fs {
                                 path: e.path.clone(),
                                 dir: e.dir.clone(),
                                 cookie: e.cookie,
-                                ..src
+                                ..*src
                             },
                             ..m.clone()
                         };

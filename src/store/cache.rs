@@ -588,10 +588,10 @@ impl MetaStore for CachedStore {
 
     /// Cached documents from the cache, the rest in one read through
     /// (filling the cache as `mget` does).
-    fn mget_docs(&self, keys: &[(Idx, String)]) -> StoreResult<Vec<Option<Doc>>> {
+    fn mget_docs(&self, keys: &[(Idx, String)], brief: bool) -> StoreResult<Vec<Option<Doc>>> {
         let mut out: Vec<Option<Option<Doc>>> = keys
             .iter()
-            .map(|(idx, id)| self.lookup(*idx, id, false))
+            .map(|(idx, id)| self.lookup(*idx, id, brief))
             .collect();
         let missing: Vec<(Idx, String)> = keys
             .iter()
@@ -604,10 +604,11 @@ impl MetaStore for CachedStore {
                 .iter()
                 .map(|(idx, id)| cached(*idx).then(|| self.fill_token(*idx, id)))
                 .collect();
-            let docs = self.inner.mget_docs(&missing)?;
+            let docs = self.inner.mget_docs(&missing, brief)?;
             for (((idx, id), t), d) in missing.iter().zip(tokens).zip(&docs) {
                 if let Some(t) = t {
-                    self.fill(*idx, id, t, d, false);
+                    // Brief only where it left something out.
+                    self.fill(*idx, id, t, d, brief && idx.has_text());
                 }
             }
             let mut got = docs.into_iter();
@@ -618,8 +619,14 @@ impl MetaStore for CachedStore {
         Ok(out.into_iter().map(|d| d.expect("filled")).collect())
     }
 
-    fn holds(&self, index: Idx, id: &str) -> bool {
-        self.lookup(index, id, false).is_some()
+    fn holds(&self, index: Idx, id: &str, brief: bool) -> bool {
+        self.lookup(index, id, brief).is_some()
+    }
+
+    fn hint(&self, index: Idx, id: &str) -> Option<Option<Doc>> {
+        cached(index)
+            .then(|| self.docs.get(&KeyRef(index, id)).map(|s| s.doc))
+            .flatten()
     }
 
     fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {

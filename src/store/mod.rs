@@ -460,8 +460,9 @@ pub trait MetaStore: Send + Sync {
 
     /// Realtime get of documents of several indices, results in order: one
     /// round trip where the engine can (Elasticsearch's `_mget` names an
-    /// index per document), by default one `mget` per index.
-    fn mget_docs(&self, keys: &[(Idx, String)]) -> StoreResult<Vec<Option<Doc>>> {
+    /// index per document), by default one `mget` per index. `brief`: the
+    /// sources may leave out the `Text` fields (see `get_brief`).
+    fn mget_docs(&self, keys: &[(Idx, String)], _brief: bool) -> StoreResult<Vec<Option<Doc>>> {
         let mut out: Vec<Option<Doc>> = vec![None; keys.len()];
         let mut indices: Vec<Idx> = Vec::new();
         for (idx, _) in keys {
@@ -478,10 +479,17 @@ pub trait MetaStore: Send + Sync {
         }
         Ok(out)
     }
-    /// Whether a `get` of this document would be answered without a round
-    /// trip (a cache in front holds a copy it trusts).
-    fn holds(&self, _index: Idx, _id: &str) -> bool {
+    /// Whether a `get` (`get_brief` if `brief`) of this document would be
+    /// answered without a round trip (a cache in front holds a copy it
+    /// trusts).
+    fn holds(&self, _index: Idx, _id: &str, _brief: bool) -> bool {
         false
+    }
+    /// Any copy a cache in front holds of this document, however old (None:
+    /// none; Some(None): it was absent): a hint of what to read along with
+    /// it when it is read again.
+    fn hint(&self, _index: Idx, _id: &str) -> Option<Option<Doc>> {
+        None
     }
 
     // ---- provided: projections (whole documents by default) ----

@@ -46,6 +46,11 @@ impl Idx {
         }
     }
 
+    /// Whether its documents have `Text` fields (which brief reads leave out).
+    pub fn has_text(self) -> bool {
+        self.fields().iter().any(|f| f.ty == FieldType::Text)
+    }
+
     pub fn fields(self) -> &'static [Field] {
         match self {
             Idx::Entries => ENTRY_FIELDS,

@@ -1,6 +1,8 @@
 //! Attribute calls: getattr, setattr, access, readlink, statfs, lookup.
 
+use crate::data::Piece;
 use crate::fs::*;
+use crate::store::Doc;
 
 /// Files up to this size are read with their inode by a lookup.
 const PREFETCH_MAX: u64 = 16 << 10;
@@ -22,44 +24,76 @@ impl Fs {
         if name.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
         }
-        // Brief: a lookup needs the inode number, not the file's indexed text.
+        let id = entry_id(parent, name);
+        // A name seen before, its copy expired: read again along with its
+        // inode (and a small file's first bytes) in one request.
+        let known = match self.store.holds(Idx::Entries, &id, true) {
+            true => None,
+            false => self
+                .store
+                .hint(Idx::Entries, &id)
+                .flatten()
+                .and_then(|d| serde_json::from_value::<Entry>(d.source).ok()),
+        };
+        if let Some(old) = known {
+            let (mut keys, piece) = self.along(&old);
+            keys.insert(0, (Idx::Entries, id));
+            // Brief: a lookup needs the inode number, not the indexed text.
+            let docs = self.store.mget_docs(&keys, true)?;
+            let doc = docs[0].clone().ok_or(FsError::NotFound)?;
+            let entry: Entry = serde_json::from_value(doc.source)?;
+            if entry.ino == old.ino {
+                self.offer_piece(entry.ino, piece, &docs[1..]);
+            }
+            return self.getattr(entry.ino);
+        }
         let doc = self
             .store
-            .get_brief(Idx::Entries, &entry_id(parent, name))?
+            .get_brief(Idx::Entries, &id)?
             .ok_or(FsError::NotFound)?;
         let entry: Entry = serde_json::from_value(doc.source)?;
-        if entry.kind == Kind::File && (1..=PREFETCH_MAX).contains(&entry.size) {
-            self.prefetch(entry.ino);
+        // A small file (another mount's, as the inode is not cached): its
+        // inode and first bytes in one request, so the open and read that
+        // usually follow cost nothing. Best effort: the getattr reports.
+        let (keys, piece) = self.along(&entry);
+        if piece.is_some()
+            && let Ok(docs) = self.store.mget_docs(&keys, true)
+        {
+            self.offer_piece(entry.ino, piece, &docs);
         }
         self.getattr(entry.ino)
     }
 
-    /// A small file's inode and first bytes in one round trip, when the
-    /// store would read each on its own (a name another mount made): the
-    /// open and read that usually follow a lookup then cost nothing. The
-    /// entry's size copy picks the files; the inode read with the bytes
-    /// decides whether they serve (see `DataStore::offer`). Best effort:
-    /// a failure here is the getattr's to report.
-    fn prefetch(&self, ino: u64) {
-        let id = inode_id(ino);
-        let key = ino.to_string(); // a file's content key (see make_node)
-        if self.store.holds(Idx::Inodes, &id) {
-            return;
+    /// What to read along with entry `e`: its inode unless cached, then a
+    /// small file's first bytes unless held (which `offer_piece` hands
+    /// to the data store). The entry's size copy picks the files; the
+    /// inode read with the bytes decides whether they serve.
+    fn along(&self, e: &Entry) -> (Vec<(Idx, String)>, Option<Piece>) {
+        let id = inode_id(e.ino);
+        if self.store.holds(Idx::Inodes, &id, false) {
+            return (Vec::new(), None);
         }
-        let Some(piece) = self.data.first_piece(&key) else {
+        let small = e.kind == Kind::File && (1..=PREFETCH_MAX).contains(&e.size);
+        // A file's content key is its inode number (see make_node).
+        let piece = small
+            .then(|| self.data.first_piece(&e.ino.to_string()))
+            .flatten();
+        let mut keys = vec![(Idx::Inodes, id)];
+        keys.extend(piece.iter().map(|p| (p.index, p.id.clone())));
+        (keys, piece)
+    }
+
+    /// `docs`: the inode and the piece `along` named, as read.
+    fn offer_piece(&self, ino: u64, piece: Option<Piece>, docs: &[Option<Doc>]) {
+        let (Some(piece), Some(Some(idoc))) = (piece, docs.first()) else {
             return;
         };
-        let keys = [(Idx::Inodes, id), (piece.index, piece.id.clone())];
-        let Ok(docs) = self.store.mget_docs(&keys) else {
-            return;
-        };
-        let Some(doc) = &docs[0] else { return };
-        let Ok(inode) = serde_json::from_value::<Inode>(doc.source.clone()) else {
-            return;
-        };
-        if inode.content.as_deref() == Some(key.as_str()) {
-            self.data
-                .offer(&key, piece, docs[1].as_ref(), inode.size, doc.version);
+        let key = ino.to_string();
+        if let Ok(inode) = serde_json::from_value::<Inode>(idoc.source.clone())
+            && inode.content.as_deref() == Some(key.as_str())
+        {
+            let doc = docs.get(1).and_then(|d| d.as_ref());
+            self.data.offer(&key, piece, doc, inode.size, idoc.version);
         }
     }
 

@@ -487,13 +487,19 @@ impl MetaStore for EsStore {
         self.mget_impl(index, ids)
     }
 
-    fn mget_docs(&self, keys: &[(Idx, String)]) -> StoreResult<Vec<Option<Doc>>> {
+    fn mget_docs(&self, keys: &[(Idx, String)], brief: bool) -> StoreResult<Vec<Option<Doc>>> {
         if keys.is_empty() {
             return Ok(vec![]);
         }
         let docs: Vec<Value> = keys
             .iter()
-            .map(|(idx, id)| json!({"_index": self.index_name(*idx), "_id": id}))
+            .map(|(idx, id)| {
+                let mut d = json!({"_index": self.index_name(*idx), "_id": id});
+                if brief && idx.has_text() {
+                    d["_source"] = json!({"excludes": text_fields(*idx)});
+                }
+                d
+            })
             .collect();
         self.mget_body(None, &json!({ "docs": docs }), keys.len())
     }
