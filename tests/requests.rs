@@ -180,7 +180,7 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "unlink",
         t.per_op(N, |i| fs::remove_file(a.p(format!("g{i}"))).unwrap()),
-        3.5,
+        2.5,
         3.0,
     );
     // Files another mount wrote, read through this one.

@@ -547,6 +547,28 @@ impl DataStore for ChunkStore {
         Ok(())
     }
 
+    fn removal_ops(&self, key: &str, size: u64) -> Option<Vec<BulkOp>> {
+        let n = size.div_ceil(CHUNK);
+        if n > ADDRESSED_MAX {
+            return None;
+        }
+        // After any write-out of the key under way: nothing lands after the
+        // caller's deletes. (A removed key is never used again.)
+        let _w = self.writing[stripe(key)].lock();
+        self.drop_buffers(key);
+        self.stored_changed(key);
+        self.state.lock().stored.remove(key);
+        Some(
+            (0..n)
+                .map(|i| BulkOp::Delete {
+                    index: Idx::Chunks,
+                    id: chunk_id(key, i),
+                    if_version: None,
+                })
+                .collect(),
+        )
+    }
+
     /// Counted from the inode's figure (`known`) as this mount writes and
     /// deletes chunks: the stored chunks' lengths, buffered writes not yet.
     fn stored_bytes(&self, key: &str, known: Option<u64>) -> io::Result<Option<u64>> {
@@ -848,6 +870,30 @@ mod tests {
         cs.flush("9").unwrap();
         cs.remove_sized("9", 5000 * CHUNK + 3).unwrap();
         assert_eq!(cs.keys().unwrap(), ["6"]);
+    }
+
+    /// The same deletes as bulk items for the caller's own bulk (the
+    /// inode's deletion rides with them); buffered bytes go at once.
+    #[test]
+    fn removal_ops_delete_every_chunk_in_the_callers_bulk() {
+        let (_d, cs) = store();
+        let size = 2 * CHUNK + 1;
+        cs.write("5", 0, &vec![7u8; size as usize]).unwrap();
+        cs.flush("5").unwrap();
+        cs.write("5", 0, b"buffered").unwrap();
+        let ops = cs.removal_ops("5", size).expect("addressable");
+        assert_eq!(ops.len(), 3);
+        let mut b = vec![1u8; 8];
+        assert_eq!(cs.read("5", 0, &mut b).unwrap(), 8);
+        assert_eq!(b, [7u8; 8], "the stored bytes, not the dropped buffer");
+        for r in cs.store.bulk(ops).unwrap() {
+            r.unwrap();
+        }
+        assert!(cs.keys().unwrap().is_empty());
+        assert!(
+            cs.removal_ops("9", 5000 * CHUNK).is_none(),
+            "searched instead"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::model::now_ns;
-use crate::store::{Doc, Idx, Version};
+use crate::store::{BulkOp, Doc, Idx, Version};
 
 /// Where a file's first bytes are stored, named by [`DataStore::first_piece`].
 #[derive(Clone, Debug)]
@@ -95,6 +95,13 @@ pub trait DataStore: Send + Sync {
     fn remove_sized(&self, key: &str, size: u64) -> io::Result<()> {
         let _ = size;
         self.remove(key)
+    }
+    /// The metadata-store writes that delete `key`'s contents of `size`
+    /// bytes, for a caller to send in the bulk that deletes its inode:
+    /// None where the contents live elsewhere or are too many to address
+    /// (then `remove_sized`). What this mount buffers of `key` is dropped.
+    fn removal_ops(&self, _key: &str, _size: u64) -> Option<Vec<BulkOp>> {
+        None
     }
     /// Hint: the key is no longer open; resources held for it can go.
     fn release(&self, key: &str);

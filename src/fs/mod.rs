@@ -479,7 +479,7 @@ impl Fs {
                     .store
                     .put(Idx::Inodes, &id, &to_doc(&inode), Some(ver))
                     .map(|_| ()),
-                Fate::Delete => self.store.delete(Idx::Inodes, &id, Some(ver)).map(|_| ()),
+                Fate::Delete => self.delete_inode_doc(&inode, Some(ver)),
             };
             match r {
                 Ok(()) => {
@@ -584,23 +584,52 @@ impl Fs {
     /// Delete an inode's document and contents (its last name is gone and
     /// nothing has it open).
     fn destroy_inode(&self, inode: &Inode) -> FsResult<()> {
-        self.remove_contents(inode)?;
-        self.store.delete(Idx::Inodes, &inode_id(inode.ino), None)?;
+        self.delete_inode_doc(inode, None)?;
         self.orphans.lock().remove(&inode.ino);
         self.forget_inode_state(inode.ino);
         Ok(())
     }
 
-    /// An inode's contents go before its document (both callers keep
-    /// this order).
-    fn remove_contents(&self, inode: &Inode) -> FsResult<()> {
+    /// An inode's document deleted (conditional on `ver`) with its
+    /// contents: in one bulk where they are documents of the store (the
+    /// chunks by id, then the inode), else the contents first. Either way
+    /// a crash never leaves contents without an inode that owns them.
+    fn delete_inode_doc(
+        &self,
+        inode: &Inode,
+        ver: Option<Version>,
+    ) -> crate::store::StoreResult<()> {
+        let mut ops = Vec::new();
         if let Some(key) = &inode.content {
             // What this mount knows of its size: the stored figure, or an
             // open state's if it grew since.
-            let open = self.open_size(inode.ino).unwrap_or(0);
-            self.data.remove_sized(key, open.max(inode.size))?;
+            let size = self.open_size(inode.ino).unwrap_or(0).max(inode.size);
+            match self.data.removal_ops(key, size) {
+                Some(chunks) => ops = chunks,
+                None => self
+                    .data
+                    .remove_sized(key, size)
+                    .map_err(|e| StoreError::Other(e.to_string()))?,
+            }
         }
-        Ok(())
+        ops.push(BulkOp::Delete {
+            index: Idx::Inodes,
+            id: inode_id(inode.ino),
+            if_version: ver,
+        });
+        let mut results = self.store.bulk(ops)?;
+        let own = results.pop().expect("one result per op");
+        for r in results {
+            match r {
+                Ok(_) | Err(StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match own {
+            Ok(_) => Ok(()),
+            Err(StoreError::NotFound(_)) if ver.is_none() => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     fn forget_inode_state(&self, ino: u64) {

@@ -121,7 +121,7 @@ impl Fs {
         let t = match intent {
             Intent::Move(m) => {
                 let e = &m.entry;
-                let (t, _) = self.tree_lock(
+                let (t, paths) = self.tree_lock(
                     &[m.src_parent, e.parent],
                     &[(m.src_parent, &m.src_name), (e.parent, &e.name)],
                 )?;
@@ -130,14 +130,16 @@ impl Fs {
                         self.apply_move(m, None)?;
                     }
                     MoveState::Pending(src) => {
-                        // From the old entry as it is now (the plan's copy
-                        // of its attributes and text may be older).
+                        // From the old entry and the paths as they are now
+                        // (the plan's copies may be older).
+                        let dir = paths[1].clone();
                         let moved = MoveIntent {
+                            old_path: src.path.clone(),
                             entry: Entry {
                                 parent: e.parent,
                                 name: e.name.clone(),
-                                path: e.path.clone(),
-                                dir: e.dir.clone(),
+                                path: join_path(&dir, &e.name),
+                                dir,
                                 cookie: e.cookie,
                                 ..*src
                             },

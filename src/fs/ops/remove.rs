@@ -209,8 +209,7 @@ impl Fs {
             // The last name of an unused inode: delete the document at once
             // (writing its zero link count first would be a wasted write).
             if i.nlink == 0 && !i.orphan {
-                // Removing contents twice (a retry) is harmless.
-                self.remove_contents(i)?;
+                // Its contents go with it (see `delete_inode_doc`).
                 return Ok(Fate::Delete);
             }
             Ok(Fate::Keep)

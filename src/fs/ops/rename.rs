@@ -105,6 +105,11 @@ impl Fs {
                     return Err(e);
                 }
             };
+            if !landed && let Some((id, _)) = &early {
+                // Not written with the locks (refused): none left behind by
+                // an earlier attempt either; the intent's own write follows.
+                let _ = self.store.delete(Idx::Locks, id, None);
+            }
             let early = early.filter(|_| landed);
             // Fresh: the intent is written (or confirmed) from these.
             let (src, dst) = match self.get_two_entries((parent, name), (newparent, newname), true)
