@@ -26,7 +26,7 @@
 use crate::data::DataStore;
 use crate::error::FsResult;
 use crate::model::*;
-use crate::store::{BulkOp, Idx, MetaStore, Query, Sort, StoreError};
+use crate::store::{BulkOp, Doc, Idx, MetaStore, Query, Sort, StoreError};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -308,15 +308,35 @@ impl Inner {
         let mut retry: Vec<u64> = Vec::new();
         let mut ops = Vec::new();
         let mut op_inos = Vec::new();
-        for &ino in inos {
-            match self.entry_ops(ino) {
+        // The batch's inodes in one read, then all their names in another
+        // (copies the cache still trusts are not read again): the indexer
+        // runs a quiet second after the writes, when on Elasticsearch the
+        // copies the closes left have expired.
+        let ids: Vec<String> = inos.iter().map(|i| inode_id(*i)).collect();
+        let mut files = Vec::new();
+        for (ino, doc) in inos.iter().zip(self.store.mget(Idx::Inodes, &ids)?) {
+            match doc.map(|d| serde_json::from_value::<Inode>(d.source)) {
+                Some(Ok(i)) if i.kind == Kind::File && !i.links.is_empty() => files.push(i),
+                Some(Err(e)) => log::warn!("content index: inode {ino}: {e}"),
+                _ => {}
+            }
+        }
+        let keys: Vec<(Idx, String)> = files
+            .iter()
+            .flat_map(|i| i.links.iter().map(|l| (Idx::Entries, link_entry_id(l))))
+            .collect();
+        // Brief: the text fields are exactly what this write replaces.
+        let mut names = self.store.mget_docs(&keys, true)?.into_iter();
+        for inode in &files {
+            let docs: Vec<Option<Doc>> = names.by_ref().take(inode.links.len()).collect();
+            match self.ops_for(inode, docs) {
                 Ok(v) => {
                     for op in v {
                         ops.push(op);
-                        op_inos.push(ino);
+                        op_inos.push(inode.ino);
                     }
                 }
-                Err(e) => log::warn!("content index: inode {ino}: {e}"),
+                Err(e) => log::warn!("content index: inode {}: {e}", inode.ino),
             }
         }
         if !ops.is_empty() {
@@ -365,24 +385,34 @@ impl Inner {
         if inode.kind != Kind::File || inode.links.is_empty() {
             return Ok(vec![]);
         }
-        let text = self.text_of(&inode)?;
+        let docs = inode
+            .links
+            .iter()
+            .map(|l| self.store.get_brief(Idx::Entries, &link_entry_id(l)))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.ops_for(&inode, docs)
+    }
+
+    /// [`Indexer::entry_ops`] of `inode`, its names' documents (brief) read.
+    fn ops_for(&self, inode: &Inode, docs: Vec<Option<Doc>>) -> FsResult<Vec<BulkOp>> {
+        let ino = inode.ino;
+        let text = self.text_of(inode)?;
         let (contents, indexed) = match text {
             Text::Utf8(s) => (Some(s), INDEXED_TEXT),
             Text::Binary => (None, INDEXED_BINARY),
             Text::TooLarge => (None, INDEXED_TOO_LARGE),
         };
         let mut ops = Vec::new();
-        for link in &inode.links {
-            let id = entry_id(link.p, &decode_bytes(&link.n));
-            // Brief: the text fields are exactly what this write replaces.
-            let Some(edoc) = self.store.get_brief(Idx::Entries, &id)? else {
+        for (link, edoc) in inode.links.iter().zip(docs) {
+            let id = link_entry_id(link);
+            let Some(edoc) = edoc else {
                 continue;
             };
             let mut entry: Entry = serde_json::from_value(edoc.source)?;
             if entry.ino != ino {
                 continue;
             }
-            entry.refresh_attrs(&inode);
+            entry.refresh_attrs(inode);
             entry.contents = contents.clone();
             entry.indexed = Some(indexed.to_string());
             entry.text_mtime_ns = Some(inode.mtime_ns);
@@ -395,4 +425,9 @@ impl Inner {
         }
         Ok(ops)
     }
+}
+
+/// The id of the entry document a back-link names.
+fn link_entry_id(l: &Link) -> String {
+    entry_id(l.p, &decode_bytes(&l.n))
 }
