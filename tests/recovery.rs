@@ -498,6 +498,33 @@ fn a_rename_over_a_file_left_after_its_first_step_is_rolled_forward() {
     assert_rolled_forward(&mut m);
 }
 
+/// A dead mount's intent to move `d/x` to `name`, planned from names read
+/// before it took its locks (the new name free), as a file's rename writes
+/// it with its locks; `tweak` changes the plan's copy of the entry.
+fn leave_early_move(m: &mut Mount, d: u64, name: &str, tweak: impl FnOnce(&mut Entry)) {
+    m.unmount();
+    let store = open_store(m);
+    let store = &*store;
+    let (ex, _) = get_entry(store, d, b"x");
+    let mut planned = Entry {
+        name: name.into(),
+        path: format!("/d/{name}"),
+        cookie: ex.cookie + 1000,
+        ..ex.clone()
+    };
+    tweak(&mut planned);
+    leave_dead_intent(
+        store,
+        &Intent::Move(MoveIntent {
+            src_parent: d,
+            src_name: ex.name.clone(),
+            old_path: ex.path.clone(),
+            entry: planned,
+            replaced: None,
+        }),
+    );
+}
+
 /// The intent of a file's rename is written with its locks, planned from
 /// names read before them. A mount that died before confirming the plan
 /// against the names may leave one that another mount made stale: here
@@ -512,29 +539,7 @@ fn a_rename_planned_from_a_stale_read_is_not_carried_out() {
     fs::write(m.p("d/x"), b"stays").unwrap();
     fs::write(m.p("d/z"), b"made after the plan").unwrap();
     let (d, x, z) = (ino_of(&m, "d"), ino_of(&m, "d/x"), ino_of(&m, "d/z"));
-    m.unmount();
-    {
-        let store = open_store(&m);
-        let store = &*store;
-        let (ex, _) = get_entry(store, d, b"x");
-        let (ez, _) = get_entry(store, d, b"z");
-        let planned = Entry {
-            name: ez.name.clone(),
-            path: ez.path.clone(),
-            cookie: ez.cookie + 1000,
-            ..ex.clone()
-        };
-        leave_dead_intent(
-            store,
-            &Intent::Move(MoveIntent {
-                src_parent: d,
-                src_name: ex.name.clone(),
-                old_path: ex.path.clone(),
-                entry: planned,
-                replaced: None,
-            }),
-        );
-    }
+    leave_early_move(&mut m, d, "z", |_| {});
     m.start_again();
     assert_eq!(fs::read(m.p("d/x")).unwrap(), b"stays");
     assert_eq!(fs::read(m.p("d/z")).unwrap(), b"made after the plan");
@@ -551,30 +556,8 @@ fn a_rename_planned_and_not_started_is_carried_out() {
     fs::create_dir_all(m.p("d")).unwrap();
     fs::write(m.p("d/x"), b"moves").unwrap();
     let (d, x) = (ino_of(&m, "d"), ino_of(&m, "d/x"));
-    m.unmount();
-    {
-        let store = open_store(&m);
-        let store = &*store;
-        let (ex, _) = get_entry(store, d, b"x");
-        let planned = Entry {
-            name: "w".into(),
-            path: "/d/w".into(),
-            cookie: ex.cookie + 1000,
-            // The plan's copy of the attributes is older than the file.
-            size: 0,
-            ..ex.clone()
-        };
-        leave_dead_intent(
-            store,
-            &Intent::Move(MoveIntent {
-                src_parent: d,
-                src_name: ex.name.clone(),
-                old_path: ex.path.clone(),
-                entry: planned,
-                replaced: None,
-            }),
-        );
-    }
+    // The plan's copy of the attributes is older than the file.
+    leave_early_move(&mut m, d, "w", |e| e.size = 0);
     m.start_again();
     assert!(!m.p("d/x").exists());
     assert_eq!(fs::read(m.p("d/w")).unwrap(), b"moves");

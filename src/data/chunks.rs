@@ -241,6 +241,32 @@ impl ChunkStore {
         }
     }
 
+    /// `buf` filled from offset `off`, chunk `n` as `chunk(n)` gives it;
+    /// returns how many bytes the chunks hold (past a chunk's end is a
+    /// hole: the caller's buffer stays zero).
+    fn read_chunks(
+        &self,
+        off: u64,
+        buf: &mut [u8],
+        mut chunk: impl FnMut(u64) -> io::Result<Arc<Vec<u8>>>,
+    ) -> io::Result<usize> {
+        let mut done = 0usize;
+        let mut held = 0usize;
+        while done < buf.len() {
+            let pos = off + done as u64;
+            let (n, within) = (pos / CHUNK, (pos % CHUNK) as usize);
+            let want = (buf.len() - done).min(CHUNK as usize - within);
+            let data = chunk(n)?;
+            if within < data.len() {
+                let k = want.min(data.len() - within);
+                buf[done..done + k].copy_from_slice(&data[within..within + k]);
+                held = done + k;
+            }
+            done += want;
+        }
+        Ok(held)
+    }
+
     fn forget_clean(&self, key: &str) {
         let mut st = self.state.lock();
         st.clean.retain(|(k, _), _| k != key);
@@ -429,22 +455,7 @@ impl ChunkStore {
 
 impl DataStore for ChunkStore {
     fn read(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let mut done = 0usize;
-        let mut held = 0usize;
-        while done < buf.len() {
-            let pos = off + done as u64;
-            let (n, within) = (pos / CHUNK, (pos % CHUNK) as usize);
-            let want = (buf.len() - done).min(CHUNK as usize - within);
-            let data = self.with_chunk(key, n, |_, c| c)?;
-            if within < data.len() {
-                let k = want.min(data.len() - within);
-                buf[done..done + k].copy_from_slice(&data[within..within + k]);
-                held = done + k;
-            }
-            // Past a chunk's end is a hole: the caller's buffer stays zero.
-            done += want;
-        }
-        Ok(held)
+        self.read_chunks(off, buf, |n| self.with_chunk(key, n, |_, c| c))
     }
 
     fn write(&self, key: &str, off: u64, data: &[u8]) -> io::Result<()> {
@@ -660,12 +671,7 @@ impl DataStore for ChunkStore {
     }
 
     fn read_written(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let mut done = 0usize;
-        let mut held = 0usize;
-        while done < buf.len() {
-            let pos = off + done as u64;
-            let (n, within) = (pos / CHUNK, (pos % CHUNK) as usize);
-            let want = (buf.len() - done).min(CHUNK as usize - within);
+        self.read_chunks(off, buf, |n| {
             let landed = {
                 let mut st = self.state.lock();
                 let k = (key.to_string(), n);
@@ -676,23 +682,12 @@ impl DataStore for ChunkStore {
                 }
                 d
             };
-            let Some(data) = landed else {
+            match landed {
+                Some(data) => Ok(data),
                 // Not landed here lately: as any read.
-                let got = self.read(key, pos, &mut buf[done..done + want])?;
-                if got > 0 {
-                    held = done + got;
-                }
-                done += want;
-                continue;
-            };
-            if within < data.len() {
-                let k = want.min(data.len() - within);
-                buf[done..done + k].copy_from_slice(&data[within..within + k]);
-                held = done + k;
+                None => self.with_chunk(key, n, |_, c| c),
             }
-            done += want;
-        }
-        Ok(held)
+        })
     }
 
     /// The cluster's capacity is not ours to know; report a large constant
