@@ -72,8 +72,12 @@ struct State {
     /// Chunks this mount's write-outs landed, oldest first, for the content
     /// indexer's read soon after a close (`read_written`): at most
     /// `WRITTEN_BYTES`, dropped when the stored chunks change otherwise.
-    written: HashMap<(String, u64), Arc<Vec<u8>>>,
-    written_order: VecDeque<(String, u64)>,
+    /// Per key, so dropping a file's is one removal whatever is kept.
+    written: HashMap<String, Chunks>,
+    /// Keys by first landing, for eviction. A key consumed and kept again
+    /// appears twice: the older place only evicts it early, and the queue
+    /// is compacted when it outgrows the map.
+    written_order: VecDeque<String>,
     written_bytes: usize,
     /// Chunk 0 of small files, read by a lookup with their inode (see
     /// `DataStore::offer`), until an open of that inode version adopts it.
@@ -118,38 +122,41 @@ impl State {
     }
 
     fn keep_written(&mut self, key: &str, n: u64, data: Arc<Vec<u8>>) {
+        let chunks = self.written.entry(key.to_string()).or_default();
+        if chunks.is_empty() {
+            self.written_order.push_back(key.to_string());
+        }
         self.written_bytes += data.len();
-        if let Some(old) = self.written.insert((key.to_string(), n), data) {
+        if let Some(old) = chunks.insert(n, data) {
             self.written_bytes -= old.len();
-        } else {
-            self.written_order.push_back((key.to_string(), n));
         }
         while self.written_bytes > WRITTEN_BYTES {
             let Some(k) = self.written_order.pop_front() else {
                 break;
             };
-            if let Some(old) = self.written.remove(&k) {
-                self.written_bytes -= old.len();
-            }
+            self.forget_written(&k);
+        }
+        if self.written_order.len() > 2 * self.written.len() + 64 {
+            let written = &self.written;
+            self.written_order.retain(|k| written.contains_key(k));
         }
     }
 
     fn forget_written(&mut self, key: &str) {
-        let gone: Vec<(String, u64)> = self
-            .written_order
-            .iter()
-            .filter(|(k, _)| k == key)
-            .cloned()
-            .collect();
-        if gone.is_empty() {
-            return;
+        if let Some(chunks) = self.written.remove(key) {
+            self.written_bytes -= chunks.values().map(|c| c.len()).sum::<usize>();
         }
-        self.written_order.retain(|(k, _)| k != key);
-        for k in gone {
-            if let Some(old) = self.written.remove(&k) {
-                self.written_bytes -= old.len();
-            }
+    }
+
+    /// Chunk `n` of `key` as kept for `read_written`, given up.
+    fn take_written(&mut self, key: &str, n: u64) -> Option<Arc<Vec<u8>>> {
+        let chunks = self.written.get_mut(key)?;
+        let data = chunks.remove(&n)?;
+        if chunks.is_empty() {
+            self.written.remove(key);
         }
+        self.written_bytes -= data.len();
+        Some(data)
     }
 
     fn cache(&mut self, key: &str, n: u64, data: Arc<Vec<u8>>) {
@@ -672,16 +679,7 @@ impl DataStore for ChunkStore {
 
     fn read_written(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.read_chunks(off, buf, |n| {
-            let landed = {
-                let mut st = self.state.lock();
-                let k = (key.to_string(), n);
-                let d = st.written.remove(&k);
-                if let Some(d) = &d {
-                    st.written_bytes -= d.len();
-                    st.written_order.retain(|x| *x != k);
-                }
-                d
-            };
+            let landed = self.state.lock().take_written(key, n);
             match landed {
                 Some(data) => Ok(data),
                 // Not landed here lately: as any read.
@@ -969,6 +967,28 @@ mod tests {
         assert_eq!(offered(6, V1, false).0, 0);
         // This mount wrote the file after naming the piece: its bytes win.
         assert_eq!(offered(5, V1, true), (5, b"HELLO".to_vec()));
+    }
+
+    /// What is kept for the indexer stays within its byte bound, counted
+    /// exactly, and its eviction queue does not grow with files consumed.
+    #[test]
+    fn chunks_kept_for_the_indexer_stay_within_their_bounds() {
+        let mut st = State::default();
+        for i in 0..3000 {
+            st.keep_written(&i.to_string(), 0, Arc::new(vec![0u8; 8192]));
+            if i % 2 == 0 {
+                assert!(st.take_written(&i.to_string(), 0).is_some());
+            }
+        }
+        let held: usize = st
+            .written
+            .values()
+            .flat_map(|c| c.values())
+            .map(|c| c.len())
+            .sum();
+        assert_eq!(st.written_bytes, held);
+        assert!(held <= WRITTEN_BYTES && held > WRITTEN_BYTES / 2, "{held}");
+        assert!(st.written_order.len() <= 2 * st.written.len() + 65);
     }
 
     #[test]
