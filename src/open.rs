@@ -284,7 +284,12 @@ pub fn cache_shared(meta: Arc<dyn MetaStore>, ttl: std::time::Duration) -> Arc<d
     if meta.capabilities().single_writer {
         return meta;
     }
-    Arc::new(CachedStore::shared(meta, DOC_CACHE_BYTES, ttl))
+    Arc::new(CachedStore::shared(
+        meta,
+        DOC_CACHE_BYTES,
+        LISTING_BYTES,
+        ttl,
+    ))
 }
 
 /// Open the metadata store ([`open_meta`]) and the contents store bound to

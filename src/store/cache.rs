@@ -10,8 +10,7 @@
 //!   serializes them anyway) and update the cache from their results before
 //!   the next write starts, so the cache's order of updates is the store's.
 //!   A read that misses fills the cache only if no write ran while it read
-//!   (an epoch counter). It also keeps the listings of directories it has
-//!   seen from creation ([`super::listing`]), updated from the same writes.
+//!   (an epoch counter).
 //! - **Shared** (Elasticsearch, which other mounts write too): a cached
 //!   document is trusted for `ttl` (the mount's attribute TTL) after it was
 //!   read or written, then read again: another mount's change is seen
@@ -24,6 +23,10 @@
 //!   that another mount overtook fail with a conflict, which evicts the
 //!   document: the caller's retry reads the store. Reads a conditional
 //!   write will not check go around the cache (`get_fresh`).
+//!
+//! In both modes it keeps the listings of directories it created or read
+//! whole ([`super::listing`]), updated from the same writes; shared, a
+//! listing is trusted for `ttl` as a document is.
 //!
 //! In both modes anything uncertain (an error) evicts the id. Searches are
 //! not cached. The cache is bounded by an approximate byte weight;
@@ -39,7 +42,7 @@ use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 use serde_json::Value;
 
-use super::listing::{Child, Listings, listed_fields};
+use super::listing::{Child, Listed as ListedChild, Listings, listed_fields, split_id};
 use super::{
     Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MetaStore, Query, SearchRequest,
     Sort, StoreError, StoreResult, Version,
@@ -136,7 +139,6 @@ pub struct CachedStore {
     inner: Arc<dyn MetaStore>,
     docs: Cache<Key, Slot, DocWeight>,
     mode: Mode,
-    /// Kept in the sole mode only (a listing cannot see other mounts' names).
     listings: Mutex<Listings>,
 }
 
@@ -166,9 +168,11 @@ enum Wrote<'a> {
     /// Partially updated with this doc.
     Merged(&'a Value),
     Deleted,
-    /// Refused (a conflict, a missing document, an invalid request):
-    /// nothing was written.
+    /// Refused (a missing document, an invalid request): nothing was
+    /// written.
     Refused,
+    /// Refused for a version conflict: nothing was written.
+    Conflict,
     /// Unknown (any other error).
     Failed,
 }
@@ -176,9 +180,8 @@ enum Wrote<'a> {
 impl Wrote<'_> {
     fn failed(e: &StoreError) -> Self {
         match e {
-            StoreError::Conflict(_) | StoreError::NotFound(_) | StoreError::Invalid(_) => {
-                Wrote::Refused
-            }
+            StoreError::Conflict(_) => Wrote::Conflict,
+            StoreError::NotFound(_) | StoreError::Invalid(_) => Wrote::Refused,
             _ => Wrote::Failed,
         }
     }
@@ -207,13 +210,18 @@ impl CachedStore {
                 write: Mutex::new(()),
                 epoch: AtomicU64::new(0),
             },
-            listings: Mutex::new(Listings::new(listing_bytes)),
+            listings: Mutex::new(Listings::new(listing_bytes, None)),
         }
     }
 
-    /// The cache of a store other mounts write too: a document is trusted
-    /// for `ttl` after the store answered for it.
-    pub fn shared(inner: Arc<dyn MetaStore>, bytes: u64, ttl: Duration) -> CachedStore {
+    /// The cache of a store other mounts write too: a document (and a
+    /// listing) is trusted for `ttl` after the store answered for it.
+    pub fn shared(
+        inner: Arc<dyn MetaStore>,
+        bytes: u64,
+        listing_bytes: usize,
+        ttl: Duration,
+    ) -> CachedStore {
         CachedStore {
             inner,
             docs: Cache::with_weighter((bytes / 1024) as usize, bytes, DocWeight),
@@ -222,7 +230,7 @@ impl CachedStore {
                 stripes: (0..STRIPES).map(|_| Mutex::new(0)).collect(),
                 hasher: Default::default(),
             },
-            listings: Mutex::new(Listings::new(0)),
+            listings: Mutex::new(Listings::new(listing_bytes, Some(ttl))),
         }
     }
 
@@ -244,12 +252,11 @@ impl CachedStore {
         }
     }
 
-    /// Applies one write's outcome to the listings (sole mode; called
-    /// while writing, so in the store's order).
+    /// Applies one write's outcome to the listings (sole mode: called
+    /// while writing, so in the store's order; shared: between
+    /// [`Listings::sending`] and [`Listings::sent`], which catch writes
+    /// under one directory overtaking each other).
     fn list(&self, idx: Idx, id: &str, wrote: Wrote<'_>) {
-        if !self.sole() {
-            return;
-        }
         let dir = || id.parse::<u64>().ok();
         match (idx, wrote) {
             (Idx::Entries, Wrote::Created(src) | Wrote::Put(src)) => {
@@ -258,6 +265,9 @@ impl CachedStore {
             (Idx::Entries, Wrote::Merged(doc)) => self.listings.lock().update(id, doc),
             (Idx::Entries, Wrote::Deleted) => self.listings.lock().delete(id),
             (Idx::Entries, Wrote::Failed) => self.listings.lock().invalidate(id),
+            // Shared: the name is not what this process thought (another
+            // mount changed it), nor maybe its neighbours. Sole: a refusal.
+            (Idx::Entries, Wrote::Conflict) if !self.sole() => self.listings.lock().invalidate(id),
             // Inode numbers are never reused: a directory inode being
             // created has no children yet.
             (Idx::Inodes, Wrote::Created(src)) if src["kind"] == "dir" => {
@@ -351,9 +361,21 @@ impl CachedStore {
         }
     }
 
-    /// Run a write: in the sole mode with the epoch odd, serialized with
-    /// other writes; shared writes run concurrently.
-    fn writing<T>(&self, f: impl FnOnce() -> T) -> T {
+    /// Run a write whose entry ops are under directories `dirs`: in the sole mode with the epoch odd,
+    /// serialized with other writes; shared writes run concurrently.
+    fn writing<T>(&self, dirs: impl Iterator<Item = u64>, f: impl FnOnce() -> T) -> T {
+        let dirs: Vec<u64> = dirs.collect();
+        if !dirs.is_empty() {
+            self.listings.lock().sending(&dirs);
+        }
+        let r = self.writing_serial(f);
+        if !dirs.is_empty() {
+            self.listings.lock().sent(&dirs);
+        }
+        r
+    }
+
+    fn writing_serial<T>(&self, f: impl FnOnce() -> T) -> T {
         match &self.mode {
             Mode::Sole { write, epoch } => {
                 let _w = write.lock();
@@ -480,7 +502,13 @@ impl CachedStore {
                 })
             })
             .collect();
-        self.writing(|| {
+        let dirs = plan
+            .iter()
+            .flatten()
+            .filter(|p| p.idx == Idx::Entries)
+            .filter_map(|p| split_id(&p.id).map(|(d, _)| d));
+        let dirs: Vec<u64> = dirs.collect();
+        self.writing(dirs.into_iter(), || {
             let r = send(ops);
             if let Ok(None) = r {
                 return r;
@@ -519,6 +547,14 @@ impl CachedStore {
     }
 }
 
+/// The directory of an entry id, as an iterator for [`CachedStore::writing`].
+fn entry_dir(index: Idx, id: &str) -> impl Iterator<Item = u64> {
+    (index == Idx::Entries)
+        .then(|| split_id(id).map(|(d, _)| d))
+        .flatten()
+        .into_iter()
+}
+
 fn doc(id: &str, version: Version, source: Value) -> Doc {
     Doc {
         id: id.to_string(),
@@ -530,7 +566,7 @@ fn doc(id: &str, version: Version, source: Value) -> Doc {
 impl MetaStore for CachedStore {
     fn capabilities(&self) -> crate::store::Capabilities {
         crate::store::Capabilities {
-            listings: self.sole() || self.inner.capabilities().listings,
+            listings: true,
             ..self.inner.capabilities()
         }
     }
@@ -637,7 +673,7 @@ impl MetaStore for CachedStore {
     }
 
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
-        self.writing(|| {
+        self.writing(entry_dir(index, id), || {
             let r = self.inner.create(index, id, source);
             match &r {
                 Ok(v) => {
@@ -660,7 +696,7 @@ impl MetaStore for CachedStore {
         source: &Value,
         if_version: Option<Version>,
     ) -> StoreResult<Version> {
-        self.writing(|| {
+        self.writing(entry_dir(index, id), || {
             let r = self.inner.put(index, id, source, if_version);
             match &r {
                 Ok(v) => {
@@ -746,7 +782,7 @@ impl MetaStore for CachedStore {
     }
 
     fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
-        self.writing(|| {
+        self.writing(std::iter::empty(), || {
             let r = self.inner.rebase_paths(index, old, new);
             if cached(index) && !matches!(r, Ok(None) | Ok(Some(0))) {
                 // The moved documents keep their ids: drop the cached ones
@@ -774,6 +810,14 @@ impl MetaStore for CachedStore {
         f: &mut dyn FnMut(Child<'_>) -> bool,
     ) -> Option<()> {
         self.listings.lock().visit(parent, after, f)
+    }
+
+    fn listing_token(&self, parent: u64) -> Option<u64> {
+        Some(self.listings.lock().token(parent))
+    }
+
+    fn offer_children(&self, parent: u64, token: u64, children: Vec<ListedChild>) {
+        self.listings.lock().fill(parent, token, children)
     }
 
     fn begin_batch(&self) {

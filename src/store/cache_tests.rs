@@ -10,7 +10,11 @@ fn two_mounts(ttl: Duration) -> (tempfile::TempDir, CachedStore, EmbeddedStore) 
     let path = dir.path().join("store");
     let ours = Arc::new(EmbeddedStore::open(&path).unwrap());
     let theirs = EmbeddedStore::open(&path).unwrap();
-    (dir, CachedStore::shared(ours, 1 << 20, ttl), theirs)
+    (
+        dir,
+        CachedStore::shared(ours, 1 << 20, 1 << 20, ttl),
+        theirs,
+    )
 }
 
 fn n(store: &dyn MetaStore) -> Option<u64> {

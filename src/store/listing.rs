@@ -12,11 +12,25 @@
 //! them all. Directories not known completely (those from before this
 //! mount, or evicted) are listed by the store's search, as before.
 //!
+//! A listing is also filled from a search that read a directory whole
+//! ([`Listings::fill`]), if no write under that directory was applied while
+//! the search ran (a per-directory epoch, striped). Writes in flight when
+//! the search began apply after the fill, on top of it; two writes under
+//! one directory in flight at once (possible only on a shared store, whose
+//! writes are not serialized) could apply out of order, so the second drops
+//! the listing instead.
+//!
+//! Where other mounts write too (Elasticsearch), a listing is trusted for
+//! the attribute TTL after it was filled or the directory created, as a
+//! cached document is: another mount's names show within that bound (and
+//! the index's refresh interval). Sole writer: trusted until evicted.
+//!
 //! Bounded by an approximate byte count: whole directories are evicted,
 //! least recently used first.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use compact_str::CompactString;
 use serde_json::Value;
@@ -64,13 +78,37 @@ struct Row {
     kind: &'static str,
 }
 
-#[derive(Default)]
 struct Listing {
     rows: BTreeMap<u64, Row>,
     /// Id key -> cookie, to apply deletes (which carry only the id).
     by_key: HashMap<Arc<str>, u64>,
     bytes: usize,
     used: u64,
+    /// When the store last answered for the whole directory.
+    since: Instant,
+}
+
+impl Listing {
+    fn new(used: u64) -> Listing {
+        Listing {
+            rows: BTreeMap::new(),
+            by_key: HashMap::new(),
+            bytes: DIR_OVERHEAD,
+            used,
+            since: Instant::now(),
+        }
+    }
+}
+
+/// Stripes of directories for the fill epochs and in-flight writes.
+const STRIPES: usize = 256;
+
+/// One child of a directory read whole by a search, for [`Listings::fill`].
+pub struct Listed {
+    pub name: String,
+    pub ino: u64,
+    pub kind: &'static str,
+    pub cookie: u64,
 }
 
 pub struct Listings {
@@ -78,17 +116,36 @@ pub struct Listings {
     bytes: usize,
     budget: usize,
     tick: u64,
+    /// `None`: this process is the only writer, a listing stays exact.
+    ttl: Option<Duration>,
+    /// Per stripe: bumped whenever a write under one of its directories
+    /// is applied (a fill that read before it may lack it).
+    epochs: [u64; STRIPES],
+    /// Per stripe: writes under its directories sent and not yet applied.
+    in_flight: [u32; STRIPES],
+}
+
+fn stripe(dir: u64) -> usize {
+    (dir % STRIPES as u64) as usize
 }
 
 /// An entry id's parent and the rest: `<parent>/<name>` or
 /// `<parent>//<base64url(name)>`.
-fn split_id(id: &str) -> Option<(u64, &str)> {
+pub fn split_id(id: &str) -> Option<(u64, &str)> {
     let (p, key) = id.split_once('/')?;
     Some((p.parse().ok()?, key))
 }
 
+/// The id key (see [`split_id`]) of the entry named `name` (the `name`
+/// field's form) in `dir`.
+fn entry_key(dir: u64, name: &str) -> String {
+    let id = crate::model::entry_id(dir, &crate::model::decode_cow(name));
+    let prefix = id.find('/').map_or(0, |i| i + 1);
+    id[prefix..].to_string()
+}
+
 /// The `kind` values the filesystem writes, interned.
-fn kind_of(v: &Value) -> Option<&'static str> {
+pub fn kind_of(v: &Value) -> Option<&'static str> {
     Some(match v.as_str()? {
         "file" => "file",
         "dir" => "dir",
@@ -102,32 +159,102 @@ fn kind_of(v: &Value) -> Option<&'static str> {
 }
 
 impl Listings {
-    pub fn new(budget: usize) -> Listings {
+    /// `ttl`: how long a listing is trusted (`None`: the sole writer's,
+    /// until evicted).
+    pub fn new(budget: usize, ttl: Option<Duration>) -> Listings {
         Listings {
             dirs: HashMap::new(),
             bytes: 0,
             budget,
             tick: 0,
+            ttl,
+            epochs: [0; STRIPES],
+            in_flight: [0; STRIPES],
         }
     }
 
     /// A directory inode was just created: it has no children.
     pub fn adopt_empty(&mut self, dir: u64) {
+        self.install(dir, Listing::new(0));
+    }
+
+    fn install(&mut self, dir: u64, mut l: Listing) {
         self.drop_dir(dir);
         self.tick += 1;
-        let used = self.tick;
-        self.dirs.insert(
-            dir,
-            Listing {
-                used,
-                bytes: DIR_OVERHEAD,
-                ..Default::default()
-            },
-        );
-        self.bytes += DIR_OVERHEAD;
+        l.used = self.tick;
+        self.bytes += l.bytes;
+        self.dirs.insert(dir, l);
         if self.bytes > self.budget {
             self.evict();
         }
+    }
+
+    /// Taken before a search that reads `dir` whole, for [`Listings::fill`].
+    pub fn token(&self, dir: u64) -> u64 {
+        self.epochs[stripe(dir)]
+    }
+
+    /// `children` are all of `dir`'s, from a search begun after `token`
+    /// was taken: kept unless a write under `dir` was applied since.
+    pub fn fill(&mut self, dir: u64, token: u64, children: Vec<Listed>) {
+        if self.epochs[stripe(dir)] != token || self.budget == 0 {
+            return;
+        }
+        let mut l = Listing::new(0);
+        for c in children {
+            let key: Arc<str> = Arc::from(entry_key(dir, &c.name));
+            l.bytes += ROW_OVERHEAD + key.len() + c.name.len();
+            l.by_key.insert(key.clone(), c.cookie);
+            let row = Row {
+                key,
+                name: CompactString::new(&c.name),
+                ino: c.ino,
+                kind: c.kind,
+            };
+            if l.rows.insert(c.cookie, row).is_some() {
+                return; // two names with one cookie: not a listing to trust
+            }
+        }
+        if l.bytes * 4 <= self.budget {
+            self.install(dir, l);
+        }
+    }
+
+    /// One write's directories' stripes, each once.
+    fn stripes(dirs: &[u64]) -> Vec<usize> {
+        let mut s: Vec<usize> = dirs.iter().map(|&d| stripe(d)).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+
+    /// A write under `dirs` is about to be sent.
+    pub fn sending(&mut self, dirs: &[u64]) {
+        for s in Self::stripes(dirs) {
+            self.in_flight[s] += 1;
+        }
+    }
+
+    /// The write under `dirs` announced by [`Listings::sending`] was
+    /// applied (or abandoned).
+    pub fn sent(&mut self, dirs: &[u64]) {
+        for s in Self::stripes(dirs) {
+            let n = &mut self.in_flight[s];
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Before applying a write under `dir`: whether to apply it. Bumps the
+    /// epoch; with another write under the stripe in flight (whose answer
+    /// may come in either order with this one), drops the listing.
+    fn applying(&mut self, dir: u64) -> bool {
+        let s = stripe(dir);
+        self.epochs[s] += 1;
+        if self.in_flight[s] > 1 {
+            self.drop_dir(dir);
+            return false;
+        }
+        true
     }
 
     pub fn drop_dir(&mut self, dir: u64) {
@@ -146,6 +273,9 @@ impl Listings {
         let Some((dir, key)) = split_id(id) else {
             return;
         };
+        if !self.applying(dir) {
+            return;
+        }
         let Some(l) = self.dirs.get_mut(&dir) else {
             return;
         };
@@ -193,6 +323,9 @@ impl Listings {
         let Some((dir, key)) = split_id(id) else {
             return;
         };
+        if !self.applying(dir) {
+            return;
+        }
         let Some(l) = self.dirs.get_mut(&dir) else {
             return;
         };
@@ -208,6 +341,7 @@ impl Listings {
     /// The entry document `id` may have changed in ways not known here.
     pub fn invalidate(&mut self, id: &str) {
         if let Some((dir, _)) = split_id(id) {
+            self.epochs[stripe(dir)] += 1;
             self.drop_dir(dir);
         }
     }
@@ -221,7 +355,8 @@ impl Listings {
     }
 
     /// Passes the children of `dir` with a cookie above `after` to `f`, in
-    /// cookie order, until it returns true. `None`: `dir` is not known.
+    /// cookie order, until it returns true. `None`: `dir` is not known (or
+    /// no longer trusted).
     pub fn visit(
         &mut self,
         dir: u64,
@@ -230,6 +365,10 @@ impl Listings {
     ) -> Option<()> {
         self.tick += 1;
         let l = self.dirs.get_mut(&dir)?;
+        if self.ttl.is_some_and(|t| l.since.elapsed() >= t) {
+            self.drop_dir(dir);
+            return None;
+        }
         l.used = self.tick;
         for (&cookie, r) in l.rows.range(after.saturating_add(1)..) {
             let stop = f(Child {
@@ -279,7 +418,7 @@ mod tests {
 
     #[test]
     fn follows_creates_renames_and_deletes_in_cookie_order() {
-        let mut l = Listings::new(1 << 20);
+        let mut l = Listings::new(1 << 20, None);
         assert_eq!(names(&mut l, 5, 0), None, "unknown directory");
         l.put("5/a", &entry(5, "a", 10, 30));
         assert_eq!(names(&mut l, 5, 0), None, "a put does not make it known");
@@ -302,7 +441,7 @@ mod tests {
 
     #[test]
     fn anything_uncertain_forgets_the_directory() {
-        let mut l = Listings::new(1 << 20);
+        let mut l = Listings::new(1 << 20, None);
         l.adopt_empty(5);
         l.update("5/a", &json!({"path": "/y", "dir": "/"}));
         assert!(names(&mut l, 5, 0).is_some(), "path updates are harmless");
@@ -319,9 +458,95 @@ mod tests {
         assert!(names(&mut l, 5, 0).is_none());
     }
 
+    fn child(name: &str, ino: u64, cookie: u64) -> Listed {
+        Listed {
+            name: name.into(),
+            ino,
+            kind: "file",
+            cookie,
+        }
+    }
+
+    #[test]
+    fn a_search_fills_unless_a_write_under_the_directory_landed_meanwhile() {
+        let mut l = Listings::new(1 << 20, None);
+        let t = l.token(5);
+        l.fill(5, t, vec![child("b", 11, 20), child("a", 10, 30)]);
+        assert_eq!(names(&mut l, 5, 0).unwrap(), ["b:20", "a:30"]);
+        // Deletes find filled names by id, non-UTF-8 ones too.
+        let odd = crate::model::encode_bytes(b"x\xff");
+        let t = l.token(6);
+        l.fill(6, t, vec![child(&odd, 12, 40)]);
+        l.delete(&crate::model::entry_id(6, b"x\xff"));
+        assert_eq!(names(&mut l, 6, 0).unwrap(), Vec::<String>::new());
+
+        // A write applied between the token and the fill: not kept.
+        let t = l.token(7);
+        l.sending(&[7]);
+        l.put("7/c", &entry(7, "c", 13, 50));
+        l.sent(&[7]);
+        l.fill(7, t, vec![child("a", 10, 30)]);
+        assert_eq!(names(&mut l, 7, 0), None, "the search may lack c");
+        // A write in flight at the token, applied after the fill: on top.
+        let t = l.token(7);
+        l.sending(&[7]);
+        l.fill(7, t, vec![child("a", 10, 30)]);
+        l.delete("7/a");
+        l.sent(&[7]);
+        assert_eq!(names(&mut l, 7, 0).unwrap(), Vec::<String>::new());
+        // Two writes under one directory in flight at once may apply in
+        // either order: the first to apply drops the listing.
+        l.sending(&[7]);
+        l.sending(&[7]);
+        l.put("7/d", &entry(7, "d", 14, 60));
+        assert_eq!(names(&mut l, 7, 0), None);
+        l.sent(&[7]);
+        l.delete("7/d");
+        l.sent(&[7]);
+        assert_eq!(names(&mut l, 7, 0), None);
+        // One write under two directories of one stripe is one write.
+        l.adopt_empty(3);
+        l.sending(&[3, 3 + STRIPES as u64]);
+        l.put("3/a", &entry(3, "a", 15, 70));
+        l.sent(&[3, 3 + STRIPES as u64]);
+        assert_eq!(names(&mut l, 3, 0).unwrap(), ["a:70"]);
+        // A conflict or failure forgets it too, and a fill racing that.
+        let t = l.token(8);
+        l.invalidate("8/x");
+        l.fill(8, t, vec![]);
+        assert_eq!(names(&mut l, 8, 0), None);
+        // Two names with one cookie are not a listing.
+        let t = l.token(8);
+        l.fill(8, t, vec![child("a", 1, 3), child("b", 2, 3)]);
+        assert_eq!(names(&mut l, 8, 0), None);
+    }
+
+    #[test]
+    fn shared_listings_are_trusted_for_the_ttl() {
+        let mut l = Listings::new(1 << 20, Some(Duration::from_millis(200)));
+        let t = l.token(5);
+        l.fill(5, t, vec![child("a", 10, 30)]);
+        l.adopt_empty(6);
+        // Own writes keep it exact, and do not extend the trust.
+        std::thread::sleep(Duration::from_millis(120));
+        l.sending(&[5]);
+        l.put("5/b", &entry(5, "b", 11, 40));
+        l.sent(&[5]);
+        assert_eq!(names(&mut l, 5, 0).unwrap(), ["a:30", "b:40"]);
+        assert!(names(&mut l, 6, 0).is_some());
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(
+            names(&mut l, 5, 0),
+            None,
+            "another mount may have changed it"
+        );
+        assert_eq!(names(&mut l, 6, 0), None);
+        assert_eq!(l.bytes, 0);
+    }
+
     #[test]
     fn bounded_by_bytes_evicting_the_least_recently_used() {
-        let mut l = Listings::new(100 * (ROW_OVERHEAD + 8));
+        let mut l = Listings::new(100 * (ROW_OVERHEAD + 8), None);
         for d in 1..=3 {
             l.adopt_empty(d);
         }

@@ -10,11 +10,12 @@
 //! Each open directory keeps the last fetched page and serves consecutive
 //! calls from it (a reply may take fewer entries than the page holds).
 //! Directories whose listing the store keeps in memory (`cached_children`:
-//! the embedded store's cache) skip the search, and plain READDIR copies
-//! their names straight into the reply.
+//! the document cache's, filled when a directory is created or a search
+//! reads one whole) skip the search, and plain READDIR copies their names
+//! straight into the reply.
 
 use crate::fs::*;
-use crate::store::{Query, SearchRequest, Sort};
+use crate::store::{Query, SearchRequest, Sort, listing};
 use serde::Deserialize;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::atomic::Ordering;
@@ -215,6 +216,14 @@ impl Fs {
         size: usize,
         entries: &mut Vec<(Vec<u8>, u64, Kind, u64)>,
     ) -> FsResult<()> {
+        // Taken before the search: if the page holds the whole directory,
+        // the store may keep it as a listing (unless a write under it
+        // landed meanwhile), and the next listing needs no search.
+        let token = if offset <= 2 {
+            self.store.listing_token(ino)
+        } else {
+            None
+        };
         // A listing needs four fields of each entry (the embedded store
         // reads them from columns, Elasticsearch filters `_source`).
         let rows = self.store.search_fields(
@@ -227,8 +236,10 @@ impl Fs {
             },
             &["name", "ino", "kind", "cookie"],
         )?;
+        let whole = rows.len() < size;
+        let mut listed = Vec::new();
         for mut r in rows {
-            let (Value::String(name), Some(ino), Some(cookie)) =
+            let (Value::String(name), Some(child), Some(cookie)) =
                 (r[0].take(), r[1].as_u64(), r[3].as_u64())
             else {
                 return Err(FsError::Io(format!(
@@ -236,7 +247,18 @@ impl Fs {
                 )));
             };
             let kind = Kind::deserialize(&r[2])?;
-            entries.push((decode_string(name), ino, kind, cookie));
+            if let (Some(_), true, Some(k)) = (token, whole, listing::kind_of(&r[2])) {
+                listed.push(listing::Listed {
+                    name: name.clone(),
+                    ino: child,
+                    kind: k,
+                    cookie,
+                });
+            }
+            entries.push((decode_string(name), child, kind, cookie));
+        }
+        if let (Some(t), true) = (token, whole && listed.len() == entries.len()) {
+            self.store.offer_children(ino, t, listed);
         }
         Ok(())
     }
