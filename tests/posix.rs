@@ -764,6 +764,20 @@ fn read_moves_atime_lazily_but_durably() {
         moved,
         "read's atime written back at unmount"
     );
+    // A read's atime waits in memory (lazytime) until fsync writes it: it
+    // survives a kill -9 after that.
+    let p = m.p("f");
+    utimensat(&p, [ts(1_000_000_000, 9), ts(0, libc::UTIME_OMIT)], 0).unwrap();
+    let f = File::open(&p).unwrap();
+    drop_cached_pages(&f);
+    assert_eq!(fs::read(&p).unwrap(), b"abc");
+    let read_at = atime(&p);
+    assert!(read_at > written, "{read_at:?}");
+    f.sync_all().unwrap();
+    drop(f);
+    m.kill9();
+    m.start_again();
+    assert_eq!(atime(&m.p("f")), read_at, "fsync wrote the read's atime");
 }
 
 #[test]

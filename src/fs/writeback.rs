@@ -6,8 +6,11 @@
 use super::*;
 use std::sync::atomic::Ordering;
 
-/// How long an atime-only change may wait in memory.
-const ATIME_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long an atime moved by reads alone may wait in memory. As Linux's
+/// `lazytime` (whose bound is 12 h), it is written sooner with any other
+/// change of its inode, by fsync, at unmount, or with a full batch
+/// ([`WRITE_BACK_BATCH`] waiting): a read costs no write of its own.
+const ATIME_MAX_WAIT_NS: i64 = 3600 * 1_000_000_000;
 /// How long a closed file's size and times may wait in memory (lazy close).
 const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
 /// States persisted per transaction by the write-back.
@@ -205,9 +208,19 @@ impl Fs {
         Ok(())
     }
 
-    /// Write the pending atime updates to their inodes (every few seconds
-    /// and at unmount; a `kill -9` loses at most those few seconds of
-    /// atimes, never anything else).
+    /// Whether the atimes waiting in memory are due: a full batch, or one
+    /// waiting for [`ATIME_MAX_WAIT_NS`] (the values are the reads' times).
+    fn atimes_due(&self) -> bool {
+        let a = self.atimes.lock();
+        a.len() >= WRITE_BACK_BATCH
+            || a.values()
+                .min()
+                .is_some_and(|&t| now_ns() - t >= ATIME_MAX_WAIT_NS)
+    }
+
+    /// Write the pending atime updates to their inodes (when due, and at
+    /// unmount; a `kill -9` loses at most the atimes of that wait, never
+    /// anything else).
     pub fn write_back_atimes(&self) -> FsResult<usize> {
         let pending: Vec<(u64, i64)> = self.atimes.lock().drain().collect();
         let set = |i: &mut Inode, a: i64| {
@@ -414,14 +427,13 @@ impl Fs {
     }
 
     /// Background write-back: states (lazy close) every second, atimes
-    /// every few seconds.
+    /// when due.
     pub fn spawn_write_back(self: &std::sync::Arc<Self>) {
         let fs = std::sync::Arc::downgrade(self);
         std::thread::Builder::new()
             .name("esfs-writeback".into())
             .spawn(move || {
                 crate::store::Caller::WriteBack.set_for_thread();
-                let mut last_atimes = std::time::Instant::now();
                 loop {
                     std::thread::sleep(STATE_WRITE_BACK);
                     let Some(fs) = fs.upgrade() else { return };
@@ -439,11 +451,10 @@ impl Fs {
                     {
                         log::warn!("refreshing directories' entries: {e}");
                     }
-                    if last_atimes.elapsed() >= ATIME_WRITE_BACK {
-                        last_atimes = std::time::Instant::now();
-                        if let Err(e) = fs.write_back_atimes() {
-                            log::warn!("writing back access times: {e}");
-                        }
+                    if fs.atimes_due()
+                        && let Err(e) = fs.write_back_atimes()
+                    {
+                        log::warn!("writing back access times: {e}");
                     }
                 }
             })

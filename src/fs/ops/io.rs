@@ -411,6 +411,20 @@ impl Fs {
             self.data.sync(&key)?;
         }
         self.persist(ino)?;
+        // fsync writes a pending atime too, as under `lazytime`.
+        let pending = self.atimes.lock().remove(&ino);
+        if let Some(a) = pending {
+            match self.update_inode(ino, |i| {
+                i.atime_ns = i.atime_ns.max(a);
+                Ok(())
+            }) {
+                Ok(_) | Err(FsError::NotFound) => {}
+                Err(e) => {
+                    self.atimes.lock().entry(ino).or_insert(a);
+                    return Err(e);
+                }
+            }
+        }
         self.store.sync()?;
         Ok(())
     }
