@@ -361,10 +361,10 @@ impl CachedStore {
         }
     }
 
-    /// Run a write whose entry ops are under directories `dirs`: in the sole mode with the epoch odd,
-    /// serialized with other writes; shared writes run concurrently.
-    fn writing<T>(&self, dirs: impl Iterator<Item = u64>, f: impl FnOnce() -> T) -> T {
-        let dirs: Vec<u64> = dirs.collect();
+    /// Run a write whose entry ops are under directories `dirs`: in the
+    /// sole mode with the epoch odd, serialized with other writes; shared
+    /// writes run concurrently.
+    fn writing<T>(&self, dirs: Vec<u64>, f: impl FnOnce() -> T) -> T {
         if !dirs.is_empty() {
             self.listings.lock().sending(&dirs);
         }
@@ -505,10 +505,9 @@ impl CachedStore {
         let dirs = plan
             .iter()
             .flatten()
-            .filter(|p| p.idx == Idx::Entries)
-            .filter_map(|p| split_id(&p.id).map(|(d, _)| d));
-        let dirs: Vec<u64> = dirs.collect();
-        self.writing(dirs.into_iter(), || {
+            .flat_map(|p| entry_dir(p.idx, &p.id))
+            .collect();
+        self.writing(dirs, || {
             let r = send(ops);
             if let Ok(None) = r {
                 return r;
@@ -547,12 +546,11 @@ impl CachedStore {
     }
 }
 
-/// The directory of an entry id, as an iterator for [`CachedStore::writing`].
-fn entry_dir(index: Idx, id: &str) -> impl Iterator<Item = u64> {
+/// The directory of an entry id, for [`CachedStore::writing`].
+fn entry_dir(index: Idx, id: &str) -> Option<u64> {
     (index == Idx::Entries)
         .then(|| split_id(id).map(|(d, _)| d))
         .flatten()
-        .into_iter()
 }
 
 fn doc(id: &str, version: Version, source: Value) -> Doc {
@@ -673,7 +671,7 @@ impl MetaStore for CachedStore {
     }
 
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
-        self.writing(entry_dir(index, id), || {
+        self.writing(entry_dir(index, id).into_iter().collect(), || {
             let r = self.inner.create(index, id, source);
             match &r {
                 Ok(v) => {
@@ -696,7 +694,7 @@ impl MetaStore for CachedStore {
         source: &Value,
         if_version: Option<Version>,
     ) -> StoreResult<Version> {
-        self.writing(entry_dir(index, id), || {
+        self.writing(entry_dir(index, id).into_iter().collect(), || {
             let r = self.inner.put(index, id, source, if_version);
             match &r {
                 Ok(v) => {
@@ -782,7 +780,7 @@ impl MetaStore for CachedStore {
     }
 
     fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
-        self.writing(std::iter::empty(), || {
+        self.writing(Vec::new(), || {
             let r = self.inner.rebase_paths(index, old, new);
             if cached(index) && !matches!(r, Ok(None) | Ok(Some(0))) {
                 // The moved documents keep their ids: drop the cached ones

@@ -89,12 +89,12 @@ struct Listing {
 }
 
 impl Listing {
-    fn new(used: u64) -> Listing {
+    fn new() -> Listing {
         Listing {
             rows: BTreeMap::new(),
             by_key: HashMap::new(),
             bytes: DIR_OVERHEAD,
-            used,
+            used: 0,
             since: Instant::now(),
         }
     }
@@ -175,7 +175,7 @@ impl Listings {
 
     /// A directory inode was just created: it has no children.
     pub fn adopt_empty(&mut self, dir: u64) {
-        self.install(dir, Listing::new(0));
+        self.install(dir, Listing::new());
     }
 
     fn install(&mut self, dir: u64, mut l: Listing) {
@@ -197,10 +197,12 @@ impl Listings {
     /// `children` are all of `dir`'s, from a search begun after `token`
     /// was taken: kept unless a write under `dir` was applied since.
     pub fn fill(&mut self, dir: u64, token: u64, children: Vec<Listed>) {
-        if self.epochs[stripe(dir)] != token || self.budget == 0 {
+        // (A zero TTL, `--attr-ttl 0`, would never use it.)
+        let useless = self.budget == 0 || self.ttl == Some(Duration::ZERO);
+        if self.epochs[stripe(dir)] != token || useless {
             return;
         }
-        let mut l = Listing::new(0);
+        let mut l = Listing::new();
         for c in children {
             let key: Arc<str> = Arc::from(entry_key(dir, &c.name));
             l.bytes += ROW_OVERHEAD + key.len() + c.name.len();
