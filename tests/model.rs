@@ -469,6 +469,108 @@ fn cached_listings_match_the_store_after_random_namespace_changes() {
     }
 }
 
+/// A directory another mount filled, bigger than one search page, read
+/// whole through an open handle in the kernel's reply-sized steps: the
+/// pages together become the mount's listing (shared mode, as on
+/// Elasticsearch), which then follows this mount's writes; a write under the
+/// directory while the pages are read keeps them from becoming one.
+#[test]
+fn a_directory_read_whole_in_pages_becomes_a_listing() {
+    use esfs::store::cache::CachedStore;
+    let dir = tempfile::tempdir().unwrap();
+    let inner = Arc::new(EmbeddedStore::open(&dir.path().join("store")).unwrap());
+    inner.defer_commits().unwrap();
+    let ttl = std::time::Duration::from_secs(2);
+    let cached = Arc::new(CachedStore::shared(inner.clone(), 8 << 20, 64 << 20, ttl));
+    let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
+    let cfg = FsConfig {
+        root_uid: 0,
+        root_gid: 0,
+        label: "test".into(),
+        maintenance: false,
+        no_tree_locks: false,
+        journal: None,
+    };
+    let fs = Fs::new(cached.clone(), data, cfg).unwrap();
+    let d = fs
+        .make_node(Ctx::ROOT, ROOT_INO, b"big", NewNode::Dir, 0o755, 0)
+        .unwrap()
+        .ino;
+    // 2500 names written behind this mount's back (another mount's).
+    let ops = (0..2500u64)
+        .map(|i| {
+            let name = format!("f{i:04}");
+            esfs::store::BulkOp::Create {
+                index: Idx::Entries,
+                id: esfs::model::entry_id(d, name.as_bytes()),
+                source: json!({
+                    "parent": d, "name": name, "path": format!("/big/{name}"), "dir": "/big",
+                    "ino": d, "kind": "file", "cookie": 1_000_000 + i,
+                    "size": 0, "mtime": 0, "mode": 0o644, "uid": 0, "gid": 0
+                }),
+            }
+        })
+        .collect();
+    for r in inner.bulk(ops).unwrap() {
+        r.unwrap();
+    }
+    let memory = || {
+        let mut mem = Vec::new();
+        cached.cached_children(d, 0, &mut |c| {
+            mem.push((c.name.to_string(), c.ino, c.kind.to_string(), c.cookie));
+            false
+        })?;
+        Some(mem)
+    };
+    // Read through a handle, 500 names per reply; `between` runs after the
+    // first reply.
+    let read_all = |between: &dyn Fn()| {
+        let fh = fs.opendir(d).unwrap();
+        let (mut names, mut offset) = (Vec::new(), 0);
+        loop {
+            let mut page = Vec::new();
+            fs.readdir(d, fh, offset, false, |it| {
+                page.push((it.name.to_vec(), it.offset));
+                page.len() == 500
+            })
+            .unwrap();
+            let Some(last) = page.last() else { break };
+            if offset == 0 {
+                between();
+            }
+            offset = last.1;
+            names.extend(page.into_iter().map(|p| p.0));
+        }
+        fs.releasedir(fh);
+        names.len() - 2
+    };
+    // This mount's listing from the mkdir is empty: it lists the 2500 only
+    // once that copy expired.
+    assert_eq!(read_all(&|| {}), 0, "trusted for the TTL");
+    std::thread::sleep(ttl + std::time::Duration::from_millis(100));
+    assert!(memory().is_none());
+    // A create under it while the pages are read: not kept.
+    let create = |name: &[u8]| {
+        let (i, fh) = fs.create(Ctx::ROOT, d, name, 0o644, 0).unwrap();
+        fs.release(i.ino, fh).unwrap();
+    };
+    // (The new name's cookie may fall before the pages' cursor: a name
+    // created during a listing may or may not be listed.)
+    assert!((2500..=2501).contains(&read_all(&|| create(b"during"))));
+    assert!(
+        memory().is_none(),
+        "a write landed while the pages were read"
+    );
+    // Read whole with nothing written meanwhile: kept, exact, and it
+    // follows this mount's writes.
+    assert_eq!(read_all(&|| {}), 2501);
+    assert_eq!(memory().expect("kept as a listing"), t_search(&*inner, d));
+    create(b"after");
+    fs.unlink(d, b"during").unwrap();
+    assert_eq!(memory().unwrap(), t_search(&*inner, d));
+    assert_eq!(read_all(&|| {}), 2501);
+}
+
 /// A directory's children by the store's search: (name, ino, kind, cookie).
 fn t_search(store: &dyn MetaStore, d: u64) -> Vec<(String, u64, String, u64)> {
     store

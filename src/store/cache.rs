@@ -42,7 +42,9 @@ use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 use serde_json::Value;
 
-use super::listing::{Child, Listed as ListedChild, Listings, listed_fields, split_id};
+use super::listing::{
+    Child, Listed as ListedChild, Listings, Token as ListingToken, listed_fields, split_id,
+};
 use super::{
     Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MetaStore, Query, SearchRequest,
     Sort, StoreError, StoreResult, Version,
@@ -810,11 +812,11 @@ impl MetaStore for CachedStore {
         self.listings.lock().visit(parent, after, f)
     }
 
-    fn listing_token(&self, parent: u64) -> Option<u64> {
-        Some(self.listings.lock().token(parent))
+    fn listing_token(&self, parent: u64) -> Option<ListingToken> {
+        self.listings.lock().token(parent)
     }
 
-    fn offer_children(&self, parent: u64, token: u64, children: Vec<ListedChild>) {
+    fn offer_children(&self, parent: u64, token: ListingToken, children: Vec<ListedChild>) {
         self.listings.lock().fill(parent, token, children)
     }
 

@@ -103,6 +103,15 @@ impl Listing {
 /// Stripes of directories for the fill epochs and in-flight writes.
 const STRIPES: usize = 256;
 
+/// Taken before the search (or the first of the searches) that reads a
+/// directory whole, for [`Listings::fill`].
+#[derive(Clone, Copy, Debug)]
+pub struct Token {
+    epoch: u64,
+    /// The listing is trusted from here (not from when the last page came).
+    at: Instant,
+}
+
 /// One child of a directory read whole by a search, for [`Listings::fill`].
 pub struct Listed {
     pub name: String,
@@ -189,20 +198,26 @@ impl Listings {
         }
     }
 
-    /// Taken before a search that reads `dir` whole, for [`Listings::fill`].
-    pub fn token(&self, dir: u64) -> u64 {
-        self.epochs[stripe(dir)]
+    /// Taken before the searches that read `dir` whole, for
+    /// [`Listings::fill`]. `None`: no listing would be kept.
+    pub fn token(&self, dir: u64) -> Option<Token> {
+        // (A zero TTL, `--attr-ttl 0`, would never use one.)
+        let useless = self.budget == 0 || self.ttl == Some(Duration::ZERO);
+        (!useless).then(|| Token {
+            epoch: self.epochs[stripe(dir)],
+            at: Instant::now(),
+        })
     }
 
-    /// `children` are all of `dir`'s, from a search begun after `token`
-    /// was taken: kept unless a write under `dir` was applied since.
-    pub fn fill(&mut self, dir: u64, token: u64, children: Vec<Listed>) {
-        // (A zero TTL, `--attr-ttl 0`, would never use it.)
-        let useless = self.budget == 0 || self.ttl == Some(Duration::ZERO);
-        if self.epochs[stripe(dir)] != token || useless {
+    /// `children` are all of `dir`'s, in cookie order, from searches begun
+    /// after `token` was taken: kept unless a write under `dir` was
+    /// applied since.
+    pub fn fill(&mut self, dir: u64, token: Token, children: Vec<Listed>) {
+        if self.epochs[stripe(dir)] != token.epoch {
             return;
         }
         let mut l = Listing::new();
+        l.since = token.at;
         for c in children {
             let key: Arc<str> = Arc::from(entry_key(dir, &c.name));
             l.bytes += ROW_OVERHEAD + key.len() + c.name.len();
@@ -472,25 +487,25 @@ mod tests {
     #[test]
     fn a_search_fills_unless_a_write_under_the_directory_landed_meanwhile() {
         let mut l = Listings::new(1 << 20, None);
-        let t = l.token(5);
+        let t = l.token(5).unwrap();
         l.fill(5, t, vec![child("b", 11, 20), child("a", 10, 30)]);
         assert_eq!(names(&mut l, 5, 0).unwrap(), ["b:20", "a:30"]);
         // Deletes find filled names by id, non-UTF-8 ones too.
         let odd = crate::model::encode_bytes(b"x\xff");
-        let t = l.token(6);
+        let t = l.token(6).unwrap();
         l.fill(6, t, vec![child(&odd, 12, 40)]);
         l.delete(&crate::model::entry_id(6, b"x\xff"));
         assert_eq!(names(&mut l, 6, 0).unwrap(), Vec::<String>::new());
 
         // A write applied between the token and the fill: not kept.
-        let t = l.token(7);
+        let t = l.token(7).unwrap();
         l.sending(&[7]);
         l.put("7/c", &entry(7, "c", 13, 50));
         l.sent(&[7]);
         l.fill(7, t, vec![child("a", 10, 30)]);
         assert_eq!(names(&mut l, 7, 0), None, "the search may lack c");
         // A write in flight at the token, applied after the fill: on top.
-        let t = l.token(7);
+        let t = l.token(7).unwrap();
         l.sending(&[7]);
         l.fill(7, t, vec![child("a", 10, 30)]);
         l.delete("7/a");
@@ -513,12 +528,12 @@ mod tests {
         l.sent(&[3, 3 + STRIPES as u64]);
         assert_eq!(names(&mut l, 3, 0).unwrap(), ["a:70"]);
         // A conflict or failure forgets it too, and a fill racing that.
-        let t = l.token(8);
+        let t = l.token(8).unwrap();
         l.invalidate("8/x");
         l.fill(8, t, vec![]);
         assert_eq!(names(&mut l, 8, 0), None);
         // Two names with one cookie are not a listing.
-        let t = l.token(8);
+        let t = l.token(8).unwrap();
         l.fill(8, t, vec![child("a", 1, 3), child("b", 2, 3)]);
         assert_eq!(names(&mut l, 8, 0), None);
     }
@@ -526,7 +541,7 @@ mod tests {
     #[test]
     fn shared_listings_are_trusted_for_the_ttl() {
         let mut l = Listings::new(1 << 20, Some(Duration::from_millis(200)));
-        let t = l.token(5);
+        let t = l.token(5).unwrap();
         l.fill(5, t, vec![child("a", 10, 30)]);
         l.adopt_empty(6);
         // Own writes keep it exact, and do not extend the trust.
@@ -544,6 +559,18 @@ mod tests {
         );
         assert_eq!(names(&mut l, 6, 0), None);
         assert_eq!(l.bytes, 0);
+        // Trusted from the token, taken before the searches, not from the
+        // fill after them.
+        let t = l.token(5).unwrap();
+        std::thread::sleep(Duration::from_millis(220));
+        l.fill(5, t, vec![child("a", 10, 30)]);
+        assert_eq!(names(&mut l, 5, 0), None);
+        // A zero TTL keeps nothing.
+        assert!(
+            Listings::new(1 << 20, Some(Duration::ZERO))
+                .token(5)
+                .is_none()
+        );
     }
 
     #[test]

@@ -565,16 +565,22 @@ pub trait MetaStore: Send + Sync {
     ) -> Option<()> {
         None
     }
-    /// `listings`: a token to take before a search that may read directory
-    /// `parent` whole, for [`MetaStore::offer_children`]. `None`: no
-    /// listings kept here.
-    fn listing_token(&self, _parent: u64) -> Option<u64> {
+    /// `listings`: a token to take before the searches that may read
+    /// directory `parent` whole, for [`MetaStore::offer_children`]. `None`:
+    /// no listing would be kept.
+    fn listing_token(&self, _parent: u64) -> Option<listing::Token> {
         None
     }
-    /// `listings`: every child of `parent`, from a search begun after
-    /// `token` was taken; kept as its listing unless a write under
-    /// `parent` was applied since.
-    fn offer_children(&self, _parent: u64, _token: u64, _children: Vec<listing::Listed>) {}
+    /// `listings`: every child of `parent`, in cookie order, from searches
+    /// begun after `token` was taken; kept as its listing unless a write
+    /// under `parent` was applied since.
+    fn offer_children(
+        &self,
+        _parent: u64,
+        _token: listing::Token,
+        _children: Vec<listing::Listed>,
+    ) {
+    }
     /// `rebase_paths`: a directory rename's path rewrite done inside the
     /// store (what Elasticsearch's `_update_by_query` with a script would
     /// do): every document strictly below `old` in the `path` tree gets the

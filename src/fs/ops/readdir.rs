@@ -89,7 +89,24 @@ pub(in crate::fs) struct DirHandle {
     /// managers listing a directory under lock-file churn must not show a
     /// name twice). 16 bytes per entry listed.
     returned: Returned,
+    /// The directory as read so far from offset 0, for the store's listing.
+    gather: Option<Gather>,
 }
+
+/// A directory being read whole, page after page from offset 0: what the
+/// searches returned so far, offered to the store as its listing once a
+/// short page ends it (so a directory of any size, up to `GATHER_MAX`
+/// names, is listed from memory next time).
+pub(in crate::fs) struct Gather {
+    token: listing::Token,
+    /// The highest cookie gathered.
+    upto: u64,
+    rows: Vec<listing::Listed>,
+}
+
+/// Names gathered at most: about what a quarter of the listings' memory
+/// budget (the most one directory may take) holds.
+const GATHER_MAX: usize = 100_000;
 
 /// The `Returned` keys are already SipHash values: hashing them again
 /// was a tenth of a listing's cost.
@@ -146,7 +163,7 @@ impl Fs {
     ) -> FsResult<()> {
         let handle = self.dir_handles.lock().get(&fh).cloned();
         let Some(handle) = handle else {
-            for it in &self.fetch_dir(ino, offset, plus)?.0 {
+            for it in &self.fetch_dir(ino, offset, plus, &mut None)?.0 {
                 if add(it.ent()) {
                     break;
                 }
@@ -193,7 +210,8 @@ impl Fs {
             Some(pos) => pos,
             None if past_last => return Ok(()),
             None => {
-                (h.page, h.last) = self.fetch_dir(ino, offset, plus)?;
+                let (page, last) = self.fetch_dir(ino, offset, plus, &mut h.gather)?;
+                (h.page, h.last) = (page, last);
                 h.after = offset;
                 h.plus = plus;
                 0
@@ -215,15 +233,21 @@ impl Fs {
         offset: u64,
         size: usize,
         entries: &mut Vec<(Vec<u8>, u64, Kind, u64)>,
+        gather: &mut Option<Gather>,
     ) -> FsResult<()> {
-        // Taken before the search: if the page holds the whole directory,
-        // the store may keep it as a listing (unless a write under it
-        // landed meanwhile), and the next listing needs no search.
-        let token = if offset <= 2 {
-            self.store.listing_token(ino)
-        } else {
-            None
-        };
+        // The token is taken before the first search: once the pages have
+        // read the whole directory, the store may keep it as a listing
+        // (unless a write under it landed meanwhile), and the next listing
+        // needs no search.
+        if offset <= 2 {
+            *gather = self.store.listing_token(ino).map(|token| Gather {
+                token,
+                upto: 2,
+                rows: Vec::new(),
+            });
+        } else if gather.as_ref().is_some_and(|g| offset > g.upto) {
+            *gather = None; // a seekdir past what was gathered
+        }
         // A listing needs four fields of each entry (the embedded store
         // reads them from columns, Elasticsearch filters `_source`).
         let rows = self.store.search_fields(
@@ -237,7 +261,6 @@ impl Fs {
             &["name", "ino", "kind", "cookie"],
         )?;
         let whole = rows.len() < size;
-        let mut listed = Vec::new();
         for mut r in rows {
             let (Value::String(name), Some(child), Some(cookie)) =
                 (r[0].take(), r[1].as_u64(), r[3].as_u64())
@@ -247,24 +270,38 @@ impl Fs {
                 )));
             };
             let kind = Kind::deserialize(&r[2])?;
-            if let (Some(_), true, Some(k)) = (token, whole, listing::kind_of(&r[2])) {
-                listed.push(listing::Listed {
-                    name: name.clone(),
-                    ino: child,
-                    kind: k,
-                    cookie,
-                });
+            if let Some(g) = gather.as_mut()
+                && cookie > g.upto
+            {
+                match listing::kind_of(&r[2]) {
+                    Some(k) if g.rows.len() < GATHER_MAX => {
+                        g.rows.push(listing::Listed {
+                            name: name.clone(),
+                            ino: child,
+                            kind: k,
+                            cookie,
+                        });
+                        g.upto = cookie;
+                    }
+                    _ => *gather = None,
+                }
             }
             entries.push((decode_string(name), child, kind, cookie));
         }
-        if let (Some(t), true) = (token, whole && listed.len() == entries.len()) {
-            self.store.offer_children(ino, t, listed);
+        if whole && let Some(g) = gather.take() {
+            self.store.offer_children(ino, g.token, g.rows);
         }
         Ok(())
     }
 
     /// The items after `offset`, and whether they are the directory's last.
-    fn fetch_dir(&self, ino: u64, offset: u64, plus: bool) -> FsResult<(Vec<DirItem>, bool)> {
+    fn fetch_dir(
+        &self,
+        ino: u64,
+        offset: u64,
+        plus: bool,
+        gather: &mut Option<Gather>,
+    ) -> FsResult<(Vec<DirItem>, bool)> {
         let mark = self.settle_mark(ino);
         let (dir, _) = self.get_inode(ino)?;
         if dir.kind != Kind::Dir {
@@ -306,7 +343,7 @@ impl Fs {
             entries.len() >= size
         });
         if cached.is_none() {
-            self.search_dir(ino, offset, size, &mut entries)?;
+            self.search_dir(ino, offset, size, &mut entries, gather)?;
         }
         let mut last = entries.len() < size;
         if plus {
