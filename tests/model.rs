@@ -18,21 +18,50 @@ struct T {
     store: Arc<EmbeddedStore>,
 }
 
+/// A filesystem over `store`, its contents under `dir`.
+fn fs_over(store: Arc<dyn MetaStore>, dir: &std::path::Path) -> Fs {
+    let data = Arc::new(LocalDataStore::open(&dir.join("data")).unwrap());
+    Fs::new(
+        store,
+        data,
+        FsConfig {
+            label: "test".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// `n` entries `f<i>` in directory `d` (at `/<dname>`), written straight to
+/// the store in one bulk (what the filesystem, or another mount, would
+/// write for `n` creates), with cookies from 1,000,000.
+fn bulk_entries(store: &dyn MetaStore, d: u64, dname: &str, n: u64, kind: &str) {
+    let ops = (0..n)
+        .map(|i| {
+            let name = format!("f{i:06}");
+            esfs::store::BulkOp::Create {
+                index: Idx::Entries,
+                id: esfs::model::entry_id(d, name.as_bytes()),
+                source: json!({
+                    "parent": d, "name": name, "path": format!("/{dname}/{name}"),
+                    "dir": format!("/{dname}"), "ino": d, "kind": kind,
+                    "cookie": 1_000_000 + i, "size": 0, "mtime": 0, "mode": 0o755,
+                    "uid": 0, "gid": 0
+                }),
+            }
+        })
+        .collect();
+    for r in store.bulk(ops).unwrap() {
+        r.unwrap();
+    }
+}
+
 fn setup() -> T {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(&dir.path().join("store")).unwrap());
     // Claimed as a mount claims it: this filesystem is its only writer.
     store.defer_commits().unwrap();
-    let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
-    let cfg = FsConfig {
-        root_uid: 0,
-        root_gid: 0,
-        label: "test".into(),
-        maintenance: false,
-        no_tree_locks: false,
-        journal: None,
-    };
-    let fs = Fs::new(store.clone(), data, cfg).unwrap();
+    let fs = fs_over(store.clone(), dir.path());
     T {
         _dir: dir,
         fs,
@@ -271,26 +300,10 @@ fn list(t: &T, d: u64, offset: u64) -> Vec<esfs::fs::DirItem> {
 fn directory_of_100k_entries_lists_completely_in_bounded_pages() {
     let t = setup();
     let d = t.mkdir(ROOT_INO, "big");
-    // Write the documents in bulk (what the filesystem would write for
-    // 100k creates) so the test stays fast; then list through Fs.
+    // Write the documents in bulk so the test stays fast; then list
+    // through Fs.
     let n = 100_000u64;
-    let ops = (0..n)
-        .map(|i| {
-            let name = format!("f{i:06}");
-            esfs::store::BulkOp::Create {
-                index: Idx::Entries,
-                id: esfs::model::entry_id(d, name.as_bytes()),
-                source: json!({
-                    "parent": d, "name": name, "path": format!("/big/{name}"), "dir": "/big",
-                    "ino": d, "kind": "dir", "cookie": 1_000_000 + i,
-                    "size": 0, "mtime": 0, "mode": 0o755, "uid": 0, "gid": 0
-                }),
-            }
-        })
-        .collect();
-    for r in t.store.bulk(ops).unwrap() {
-        r.unwrap();
-    }
+    bulk_entries(&*t.store, d, "big", n, "dir");
     let mut seen = BTreeSet::new();
     let mut offset = 2; // after "." and ".."
     let mut largest_page = 0;
@@ -366,16 +379,7 @@ fn cached_listings_match_the_store_after_random_namespace_changes() {
         } else {
             CachedStore::new(inner.clone(), 8 << 20, budget)
         });
-        let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
-        let cfg = FsConfig {
-            root_uid: 0,
-            root_gid: 0,
-            label: "test".into(),
-            maintenance: false,
-            no_tree_locks: false,
-            journal: None,
-        };
-        let fs = Fs::new(cached.clone(), data, cfg).unwrap();
+        let fs = fs_over(cached.clone(), dir.path());
         // xorshift: deterministic, no dependency.
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut rnd = |n: usize| {
@@ -436,24 +440,10 @@ fn cached_listings_match_the_store_after_random_namespace_changes() {
                     );
                 }
                 // readdir through Fs, from an open handle, in small steps.
-                let Ok(fh) = fs.opendir(d) else {
+                let Some(listed) = read_by_handle(&fs, d, 3, &|| {}) else {
                     assert!(truth.is_empty(), "removed directory {d} has entries");
                     continue;
                 };
-                let mut listed = Vec::new();
-                let mut offset = 0;
-                loop {
-                    let mut page = Vec::new();
-                    fs.readdir(d, fh, offset, false, |it| {
-                        page.push((it.name.to_vec(), it.offset));
-                        page.len() == 3
-                    })
-                    .unwrap();
-                    let Some(last) = page.last() else { break };
-                    offset = last.1;
-                    listed.extend(page.into_iter().map(|p| p.0));
-                }
-                fs.releasedir(fh);
                 let want: Vec<Vec<u8>> = [b".".to_vec(), b"..".to_vec()]
                     .into_iter()
                     .chain(truth.iter().map(|t| esfs::model::decode_bytes(&t.0)))
@@ -482,38 +472,13 @@ fn a_directory_read_whole_in_pages_becomes_a_listing() {
     inner.defer_commits().unwrap();
     let ttl = std::time::Duration::from_secs(2);
     let cached = Arc::new(CachedStore::shared(inner.clone(), 8 << 20, 64 << 20, ttl));
-    let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
-    let cfg = FsConfig {
-        root_uid: 0,
-        root_gid: 0,
-        label: "test".into(),
-        maintenance: false,
-        no_tree_locks: false,
-        journal: None,
-    };
-    let fs = Fs::new(cached.clone(), data, cfg).unwrap();
+    let fs = fs_over(cached.clone(), dir.path());
     let d = fs
         .make_node(Ctx::ROOT, ROOT_INO, b"big", NewNode::Dir, 0o755, 0)
         .unwrap()
         .ino;
     // 2500 names written behind this mount's back (another mount's).
-    let ops = (0..2500u64)
-        .map(|i| {
-            let name = format!("f{i:04}");
-            esfs::store::BulkOp::Create {
-                index: Idx::Entries,
-                id: esfs::model::entry_id(d, name.as_bytes()),
-                source: json!({
-                    "parent": d, "name": name, "path": format!("/big/{name}"), "dir": "/big",
-                    "ino": d, "kind": "file", "cookie": 1_000_000 + i,
-                    "size": 0, "mtime": 0, "mode": 0o644, "uid": 0, "gid": 0
-                }),
-            }
-        })
-        .collect();
-    for r in inner.bulk(ops).unwrap() {
-        r.unwrap();
-    }
+    bulk_entries(&*inner, d, "big", 2500, "file");
     let memory = || {
         let mut mem = Vec::new();
         cached.cached_children(d, 0, &mut |c| {
@@ -522,28 +487,8 @@ fn a_directory_read_whole_in_pages_becomes_a_listing() {
         })?;
         Some(mem)
     };
-    // Read through a handle, 500 names per reply; `between` runs after the
-    // first reply.
-    let read_all = |between: &dyn Fn()| {
-        let fh = fs.opendir(d).unwrap();
-        let (mut names, mut offset) = (Vec::new(), 0);
-        loop {
-            let mut page = Vec::new();
-            fs.readdir(d, fh, offset, false, |it| {
-                page.push((it.name.to_vec(), it.offset));
-                page.len() == 500
-            })
-            .unwrap();
-            let Some(last) = page.last() else { break };
-            if offset == 0 {
-                between();
-            }
-            offset = last.1;
-            names.extend(page.into_iter().map(|p| p.0));
-        }
-        fs.releasedir(fh);
-        names.len() - 2
-    };
+    // Read through a handle, 500 names per reply.
+    let read_all = |between: &dyn Fn()| read_by_handle(&fs, d, 500, between).unwrap().len() - 2;
     // This mount's listing from the mkdir is empty: it lists the 2500 only
     // once that copy expired.
     assert_eq!(read_all(&|| {}), 0, "trusted for the TTL");
@@ -569,6 +514,30 @@ fn a_directory_read_whole_in_pages_becomes_a_listing() {
     fs.unlink(d, b"during").unwrap();
     assert_eq!(memory().unwrap(), t_search(&*inner, d));
     assert_eq!(read_all(&|| {}), 2501);
+}
+
+/// `d`'s names (dots included) through an open handle, `reply` per
+/// readdir call as the kernel asks for them; `between` runs after the
+/// first call. `None`: it cannot be opened.
+fn read_by_handle(fs: &Fs, d: u64, reply: usize, between: &dyn Fn()) -> Option<Vec<Vec<u8>>> {
+    let fh = fs.opendir(d).ok()?;
+    let (mut names, mut offset) = (Vec::new(), 0);
+    loop {
+        let mut page = Vec::new();
+        fs.readdir(d, fh, offset, false, |it| {
+            page.push((it.name.to_vec(), it.offset));
+            page.len() == reply
+        })
+        .unwrap();
+        let Some(last) = page.last() else { break };
+        if offset == 0 {
+            between();
+        }
+        offset = last.1;
+        names.extend(page.into_iter().map(|p| p.0));
+    }
+    fs.releasedir(fh);
+    Some(names)
 }
 
 /// A directory's children by the store's search: (name, ino, kind, cookie).

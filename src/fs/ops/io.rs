@@ -635,15 +635,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Gated::open(&dir.path().join("store")));
         let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
-        let cfg = FsConfig {
-            root_uid: 0,
-            root_gid: 0,
-            label: "test".into(),
-            maintenance: false,
-            no_tree_locks: false,
-            journal: None,
-        };
-        let fs = Arc::new(Fs::new(store.clone(), data, cfg).unwrap());
+        let fs = Arc::new(
+            Fs::new(
+                store.clone(),
+                data,
+                FsConfig {
+                    label: "test".into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
         let (inode, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"log", 0o644, 0).unwrap();
         let ino = inode.ino;
         fs.write(ino, fh, 0, b"line\n").unwrap();
