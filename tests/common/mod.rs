@@ -23,7 +23,9 @@ use std::sync::mpsc;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-const MOUNT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A first mount on a real engine creates its indices, each waiting for its
+/// shards to start: seconds on a 2-core machine busy with the suite itself.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A hung daemon would block the test (and CI) forever; after this long the
 /// watchdog SIGKILLs it so pending syscalls fail with ENOTCONN instead.

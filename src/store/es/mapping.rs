@@ -93,64 +93,78 @@ pub fn index_body(idx: Idx) -> Value {
 
 impl EsStore {
     /// Create missing indices (unless `!create`: then a missing one is
-    /// `NotFound`); refuse ones made by an incompatible esfs.
+    /// `NotFound`); refuse ones made by an incompatible esfs. The indices are
+    /// checked and created at once, one thread each: creating one waits for
+    /// its shards to start (1-2 s on a busy node), and a first mount creates five.
     pub(super) fn ensure_indices(&self, create: bool) -> StoreResult<()> {
-        for idx in Idx::ALL {
-            let name = &self.index_name(idx);
-            let name = name.as_str();
-            let (status, _) = self.call(|c| async move {
-                c.indices()
-                    .exists(IndicesExistsParts::Index(&[name]))
-                    .send()
-                    .await
-            })?;
-            if status == 404 && !create {
-                return Err(StoreError::NotFound(format!(
-                    "no esfs filesystem at {} (no index {name})",
-                    self.url
-                )));
-            }
-            if status == 404 {
-                let body = index_body(idx);
-                let body = &body;
-                let (status, resp) = self.call(|c| async move {
-                    c.indices()
-                        .create(IndicesCreateParts::Index(name))
-                        .body(body.clone())
-                        .send()
-                        .await
-                })?;
-                let raced = resp["error"]["type"] == "resource_already_exists_exception";
-                if status != 200 && !raced {
-                    return Err(StoreError::Other(format!(
-                        "creating index {name}: {}",
-                        reason(&resp)
-                    )));
-                }
-                if !raced {
-                    continue;
-                }
-            }
+        std::thread::scope(|s| {
+            let each: Vec<_> = Idx::ALL
+                .iter()
+                .map(|&idx| s.spawn(move || self.ensure_index(idx, create)))
+                .collect();
+            // the first error in index order, so the message does not depend on timing
+            each.into_iter()
+                .map(|h| h.join().expect("index check panicked"))
+                .collect::<StoreResult<Vec<()>>>()
+        })?;
+        Ok(())
+    }
+
+    fn ensure_index(&self, idx: Idx, create: bool) -> StoreResult<()> {
+        let name = &self.index_name(idx);
+        let name = name.as_str();
+        let (status, _) = self.call(|c| async move {
+            c.indices()
+                .exists(IndicesExistsParts::Index(&[name]))
+                .send()
+                .await
+        })?;
+        if status == 404 && !create {
+            return Err(StoreError::NotFound(format!(
+                "no esfs filesystem at {} (no index {name})",
+                self.url
+            )));
+        }
+        if status == 404 {
+            let body = index_body(idx);
+            let body = &body;
             let (status, resp) = self.call(|c| async move {
                 c.indices()
-                    .get_mapping(IndicesGetMappingParts::Index(&[name]))
+                    .create(IndicesCreateParts::Index(name))
+                    .body(body.clone())
                     .send()
                     .await
             })?;
-            if status != 200 {
+            let raced = resp["error"]["type"] == "resource_already_exists_exception";
+            if status != 200 && !raced {
                 return Err(StoreError::Other(format!(
-                    "mapping of {name}: {}",
+                    "creating index {name}: {}",
                     reason(&resp)
                 )));
             }
-            let format = resp[&name]["mappings"]["_meta"]["esfs_format"].as_u64();
-            if format != Some(MAPPING_FORMAT) {
-                return Err(StoreError::Invalid(format!(
-                    "index {name} was not created by this esfs (mapping format {}, expected {MAPPING_FORMAT}); \
-                     use another --index or delete it",
-                    format.map_or("none".to_string(), |f| f.to_string())
-                )));
+            if !raced {
+                return Ok(());
             }
+        }
+        let (status, resp) = self.call(|c| async move {
+            c.indices()
+                .get_mapping(IndicesGetMappingParts::Index(&[name]))
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(StoreError::Other(format!(
+                "mapping of {name}: {}",
+                reason(&resp)
+            )));
+        }
+        let format = resp[&name]["mappings"]["_meta"]["esfs_format"].as_u64();
+        if format != Some(MAPPING_FORMAT) {
+            return Err(StoreError::Invalid(format!(
+                "index {name} was not created by this esfs (mapping format {}, expected {MAPPING_FORMAT}); \
+                 use another --index or delete it",
+                format.map_or("none".to_string(), |f| f.to_string())
+            )));
         }
         Ok(())
     }
