@@ -48,6 +48,11 @@ pub struct EsArgs {
         default_value_t = 15.0
     )]
     pub es_timeout: f64,
+    /// Replicas of each index esfs creates [default: 1 when the cluster has
+    /// two or more data nodes, else 0]. Read only when the indices are
+    /// created; change it later with the index settings API.
+    #[arg(long, value_name = "N", env = "ESFS_ES_REPLICAS")]
+    pub es_replicas: Option<u32>,
 }
 
 /// Credentials and trust for an Elasticsearch cluster (shared with
@@ -94,6 +99,7 @@ impl EsArgs {
         let url = self.es.as_ref()?;
         let mut c = EsConfig::new(url, &self.index);
         self.auth.apply(&mut c);
+        c.replicas = self.es_replicas;
         let budget = Duration::from_secs_f64(self.es_timeout.clamp(0.1, 3600.0));
         c.retry_budget = budget;
         // One request never waits longer than the whole budget.

@@ -183,6 +183,9 @@ fn background(args: &MountArgs) -> Result<(), CmdError> {
             }
             cmd.arg("--es-timeout")
                 .arg(es.retry_budget.as_secs_f64().to_string());
+            if let Some(n) = es.replicas {
+                cmd.arg("--es-replicas").arg(n.to_string());
+            }
         }
     }
     if let Some(data) = &args.data {

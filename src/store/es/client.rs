@@ -76,6 +76,16 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     msg
 }
 
+impl EsStore {
+    /// A message with every URL as given (credentials and all) replaced by
+    /// its redacted form.
+    pub(super) fn scrub(&self, msg: String) -> String {
+        self.raw_urls
+            .iter()
+            .fold(msg, |m, (raw, shown)| m.replace(raw, shown))
+    }
+}
+
 pub(super) fn retryable(status: u16) -> bool {
     matches!(status, 429 | 502 | 503 | 504)
 }
@@ -89,9 +99,17 @@ impl EsStore {
     {
         let client = self.clients[Caller::current() as usize].clone();
         self.rt.block_on(async {
-            let resp = f(client)
-                .await
-                .map_err(|e| error_chain(&e).replace(&self.raw_url, &self.url))?;
+            let resp = f(client).await.map_err(|e| {
+                if let Some(node) = self.pool.failed_here() {
+                    log::warn!(
+                        "Elasticsearch node {} failed ({}): trying the others",
+                        redact(node.as_str()),
+                        self.scrub(error_chain(&e))
+                    );
+                }
+                self.scrub(error_chain(&e))
+            })?;
+            self.pool.answered_here();
             let status = resp.status_code().as_u16();
             let body = resp.json::<Value>().await.unwrap_or(Value::Null);
             Ok((status, body))

@@ -6,6 +6,7 @@ use super::EsStore;
 use super::client::reason;
 use crate::store::schema::{Field, FieldType, Idx};
 use crate::store::*;
+use elasticsearch::cluster::ClusterHealthParts;
 use elasticsearch::indices::{IndicesCreateParts, IndicesExistsParts, IndicesGetMappingParts};
 use serde_json::{Value, json};
 
@@ -56,8 +57,11 @@ pub(super) fn field_mapping(f: &Field) -> Value {
 }
 
 /// Settings and mappings of one index: only declared fields are indexed
-/// (`dynamic: false`); everything else stays in `_source`.
-pub fn index_body(idx: Idx) -> Value {
+/// (`dynamic: false`); everything else stays in `_source`. One shard: every
+/// access path (a realtime get by id, a listing, a `path.tree` subtree, a
+/// rename's scan and bulk) then asks one shard copy, and a write is one
+/// primary plus its replicas.
+pub fn index_body(idx: Idx, replicas: u32) -> Value {
     let mut props = serde_json::Map::new();
     for f in idx.fields() {
         props.insert(f.name.to_string(), field_mapping(f));
@@ -69,6 +73,7 @@ pub fn index_body(idx: Idx) -> Value {
         "settings": {
             "index": {
                 "number_of_shards": 1,
+                "number_of_replicas": replicas,
                 "refresh_interval": "1s",
                 "max_result_window": 10000
             },
@@ -96,11 +101,17 @@ impl EsStore {
     /// `NotFound`); refuse ones made by an incompatible esfs. The indices are
     /// checked and created at once, one thread each: creating one waits for
     /// its shards to start (1-2 s on a busy node), and a first mount creates five.
-    pub(super) fn ensure_indices(&self, create: bool) -> StoreResult<()> {
+    pub(super) fn ensure_indices(&self, create: bool, replicas: Option<u32>) -> StoreResult<()> {
+        let decided = std::sync::OnceLock::new();
+        let replicas = || match replicas {
+            Some(n) => Ok(n),
+            None => decided.get_or_init(|| self.default_replicas()).clone(),
+        };
+        let replicas = &replicas;
         std::thread::scope(|s| {
             let each: Vec<_> = Idx::ALL
                 .iter()
-                .map(|&idx| s.spawn(move || self.ensure_index(idx, create)))
+                .map(|&idx| s.spawn(move || self.ensure_index(idx, create, replicas)))
                 .collect();
             // the first error in index order, so the message does not depend on timing
             each.into_iter()
@@ -110,7 +121,28 @@ impl EsStore {
         Ok(())
     }
 
-    fn ensure_index(&self, idx: Idx, create: bool) -> StoreResult<()> {
+    /// One replica when the cluster has a second data node to hold it, else
+    /// none (a replica that can never be assigned keeps the index yellow and
+    /// makes `wait_for_active_shards=all` wait forever).
+    fn default_replicas(&self) -> StoreResult<u32> {
+        let (status, resp) = self
+            .call(|c| async move { c.cluster().health(ClusterHealthParts::None).send().await })?;
+        if status != 200 {
+            return Err(StoreError::Other(format!(
+                "cluster health: {}",
+                reason(&resp)
+            )));
+        }
+        let data_nodes = resp["number_of_data_nodes"].as_u64().unwrap_or(1);
+        Ok(u32::from(data_nodes > 1))
+    }
+
+    fn ensure_index(
+        &self,
+        idx: Idx,
+        create: bool,
+        replicas: &dyn Fn() -> StoreResult<u32>,
+    ) -> StoreResult<()> {
         let name = &self.index_name(idx);
         let name = name.as_str();
         let (status, _) = self.call(|c| async move {
@@ -126,7 +158,7 @@ impl EsStore {
             )));
         }
         if status == 404 {
-            let body = index_body(idx);
+            let body = index_body(idx, replicas()?);
             let body = &body;
             let (status, resp) = self.call(|c| async move {
                 c.indices()

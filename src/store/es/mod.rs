@@ -36,6 +36,7 @@
 mod client;
 mod engine;
 mod mapping;
+mod pool;
 mod query;
 
 pub use client::redact;
@@ -49,7 +50,7 @@ use elasticsearch::auth::Credentials;
 use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::Url;
 use elasticsearch::http::headers::{HeaderName, HeaderValue};
-use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
+use elasticsearch::http::transport::TransportBuilder;
 use elasticsearch::indices::IndicesRefreshParts;
 use elasticsearch::*;
 use engine::Engine;
@@ -76,6 +77,9 @@ pub struct EsConfig {
     pub timeout: Duration,
     /// How long one operation may keep retrying before it fails.
     pub retry_budget: Duration,
+    /// Replicas of the indices this store creates (None: one when the
+    /// cluster has two or more data nodes, else none).
+    pub replicas: Option<u32>,
 }
 
 impl EsConfig {
@@ -89,6 +93,7 @@ impl EsConfig {
             ca: None,
             timeout: Duration::from_secs(10),
             retry_budget: Duration::from_secs(15),
+            replicas: None,
         }
     }
 }
@@ -98,10 +103,13 @@ pub struct EsStore {
     clients: Vec<Elasticsearch>,
     rt: tokio::runtime::Runtime,
     prefix: String,
-    /// URL without credentials, for messages.
+    /// The URLs without credentials, for messages.
     url: String,
-    /// The URL as given, whose credentials must never reach a message.
-    raw_url: String,
+    /// Each URL as given, whose credentials must never reach a message,
+    /// with what a message shows instead.
+    raw_urls: Vec<(String, String)>,
+    /// The nodes requests go to (shared by the clients).
+    pool: pool::NodePool,
     retry_budget: Duration,
     /// Per index: may hold writes this client's searches have not seen:
     /// its own since its last refresh, and at first those made before it
@@ -133,9 +141,24 @@ impl EsStore {
 
     fn open(cfg: &EsConfig, create: bool) -> StoreResult<EsStore> {
         check_index_name(&cfg.index)?;
-        let shown = redact(&cfg.url);
-        let url = Url::parse(&cfg.url)
-            .map_err(|e| StoreError::Invalid(format!("bad Elasticsearch URL {shown:?}: {e}")))?;
+        let given = pool::split_urls(&cfg.url);
+        let shown = given
+            .iter()
+            .map(|u| redact(u))
+            .collect::<Vec<_>>()
+            .join(",");
+        let urls = given
+            .iter()
+            .map(|u| {
+                Url::parse(u).map_err(|e| {
+                    StoreError::Invalid(format!("bad Elasticsearch URL {:?}: {e}", redact(u)))
+                })
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        let Some(url) = urls.first() else {
+            return Err(StoreError::Invalid("no Elasticsearch URL given".into()));
+        };
+        let nodes = pool::NodePool::new(&urls);
         let pem = match &cfg.ca {
             Some(ca) => Some(
                 std::fs::read(ca)
@@ -146,7 +169,7 @@ impl EsStore {
         // One client per caller, each naming it in X-Opaque-Id (a client is
         // a connection pool; idle ones cost nothing).
         let client = |caller: Caller| -> StoreResult<Elasticsearch> {
-            let mut tb = TransportBuilder::new(SingleNodeConnectionPool::new(url.clone()))
+            let mut tb = TransportBuilder::new(nodes.clone())
                 .disable_proxy()
                 .timeout(cfg.timeout)
                 .header(
@@ -189,19 +212,29 @@ impl EsStore {
             rt,
             prefix: cfg.index.clone(),
             url: shown.clone(),
-            raw_url: cfg.url.trim_end_matches('/').to_string(),
+            raw_urls: given
+                .iter()
+                .map(|u| (u.trim_end_matches('/').to_string(), redact(u)))
+                .collect(),
+            pool: nodes,
             retry_budget: cfg.retry_budget,
             dirty: std::array::from_fn(|_| AtomicBool::new(true)),
             refreshing: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             server_version: String::new(),
             engine: Engine::Elasticsearch,
         };
-        // At connect time fail fast: one attempt, no retry budget.
-        let info = store
-            .once(|c| async move { c.info().send().await })
-            .map_err(|e| {
-                StoreError::Unavailable(format!("cannot reach Elasticsearch at {shown}: {e}"))
-            })?;
+        // At connect time fail fast: one attempt per node (a node that
+        // fails is skipped by the next), no retry budget.
+        let mut info = Err(String::new());
+        for _ in 0..urls.len() {
+            info = store.once(|c| async move { c.info().send().await });
+            if info.is_ok() {
+                break;
+            }
+        }
+        let info = info.map_err(|e| {
+            StoreError::Unavailable(format!("cannot reach Elasticsearch at {shown}: {e}"))
+        })?;
         if info.0 != 200 {
             return Err(StoreError::Unavailable(format!(
                 "Elasticsearch at {shown} answered HTTP {}: {}",
@@ -210,7 +243,7 @@ impl EsStore {
             )));
         }
         (store.engine, store.server_version) = Engine::of(&info.1, &shown)?;
-        store.ensure_indices(create)?;
+        store.ensure_indices(create, cfg.replicas)?;
         Ok(store)
     }
 
@@ -752,7 +785,7 @@ mod tests {
 
     #[test]
     fn mappings_declare_every_field() {
-        let b = index_body(Idx::Entries);
+        let b = index_body(Idx::Entries, 0);
         assert_eq!(
             b["mappings"]["properties"]["path"]["fields"]["tree"]["analyzer"],
             "esfs_path"
@@ -763,7 +796,7 @@ mod tests {
 
     #[test]
     fn contents_are_trigram_text() {
-        let b = index_body(Idx::Entries);
+        let b = index_body(Idx::Entries, 0);
         assert_eq!(
             b["mappings"]["properties"]["contents"]["analyzer"],
             "esfs_trigram"
