@@ -58,6 +58,10 @@ pub enum StoreError {
     /// The backend cannot be reached or is overloaded after retries.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The backend refuses this client for a cause the user must fix
+    /// (credentials, privileges, TLS trust); the message names it.
+    #[error("{0}")]
+    Refused(String),
     /// Anything else the backend reports.
     #[error("store error: {0}")]
     Other(String),

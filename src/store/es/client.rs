@@ -39,11 +39,20 @@ pub(super) fn doc_of(v: &Value) -> StoreResult<Doc> {
     })
 }
 
-/// The error type and reason of an Elasticsearch error body.
+/// The error type and reason of an Elasticsearch error body; of a body
+/// that was not JSON (a proxy's page), its title or first line.
 pub(super) fn reason(body: &Value) -> String {
     let e = &body["error"];
-    match (e["type"].as_str(), e["reason"].as_str()) {
-        (Some(t), Some(r)) => format!("{t}: {r}"),
+    match (e["type"].as_str(), e["reason"].as_str(), body.as_str()) {
+        (Some(t), Some(r), _) => format!("{t}: {r}"),
+        (_, _, Some(text)) => {
+            let title = text
+                .split_once("<title>")
+                .and_then(|(_, r)| r.split_once("</title>"))
+                .map(|(t, _)| t);
+            let line = title.unwrap_or(text).trim().lines().next().unwrap_or("");
+            line.chars().take(200).collect()
+        }
         _ => body.to_string(),
     }
 }
@@ -90,9 +99,19 @@ pub(super) fn retryable(status: u16) -> bool {
     matches!(status, 429 | 502 | 503 | 504)
 }
 
+/// Why one request failed.
+pub(super) enum Failure {
+    /// Refused for a cause the user must fix (whole message, naming the URL;
+    /// see [`Who`](super::refusal::Who)): retrying cannot help.
+    Refused(String),
+    /// No answer (the cause, worth retrying).
+    Unreachable(String),
+}
+
 impl EsStore {
-    /// One request, no retries: (status, body). Used at connect time.
-    pub(super) fn once<F, Fut>(&self, f: F) -> Result<(u16, Value), String>
+    /// One request, no retries: (status, body; a body that is not JSON is
+    /// its text), or why it failed, refusals worded by [`Who`](super::refusal::Who).
+    pub(super) fn once<F, Fut>(&self, f: F) -> Result<(u16, Value), Failure>
     where
         F: Fn(Elasticsearch) -> Fut,
         Fut: Future<Output = Result<Response, elasticsearch::Error>>,
@@ -100,24 +119,39 @@ impl EsStore {
         let client = self.clients[Caller::current() as usize].clone();
         self.rt.block_on(async {
             let resp = f(client).await.map_err(|e| {
+                if let Some(m) = self.who.transport(&e) {
+                    return Failure::Refused(m);
+                }
+                let m = self
+                    .who
+                    .hint(&e)
+                    .unwrap_or_else(|| self.scrub(error_chain(&e)));
                 if let Some(node) = self.pool.failed_here() {
                     log::warn!(
-                        "Elasticsearch node {} failed ({}): trying the others",
-                        redact(node.as_str()),
-                        self.scrub(error_chain(&e))
+                        "Elasticsearch node {} failed ({m}): trying the others",
+                        redact(node.as_str())
                     );
                 }
-                self.scrub(error_chain(&e))
+                Failure::Unreachable(m)
             })?;
             self.pool.answered_here();
             let status = resp.status_code().as_u16();
-            let body = resp.json::<Value>().await.unwrap_or(Value::Null);
-            Ok((status, body))
+            let bytes = resp.bytes().await.unwrap_or_default();
+            let body = match serde_json::from_slice(&bytes) {
+                Ok(v) => v,
+                Err(_) if bytes.is_empty() => Value::Null,
+                Err(_) => Value::String(String::from_utf8_lossy(&bytes).into_owned()),
+            };
+            match self.who.answer(status, &body) {
+                Some(m) => Err(Failure::Refused(m)),
+                None => Ok((status, body)),
+            }
         })
     }
 
     /// A request with bounded retries on overload and transport failures:
-    /// (status, body) of the final answer, or `Unavailable`.
+    /// (status, body) of the final answer, `Unavailable`, or at once
+    /// `Refused`.
     pub(super) fn call<F, Fut>(&self, f: F) -> StoreResult<(u16, Value)>
     where
         F: Fn(Elasticsearch) -> Fut,
@@ -129,7 +163,8 @@ impl EsStore {
             let last = match self.once(&f) {
                 Ok((status, body)) if !retryable(status) => return Ok((status, body)),
                 Ok((status, body)) => format!("HTTP {status}: {}", reason(&body)),
-                Err(e) => e,
+                Err(Failure::Unreachable(e)) => e,
+                Err(Failure::Refused(m)) => return Err(StoreError::Refused(m)),
             };
             if start.elapsed() + delay > self.retry_budget {
                 log::warn!("Elasticsearch at {} unavailable: {last}", self.url);

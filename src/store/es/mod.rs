@@ -30,14 +30,17 @@
 //!
 //! Layout: this file holds the configuration, the connection and the
 //! [`MetaStore`] implementation; `client` the requests and their retries and
-//! errors, `engine` the Elasticsearch/OpenSearch differences, `query` the
-//! query DSL and searches, `mapping` the indices' mappings.
+//! errors, `refusal` the failures a user must fix (credentials, privileges,
+//! TLS trust, http/https mixed up) in words, `engine` the
+//! Elasticsearch/OpenSearch differences, `query` the query DSL and searches,
+//! `mapping` the indices' mappings.
 
 mod client;
 mod engine;
 mod mapping;
 mod pool;
 mod query;
+mod refusal;
 
 pub use client::redact;
 pub use mapping::{MAPPING_FORMAT, index_body};
@@ -45,7 +48,7 @@ pub use query::query_json;
 
 use super::schema::Idx;
 use super::*;
-use client::{doc_of, error_of, jitter, reason, retryable, version_of};
+use client::{Failure, doc_of, error_of, jitter, reason, retryable, version_of};
 use elasticsearch::auth::Credentials;
 use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::Url;
@@ -123,6 +126,8 @@ pub struct EsStore {
     /// The server's version string, as reported at connect time.
     pub server_version: String,
     engine: Engine,
+    /// What refusals name.
+    who: refusal::Who,
 }
 
 impl EsStore {
@@ -166,6 +171,17 @@ impl EsStore {
             ),
             None => None,
         };
+        let url_user = Some(url.username()).filter(|u| !u.is_empty());
+        let who = refusal::Who {
+            url: shown.clone(),
+            // An API key wins over a user.
+            user: (cfg.api_key.is_none())
+                .then(|| cfg.user.as_deref().or(url_user).map(str::to_string))
+                .flatten(),
+            api_key: cfg.api_key.is_some(),
+            ca: cfg.ca.clone(),
+            prefix: cfg.index.clone(),
+        };
         // One client per caller, each naming it in X-Opaque-Id (a client is
         // a connection pool; idle ones cost nothing).
         let client = |caller: Caller| -> StoreResult<Elasticsearch> {
@@ -176,16 +192,11 @@ impl EsStore {
                     HeaderName::from_static("x-opaque-id"),
                     HeaderValue::from_static(caller.opaque_id()),
                 );
-            let (url_user, url_pass) = (url.username(), url.password());
             if let Some(key) = &cfg.api_key {
                 tb = tb.auth(Credentials::EncodedApiKey(key.clone()));
-            } else if let Some(user) = cfg
-                .user
-                .as_deref()
-                .or((!url_user.is_empty()).then_some(url_user))
-            {
-                let pass = cfg.password.as_deref().or(url_pass).unwrap_or("");
-                tb = tb.auth(Credentials::Basic(user.to_string(), pass.to_string()));
+            } else if let Some(user) = &who.user {
+                let pass = cfg.password.as_deref().or(url.password()).unwrap_or("");
+                tb = tb.auth(Credentials::Basic(user.clone(), pass.to_string()));
             }
             if let (Some(pem), Some(ca)) = (&pem, &cfg.ca) {
                 let cert = Certificate::from_pem(pem)
@@ -222,18 +233,22 @@ impl EsStore {
             refreshing: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             server_version: String::new(),
             engine: Engine::Elasticsearch,
+            who,
         };
         // At connect time fail fast: one attempt per node (a node that
         // fails is skipped by the next), no retry budget.
-        let mut info = Err(String::new());
+        let mut info = Err(Failure::Unreachable(String::new()));
         for _ in 0..urls.len() {
             info = store.once(|c| async move { c.info().send().await });
-            if info.is_ok() {
+            if !matches!(info, Err(Failure::Unreachable(_))) {
                 break;
             }
         }
-        let info = info.map_err(|e| {
-            StoreError::Unavailable(format!("cannot reach Elasticsearch at {shown}: {e}"))
+        let info = info.map_err(|e| match e {
+            Failure::Refused(m) => StoreError::Refused(m),
+            Failure::Unreachable(e) => {
+                StoreError::Unavailable(format!("cannot reach Elasticsearch at {shown}: {e}"))
+            }
         })?;
         if info.0 != 200 {
             return Err(StoreError::Unavailable(format!(
