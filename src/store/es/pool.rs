@@ -29,7 +29,8 @@ thread_local! {
 #[derive(Debug)]
 struct Nodes {
     conns: Vec<Connection>,
-    /// Per node: skipped until this many ms after `epoch` (0: healthy).
+    /// Per node: skipped until this many ms after `epoch` (0: it answered
+    /// its last request; a past time: it failed, and may be tried again).
     dead_until: Vec<AtomicU64>,
     next: AtomicUsize,
     epoch: Instant,
@@ -81,8 +82,9 @@ impl NodePool {
     pub(super) fn failed_here(&self) -> Option<Arc<Url>> {
         let i = LAST.with(|l| l.get())?;
         let until = self.now_ms() + COOL_DOWN.as_millis() as u64;
-        let was = self.nodes.dead_until[i].swap(until, Ordering::Relaxed);
-        (was <= self.now_ms() && self.nodes.conns.len() > 1).then(|| self.nodes.conns[i].url())
+        // 0 means it answered since its last failure: a new outage
+        let was = self.nodes.dead_until[i].swap(until.max(1), Ordering::Relaxed);
+        (was == 0 && self.nodes.conns.len() > 1).then(|| self.nodes.conns[i].url())
     }
 
     /// The request this thread just sent was answered: its node is healthy.
@@ -142,6 +144,9 @@ mod tests {
             "the first failure of a healthy node is reported"
         );
         assert_eq!(p.failed_here(), None, "a second one is not");
+        p.nodes.dead_until[0].store(1, Ordering::Relaxed); // its cool-down over
+        LAST.with(|l| l.set(Some(0)));
+        assert_eq!(p.failed_here(), None, "nor one after the cool-down");
         let ports: Vec<u16> = (0..4).map(|_| port(&p.next())).collect();
         assert!(
             !ports.contains(&9200),
