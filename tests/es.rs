@@ -215,7 +215,8 @@ fn fsck_pages_through_more_than_a_thousand_inodes() {
     assert!(text.contains(&want), "want {want:?}:\n{text}");
 }
 
-/// A mount killed while it holds the guide's tree locks (shared counts on
+/// A mount killed while it holds tree locks (Elasticsearch: The Definitive
+/// Guide, chapter "Handling Relationships", "Tree Locking"; shared counts on
 /// the ancestors of what it just renamed) leaves lock documents behind;
 /// another mount's janitor removes them, and the dead session, once its
 /// lease has lapsed (they used to stay until someone ran fsck --repair).

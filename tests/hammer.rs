@@ -1,4 +1,6 @@
-//! Several mounts hammering one tree at once: the guide's case (one renames
+//! Several mounts hammering one tree at once: the case of Elasticsearch: The
+//! Definitive Guide, chapter "Handling Relationships" ("Solving Concurrency
+//! Issues": one renames
 //! /clinton with everything below it while another renames
 //! /clinton/projects/elasticsearch/README.txt), plus creates, unlinks and
 //! mkdir/rmdir, from three mount processes of one Elasticsearch index (the
@@ -64,7 +66,7 @@ fn concurrent_renames_creates_and_unlinks_from_three_mounts() {
             let _ = fs::rename(&t, m.join(other));
         }
     });
-    // Mount 1 renames the README inside it, the guide's second user.
+    // Mount 1 renames the README inside it, the Definitive Guide's second user.
     spawn(mounts[1].path().into(), |m, _| {
         if let Some(t) = top(m) {
             let d = t.join("projects/elasticsearch");

@@ -1,6 +1,8 @@
-//! The guide's lock scenarios, replayed against the lock manager on every
-//! backend (the embedded store and the Elasticsearch test double). Several
-//! managers with distinct owners stand for several mounts.
+//! The lock scenarios of Elasticsearch: The Definitive Guide, chapter
+//! "Handling Relationships" ("Solving Concurrency Issues"), replayed against
+//! the lock manager on every backend (the embedded store and the
+//! Elasticsearch test double). Several managers with distinct owners stand for
+//! several mounts.
 
 use es_test_server::EsTestServer;
 use esfs::locks::LockError;

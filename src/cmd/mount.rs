@@ -29,7 +29,7 @@ pub struct MountCmd {
     /// FUSE mount options, comma-separated: allow_other, allow_root, ro, rw,
     /// noatime, nodev, nosuid, noexec, dev, suid, exec, sync, dirsync,
     /// auto_unmount, fsname=NAME, nonempty (mount over a non-empty
-    /// directory), writeback_cache (embedded store only; see the README).
+    /// directory), writeback_cache (embedded store only; see docs/consistency.md).
     /// default_permissions is always on.
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,

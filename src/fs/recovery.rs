@@ -1,4 +1,6 @@
-//! What the guide leaves open: the half-done change of a holder that died.
+//! What Elasticsearch: The Definitive Guide, chapter "Handling Relationships"
+//! ("Solving Concurrency Issues") leaves open: the half-done change of a
+//! holder that died.
 //!
 //! The janitor finds intents (see [`super::intent`]) whose owners' leases
 //! ran out and rolls them forward under the same tree locks; a mount's
@@ -57,7 +59,7 @@ impl Fs {
 
     /// One janitor pass, one listing of the lock documents when nothing is
     /// stale: dead mounts' intents rolled forward, then their sessions and
-    /// locks removed (the guide's tree locks would otherwise stay held by a
+    /// locks removed (the Definitive Guide's tree locks would otherwise stay held by a
     /// mount killed hours ago). Returns (intents, locks and sessions).
     pub fn reap_dead_mounts(&self) -> FsResult<(usize, u64)> {
         let docs = LockManager::list(&*self.store)?;

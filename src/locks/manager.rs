@@ -1,6 +1,8 @@
-//! The guide's three locking schemes as documents in the `locks` index,
+//! The three locking schemes of Elasticsearch: The Definitive Guide, chapter
+//! "Handling Relationships" ("Solving Concurrency Issues": global, document
+//! and tree locking) as documents in the `locks` index,
 //! written once over [`MetaStore`] (so they hold across every mount of one
-//! store), plus what the guide leaves open: holders that die.
+//! store), plus what the Definitive Guide leaves open: holders that die.
 //!
 //! Documents (ids):
 //! - `session/<owner>`: one per mount, `{host, pid, mount, started, expires}`,
@@ -290,7 +292,7 @@ impl LockManager {
         )
     }
 
-    // ---- the guide's global lock ----
+    // ---- the Definitive Guide's global lock ("Global Locking") ----
 
     pub fn lock_global(&self) -> Result<(), LockError> {
         self.lock_owned("global", "global")
@@ -300,7 +302,7 @@ impl LockManager {
         self.unlock_owned("global")
     }
 
-    // ---- the guide's document locks ----
+    // ---- the Definitive Guide's document locks ("Document Locking") ----
 
     /// Lock document `id` for this owner; re-locking by the same owner is a
     /// no-op, another (live) owner's lock fails.
@@ -329,7 +331,7 @@ impl LockManager {
             };
             let holder = cur.source["owner"].as_str().unwrap_or("").to_string();
             if holder == self.owner {
-                // The guide's noop for the same owner.
+                // The Definitive Guide's noop for the same owner ("Document Locking").
                 self.owned.lock().insert(id.to_string(), cur.version);
                 return Ok(());
             }
@@ -363,7 +365,7 @@ impl LockManager {
         }
     }
 
-    // ---- the guide's tree locks ----
+    // ---- the Definitive Guide's tree locks ("Tree Locking") ----
 
     /// Shared locks on `shared` (directory paths, top-down) and exclusive
     /// locks on `exclusive` (the paths being changed).
@@ -502,7 +504,8 @@ impl LockManager {
         }
     }
 
-    /// Release in reverse order, longest path first (the guide's order).
+    /// Release in reverse order, longest path first (the Definitive Guide's order,
+    /// "Tree Locking").
     pub fn release(&self, g: TreeGuard) {
         if let Err(e) = self.release_with(g, Vec::new()) {
             log::warn!("releasing exclusive locks: {e}");

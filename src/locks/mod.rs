@@ -1,10 +1,12 @@
 //! Namespace locking: `manager` holds the store-level locks that order
-//! changes across mounts (the guide's global, document and tree locks);
+//! changes across mounts (the global, document and tree locks of
+//! Elasticsearch: The Definitive Guide, chapter "Handling Relationships",
+//! "Solving Concurrency Issues");
 //! this file orders the threads of one mount before they get there.
 //!
 //! Every document carries its full path, so a directory rename must never run
 //! while another change reads or writes paths under it. The mount-local
-//! version of the guide's tree locking:
+//! version of the Definitive Guide's tree locking:
 //! - ordinary namespace changes take the tree lock *shared* plus exclusive
 //!   locks on the directories whose entries they change (sorted, so two
 //!   changes can never wait on each other in a cycle);
@@ -67,7 +69,7 @@ impl NamespaceLocks {
 impl Drop for NsGuard<'_> {
     fn drop(&mut self) {
         if let NsGuard::Shared { dirs, .. } = self {
-            // Release the stripes longest-held-last, like the guide's reverse order.
+            // Release the stripes longest-held-last, like the Definitive Guide's reverse order.
             while dirs.pop().is_some() {}
         }
     }

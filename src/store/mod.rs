@@ -228,7 +228,8 @@ pub struct SearchRequest {
     pub size: usize,
 }
 
-/// Field collapsing (the guide's terms + top_hits): the documents matching
+/// Field collapsing (terms + top_hits, as in Elasticsearch: The Definitive
+/// Guide, chapter "Handling Relationships", "Field Collapsing"): the documents matching
 /// `query`, in one bucket per value of `field`, buckets ordered by their best
 /// hit's score (then key), each with its `per_bucket` best hits (score, then
 /// id). `score` adds relevance without filtering (a `should` clause); without
@@ -590,7 +591,8 @@ pub trait MetaStore: Send + Sync {
     /// do): every document strictly below `old` in the `path` tree gets the
     /// prefix `old` of its `path` and `dir` replaced by `new`, each with a
     /// new version, all or nothing. `Ok(None)`: not offered; the caller runs
-    /// the seeds' scan and bulk update instead. Returns the number of
+    /// the scan and bulk update of Elasticsearch: The Definitive Guide, chapter
+    /// "Handling Relationships" ("Renaming Files and Directories") instead. Returns the number of
     /// documents moved.
     fn rebase_paths(&self, _index: Idx, _old: &str, _new: &str) -> StoreResult<Option<u64>> {
         Ok(None)

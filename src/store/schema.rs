@@ -8,7 +8,8 @@
 //!   (or `<parent ino>//<base64url(name)>` when the name is not UTF-8), so the
 //!   (parent, name) lookup is a realtime get by id and always under 512 bytes.
 //!   `path` is the full path (`path.tree` selects a subtree), `dir` the parent
-//!   directory's path (the seeds' `path`), plus copies of the searchable
+//!   directory's path (the `path` of the file-system example in Elasticsearch:
+//!   The Definitive Guide, chapter "Handling Relationships"), plus copies of the searchable
 //!   attributes of the inode.
 //! - `inodes`: one document per inode (`_id` = inode number): attributes,
 //!   xattrs, symlink target, content key and back-links to its names.

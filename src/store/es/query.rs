@@ -114,7 +114,8 @@ impl EsStore {
         Self::hits_of(&resp, 0)
     }
 
-    /// The guide's field collapsing: a terms aggregation on the field,
+    /// Field collapsing (Elasticsearch: The Definitive Guide, chapter "Handling
+    /// Relationships", "Field Collapsing"): a terms aggregation on the field,
     /// ordered by each bucket's best score (`max` of `_score`), with
     /// `top_hits` inside; `size: 0` skips the plain hits.
     pub(super) fn group_impl(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
