@@ -267,6 +267,27 @@ fn as_usize(key: &str, v: &Value) -> EsResult<usize> {
     }
 }
 
+/// An integer URL parameter, refused as Elasticsearch refuses it.
+pub fn int_param(key: &str, v: &str) -> EsResult<i64> {
+    v.parse::<i32>().map(i64::from).map_err(|_| {
+        EsError::bad_request(format!(
+            "Failed to parse int parameter [{key}] with value [{v}]"
+        ))
+        .caused_by(json!({"type": "number_format_exception", "reason": format!("For input string: \"{v}\"")}))
+    })
+}
+
+/// `terminate_after`: 0 (the default) is accepted; a negative value is refused with
+/// Elasticsearch's message (before the indices are resolved, as there); stopping early is
+/// not implemented.
+pub fn check_terminate_after(n: i64) -> EsResult<()> {
+    match n {
+        0 => Ok(()),
+        n if n < 0 => Err(EsError::bad_request("terminateAfter must be > 0")),
+        _ => Err(EsError::unsupported("terminate_after")),
+    }
+}
+
 impl SearchReq {
     pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> EsResult<SearchReq> {
         let mut r = SearchReq {
@@ -349,8 +370,8 @@ impl SearchReq {
                         if k == "explain" && v.as_bool() == Some(true) {
                             return Err(EsError::unsupported("explain"));
                         }
-                        if k == "terminate_after" && v.as_u64().unwrap_or(0) > 0 {
-                            return Err(EsError::unsupported("terminate_after"));
+                        if k == "terminate_after" {
+                            check_terminate_after(v.as_i64().unwrap_or(0))?;
                         }
                     }
                     "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
@@ -374,6 +395,9 @@ impl SearchReq {
         }
         if let Some(s) = params.get("from") {
             r.from = as_usize("from", &Value::String(s.clone()))?;
+        }
+        if let Some(t) = params.get("terminate_after") {
+            check_terminate_after(int_param("terminate_after", t)?)?;
         }
         if let Some(s) = params.get("sort") {
             let specs: Vec<Value> = s

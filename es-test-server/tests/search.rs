@@ -1007,3 +1007,63 @@ fn sortless_pit_search_pages_with_score_and_shard_doc() {
     let (_, v) = es.post("/t/_search", r#"{"size":1}"#);
     assert!(v["hits"]["hits"][0].get("sort").is_none(), "{v}");
 }
+
+/// `terminate_after`, as Elasticsearch 9.5.3 answers it (rest-api-spec count/10_basic.yml
+/// "test negative terminate_after throws IAE"): a negative value is refused before the
+/// indices are looked at, so even a missing index gets the 400; 0 is the default.
+#[test]
+fn negative_terminate_after_is_refused_before_index_resolution() {
+    let es = start();
+    es.put("/t", "{}");
+    for (method, path, body) in [
+        ("GET", "/index1/_count?terminate_after=-1", None),
+        ("GET", "/t/_count?terminate_after=-1", None),
+        ("GET", "/t/_search?terminate_after=-1", None),
+        ("GET", "/missing/_search?terminate_after=-1", None),
+        ("POST", "/t/_search", Some(r#"{"terminate_after": -1}"#)),
+        (
+            "POST",
+            "/missing/_search",
+            Some(r#"{"terminate_after": -1}"#),
+        ),
+    ] {
+        let (s, v) = es.req(method, path, body);
+        assert_eq!(s, 400, "{path}: {v}");
+        let err =
+            json!({"type": "illegal_argument_exception", "reason": "terminateAfter must be > 0"});
+        assert_eq!(
+            v,
+            json!({"error": {"root_cause": [err.clone()], "type": err["type"], "reason": err["reason"]}, "status": 400}),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        es.get("/t/_count?terminate_after=0"),
+        (
+            200,
+            json!({"count": 0, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}})
+        )
+    );
+    assert_eq!(es.get("/t/_search?terminate_after=0").0, 200);
+    let v = es.expect_err(
+        "GET",
+        "/t/_count?terminate_after=x",
+        None,
+        400,
+        "illegal_argument_exception",
+        "Failed to parse int parameter [terminate_after] with value [x]",
+    );
+    assert_eq!(
+        v["error"]["caused_by"],
+        json!({"type": "number_format_exception", "reason": "For input string: \"x\""})
+    );
+    // A negative size in the URL is reported first, as in Elasticsearch.
+    es.expect_err(
+        "GET",
+        "/t/_search?terminate_after=-5&size=-1",
+        None,
+        400,
+        "illegal_argument_exception",
+        "[size] parameter cannot be negative, found [-1]",
+    );
+}

@@ -203,6 +203,9 @@ pub(super) fn count(sh: &Shared, req: &Req, expr: Option<&str>) -> EsResult<Outc
     if req.params.contains_key("q") {
         return Err(EsError::unsupported("the [q] (query string) parameter"));
     }
+    if let Some(t) = req.params.get("terminate_after") {
+        search::check_terminate_after(search::int_param("terminate_after", t)?)?;
+    }
     let body = parse_body(req)?;
     let mut query = None;
     if let Some(b) = &body {
