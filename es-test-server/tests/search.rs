@@ -1067,3 +1067,262 @@ fn negative_terminate_after_is_refused_before_index_resolution() {
         "[size] parameter cannot be negative, found [-1]",
     );
 }
+
+/// The hits' `_id` and `sort` values of a search.
+fn ids_and_sorts(es: &Es, path: &str, body: Value) -> Vec<(String, Value)> {
+    let (s, v) = es.post(path, &body.to_string());
+    assert_eq!(s, 200, "{body}: {v}");
+    v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["_id"].as_str().unwrap().to_string(), h["sort"].clone()))
+        .collect()
+}
+
+fn one(id: &str, sort: Value) -> Vec<(String, Value)> {
+    vec![(id.to_string(), sort)]
+}
+
+/// `search_after` on `date` and `date_nanos` fields with a custom format, as Elasticsearch
+/// 9.5.3 answers rest-api-spec search/90_search_after.yml "date" and "date_nanos": sort
+/// values are epoch milliseconds (nanoseconds), and `search_after` takes them as numbers or
+/// as text in the field's format.
+#[test]
+fn search_after_on_date_and_date_nanos() {
+    let es = start();
+    for (index, ty, fmt, early, late) in [
+        (
+            "date",
+            "date",
+            "yyyy-MM-dd HH:mm:ss.SSS",
+            "2019-10-21 00:30:04.828",
+            "2019-10-21 08:30:04.828",
+        ),
+        (
+            "nanos",
+            "date_nanos",
+            "yyyy-MM-dd HH:mm:ss.SSSSSS",
+            "2019-10-21 00:30:04.828740",
+            "2019-10-21 08:30:04.828733",
+        ),
+    ] {
+        es.put(
+            &format!("/{index}"),
+            &json!({"mappings": {"properties": {"timestamp": {"type": ty, "format": fmt}}}})
+                .to_string(),
+        );
+        let body = format!(
+            "{{\"index\":{{\"_id\":\"early\"}}}}\n{{\"timestamp\":\"{early}\"}}\n{{\"index\":{{\"_id\":\"late\"}}}}\n{{\"timestamp\":\"{late}\"}}\n"
+        );
+        let (s, v) = es.bulk(&format!("/{index}/_bulk?refresh=true"), &body);
+        assert_eq!((s, v["errors"].as_bool()), (200, Some(false)), "{v}");
+    }
+    let search = |index: &str, after: Option<Value>| {
+        let mut body = json!({"size": 1, "sort": [{"timestamp": "desc"}]});
+        if let Some(a) = after {
+            body["search_after"] = a;
+        }
+        ids_and_sorts(&es, &format!("/{index}/_search"), body)
+    };
+    assert_eq!(search("date", None), one("late", json!([1571646604828i64])));
+    let next = one("early", json!([1571617804828i64]));
+    assert_eq!(search("date", Some(json!([1571646604828i64]))), next);
+    assert_eq!(
+        search("date", Some(json!(["2019-10-21 08:30:04.828"]))),
+        next
+    );
+    assert_eq!(
+        search("nanos", None),
+        one("late", json!([1571646604828733000i64]))
+    );
+    let next = one("early", json!([1571617804828740000i64]));
+    assert_eq!(search("nanos", Some(json!([1571646604828733000i64]))), next);
+    assert_eq!(
+        search("nanos", Some(json!(["2019-10-21 08:30:04.828733"]))),
+        next
+    );
+    // Text the format does not read is refused as Elasticsearch refuses it.
+    let (s, v) = es.post(
+        "/date/_search",
+        r#"{"sort": [{"timestamp": "asc"}], "search_after": ["nonsense"]}"#,
+    );
+    assert_eq!(s, 400, "{v}");
+    let why = "failed to parse date field [nonsense] with format [yyyy-MM-dd HH:mm:ss.SSS]";
+    assert_eq!(v["error"]["type"], "search_phase_execution_exception");
+    assert_eq!(
+        v["error"]["root_cause"],
+        json!([{"type": "parse_exception", "reason": format!("{why}: [{why}]")}])
+    );
+    assert_eq!(
+        v["error"]["failed_shards"][0]["reason"]["caused_by"],
+        json!({"type": "illegal_argument_exception", "reason": why})
+    );
+    assert!(v["error"].get("caused_by").is_none(), "{v}");
+    // Epoch milliseconds as text are not in that format either.
+    let (s, v) = es.post(
+        "/date/_search",
+        r#"{"sort": [{"timestamp": "asc"}], "search_after": ["1613032204828"]}"#,
+    );
+    assert_eq!(
+        (s, &v["error"]["root_cause"][0]["type"]),
+        (400, &json!("parse_exception")),
+        "{v}"
+    );
+}
+
+/// Sort `format`, as Elasticsearch 9.5.3 answers rest-api-spec search/90_search_after.yml
+/// "Format sort values" and search/630_format_sort_missing_dates.yml: date sort values become
+/// strings in the sort's format (missing ones null), `search_after` is read in that format,
+/// and `numeric_type` sorts `date` and `date_nanos` indices together.
+#[test]
+fn sort_format_and_numeric_type() {
+    let es = start();
+    es.put("/test", r#"{"mappings": {"properties": {"timestamp": {"type": "date", "format": "yyyy-MM-dd HH:mm:ss.SSS"}, "n": {"type": "long"}, "k": {"type": "keyword"}}}}"#);
+    es.put("/test_nanos", r#"{"mappings": {"properties": {"timestamp": {"type": "date_nanos", "format": "dd/MM/yyyy HH:mm:ss.SSS"}, "t2": {"type": "date_nanos", "format": "yyyy-MM-dd HH:mm:ss.SSSSSS"}}}}"#);
+    let body = concat!(
+        "{\"index\":{\"_id\":\"a\"}}\n{\"timestamp\":\"2021-10-13 00:30:04.828\"}\n",
+        "{\"index\":{\"_id\":\"b\"}}\n{\"timestamp\":\"2021-06-11 04:30:04.828\"}\n",
+        "{\"index\":{\"_id\":\"c\"}}\n{\"timestamp\":\"2021-02-11 08:30:04.828\"}\n",
+        "{\"index\":{\"_id\":\"m\"}}\n{\"n\":1}\n",
+    );
+    assert_eq!(es.bulk("/test/_bulk?refresh=true", body).0, 200);
+    let body = concat!(
+        "{\"index\":{\"_id\":\"na\"}}\n{\"timestamp\":\"21/08/2021 03:30:04.732\",\"t2\":\"2021-10-13 00:30:04.828123\"}\n",
+        "{\"index\":{\"_id\":\"nb\"}}\n{\"timestamp\":\"20/05/2021 05:30:04.832\",\"t2\":\"2021-06-11 04:30:04.000456\"}\n",
+        "{\"index\":{\"_id\":\"nc\"}}\n{\"timestamp\":\"15/04/2021 06:30:04.821\"}\n",
+    );
+    assert_eq!(es.bulk("/test_nanos/_bulk?refresh=true", body).0, 200);
+    let sort = |fmt: &str, order: &str| json!([{"timestamp": {"order": order, "format": fmt}}]);
+    let iso = "strict_date_optional_time_nanos";
+    let pairs = |v: &[(&str, Value)]| -> Vec<(String, Value)> {
+        v.iter().map(|(i, s)| (i.to_string(), json!([s]))).collect()
+    };
+    assert_eq!(
+        ids_and_sorts(
+            &es,
+            "/test/_search",
+            json!({"size": 4, "sort": sort(iso, "asc")})
+        ),
+        pairs(&[
+            ("c", json!("2021-02-11T08:30:04.828Z")),
+            ("b", json!("2021-06-11T04:30:04.828Z")),
+            ("a", json!("2021-10-13T00:30:04.828Z")),
+            ("m", json!(null)),
+        ])
+    );
+    assert_eq!(
+        ids_and_sorts(
+            &es,
+            "/test/_search",
+            json!({"size": 1, "sort": sort(iso, "asc"), "search_after": ["2021-02-11T08:30:04.828Z"]})
+        ),
+        one("b", json!(["2021-06-11T04:30:04.828Z"]))
+    );
+    let custom = "yyyy-MM-dd | HH:mm:ss.SSS";
+    assert_eq!(
+        ids_and_sorts(
+            &es,
+            "/test/_search",
+            json!({"size": 1, "sort": sort(custom, "asc"), "search_after": ["2021-02-11 | 08:30:04.828"]})
+        ),
+        one("b", json!(["2021-06-11 | 04:30:04.828"]))
+    );
+    let desc_first =
+        json!([{"timestamp": {"order": "desc", "format": "epoch_millis", "missing": "_first"}}]);
+    assert_eq!(
+        ids_and_sorts(&es, "/test/_search", json!({"size": 2, "sort": desc_first})),
+        pairs(&[("m", json!(null)), ("a", json!("1634085004828"))])
+    );
+    // Nanoseconds keep their digits in the nanos format and in epoch_millis' fraction.
+    let t2 = |fmt: &str| json!({"size": 1, "sort": [{"t2": {"format": fmt}}]});
+    assert_eq!(
+        ids_and_sorts(&es, "/test_nanos/_search", t2(iso)),
+        one("nb", json!(["2021-06-11T04:30:04.000456Z"]))
+    );
+    assert_eq!(
+        ids_and_sorts(&es, "/test_nanos/_search", t2("strict_date_optional_time")),
+        one("nb", json!(["2021-06-11T04:30:04.000Z"]))
+    );
+    assert_eq!(
+        ids_and_sorts(&es, "/test_nanos/_search", t2("epoch_millis")),
+        one("nb", json!(["1623385804000.456"]))
+    );
+    // Mixed date and date_nanos indices, converted by numeric_type.
+    let mixed = |numeric: &str, after: Option<&str>| {
+        let mut b = json!({"size": 2, "sort": [{"timestamp": {"order": "asc", "format": iso, "numeric_type": numeric}}]});
+        if let Some(a) = after {
+            b["search_after"] = json!([a]);
+        }
+        ids_and_sorts(&es, "/tes*/_search", b)
+    };
+    assert_eq!(
+        mixed("date_nanos", None),
+        pairs(&[
+            ("c", json!("2021-02-11T08:30:04.828Z")),
+            ("nc", json!("2021-04-15T06:30:04.821Z"))
+        ])
+    );
+    assert_eq!(
+        mixed("date", Some("2021-04-15T06:30:04.821Z")),
+        pairs(&[
+            ("nb", json!("2021-05-20T05:30:04.832Z")),
+            ("b", json!("2021-06-11T04:30:04.828Z"))
+        ])
+    );
+    let raw =
+        json!({"size": 2, "sort": [{"timestamp": {"order": "asc", "numeric_type": "date_nanos"}}]});
+    assert_eq!(
+        ids_and_sorts(&es, "/tes*/_search", raw),
+        pairs(&[
+            ("c", json!(1613032204828000000i64)),
+            ("nc", json!(1618468204821000000i64))
+        ])
+    );
+    // A text search_after in another format than the sort's is refused.
+    for fmt in ["yyyy-MM-dd HH:mm:ss.SSS", "epoch_millis"] {
+        let b = json!({"sort": sort(fmt, "asc"), "search_after": ["2021-02-11T08:30:04.828Z"]});
+        let (s, v) = es.post("/test/_search", &b.to_string());
+        let why =
+            format!("failed to parse date field [2021-02-11T08:30:04.828Z] with format [{fmt}]");
+        assert_eq!(s, 400, "{v}");
+        assert_eq!(
+            v["error"]["root_cause"][0]["reason"],
+            format!("{why}: [{why}]")
+        );
+    }
+    // Formats on other fields, unknown pattern letters and unknown numeric types.
+    for (sort, reason) in [
+        (
+            json!({"n": {"format": "#.0"}}),
+            "require a date_time formatter; got [decimal]",
+        ),
+        (
+            json!({"k": {"format": "x"}}),
+            "Field [k] of type [keyword] does not support custom formats",
+        ),
+        (
+            json!({"timestamp": {"format": "bogus_format_name"}}),
+            "Invalid format: [bogus_format_name]: Unknown pattern letter: b",
+        ),
+    ] {
+        let (s, v) = es.post("/test/_search", &json!({"sort": [sort]}).to_string());
+        assert_eq!(s, 400, "{v}");
+        assert_eq!(v["error"]["type"], "search_phase_execution_exception");
+        assert_eq!(
+            v["error"]["root_cause"],
+            json!([{"type": "illegal_argument_exception", "reason": reason}])
+        );
+        assert_eq!(v["error"]["caused_by"]["reason"], reason);
+    }
+    let (s, v) = es.post(
+        "/test/_search",
+        r#"{"sort": [{"timestamp": {"numeric_type": "bogus"}}]}"#,
+    );
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["type"], "x_content_parse_exception");
+    assert_eq!(
+        v["error"]["caused_by"]["reason"],
+        "invalid value for [numeric_type], must be [long, double, date, date_nanos], got bogus"
+    );
+}
