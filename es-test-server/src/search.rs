@@ -16,6 +16,7 @@ use crate::store::{Doc, PRIMARY_TERM, Snapshot};
 /// One index (or PIT member) a search runs over.
 pub struct Target {
     pub name: String,
+    pub uuid: String,
     pub snap: Arc<Snapshot>,
     pub mapping: Arc<Mapping>,
     pub max_result_window: usize,
@@ -483,7 +484,15 @@ fn compile_queries(q: Option<&Value>, targets: &[Target]) -> EsResult<Vec<Q>> {
                 {
                     return Err(e);
                 }
-                Err(e) => return Err(EsError::search_phase(e, Some(&t.name))),
+                Err(mut e) => {
+                    // Shard-level query failures name their index, as in Elasticsearch.
+                    if e.kind == "query_shard_exception" && !e.extra.contains_key("index") {
+                        e = e
+                            .with("index_uuid", t.uuid.clone())
+                            .with("index", t.name.clone());
+                    }
+                    return Err(EsError::search_phase(e, Some(&t.name)));
+                }
             },
         }
     }
@@ -636,17 +645,18 @@ pub fn execute(
         Some(s) => compile_sort(s, targets, pit).map_err(wrap)?,
         None => vec![],
     };
-    // Every point-in-time search is sorted, as in Elasticsearch: without a sort by `_score`
-    // desc, and with the implicit `_shard_doc` asc tiebreaker unless one is given.
+    // A sorted point-in-time search gets the implicit `_shard_doc` asc tiebreaker unless it
+    // has one. A search without `sort` gets none, with or without a point in time: its hits
+    // carry no sort values and it cannot page with search_after (Elasticsearch 9.5.3).
     let mut implicit_tiebreaker = false;
-    if pit {
-        if specs.is_empty() {
-            specs.push(SortSpec::Score { desc: true });
-        }
-        if !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
-            specs.push(SortSpec::ShardDoc { desc: false });
-            implicit_tiebreaker = true;
-        }
+    if pit && !specs.is_empty() && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
+        specs.push(SortSpec::ShardDoc { desc: false });
+        implicit_tiebreaker = true;
+    }
+    if req.search_after.is_some() && specs.is_empty() {
+        return Err(wrap(EsError::bad_request(
+            "Sort must contain at least one field.",
+        )));
     }
     // Hits carry `sort` values only for a sorted search.
     let sorted = !specs.is_empty();

@@ -581,11 +581,12 @@ fn point_in_time_is_a_frozen_snapshot() {
         "action_request_validation_exception",
         "[keep_alive] is not specified",
     );
-    // Close, then it is gone.
+    // Close, then it is gone (Elasticsearch 9.5.3: one context freed per shard, and a
+    // point in time already gone is a 404 that did not succeed).
     let (s, v) = es.req("DELETE", "/_pit", Some(&json!({"id": pit}).to_string()));
     assert_eq!((s, v), (200, json!({"succeeded":true,"num_freed":1})));
     let (s, v) = es.req("DELETE", "/_pit", Some(&json!({"id": pit}).to_string()));
-    assert_eq!((s, v), (404, json!({"succeeded":true,"num_freed":0})));
+    assert_eq!((s, v), (404, json!({"succeeded":false,"num_freed":0})));
     let v = es.expect_err(
         "POST",
         "/_search",
@@ -936,10 +937,11 @@ fn score_sort_values_render_like_score() {
     assert_eq!(ids, vec!["d2", "d3"]);
 }
 
-/// Every point-in-time search gets the `_shard_doc` tiebreaker, also without `sort`: it then
-/// sorts by `_score` desc, `_shard_doc` asc, returns both as `sort`, and pages with them.
+/// A point-in-time search sorted by `_score` gets the `_shard_doc` tiebreaker: it returns both
+/// as `sort` and pages with them. Without `sort` there is no tiebreaker and no sort values,
+/// and `search_after` is refused (as Elasticsearch 9.5.3 answers).
 #[test]
-fn sortless_pit_search_pages_with_score_and_shard_doc() {
+fn pit_search_by_score_pages_with_shard_doc() {
     let es = start();
     es.put("/t", r#"{"mappings":{"properties":{"n":{"type":"long"},"k":{"type":"keyword"},"x":{"type":"text"}}}}"#);
     const N: usize = 2500;
@@ -966,7 +968,7 @@ fn sortless_pit_search_pages_with_score_and_shard_doc() {
         let mut prev: Option<(f64, i64)> = None;
         let mut pages = 0;
         loop {
-            let mut b = json!({"size": 1000, "pit": {"id": pit, "keep_alive": "1m"}, "query": query, "_source": false});
+            let mut b = json!({"size": 1000, "pit": {"id": pit, "keep_alive": "1m"}, "query": query, "_source": false, "sort": ["_score"]});
             if let Some(a) = &after {
                 b["search_after"] = a.clone();
             }
@@ -999,13 +1001,30 @@ fn sortless_pit_search_pages_with_score_and_shard_doc() {
     // The score alone (tiebreaker omitted) is accepted too.
     let (s, v) = es.post(
         "/_search",
-        &json!({"pit": {"id": pit}, "query": {"match": {"x": "apple"}}, "search_after": [f64::MAX], "size": 1}).to_string(),
+        &json!({"pit": {"id": pit}, "query": {"match": {"x": "apple"}}, "search_after": [f64::MAX], "size": 1, "sort": ["_score"]}).to_string(),
     );
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["hits"]["hits"].as_array().unwrap().len(), 1);
-    // Without a point in time, a search without sort still returns no sort values.
-    let (_, v) = es.post("/t/_search", r#"{"size":1}"#);
-    assert!(v["hits"]["hits"][0].get("sort").is_none(), "{v}");
+    // Without sort, with or without a point in time: no sort values, no search_after.
+    for (path, pit) in [
+        ("/_search", json!({"id": pit})),
+        ("/t/_search", Value::Null),
+    ] {
+        let mut b = json!({"size": 1});
+        if !pit.is_null() {
+            b["pit"] = pit;
+        }
+        let (s, v) = es.post(path, &b.to_string());
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["hits"]["hits"][0]["_score"], 1.0);
+        assert!(v["hits"]["hits"][0].get("sort").is_none(), "{v}");
+        b["search_after"] = json!([1.0]);
+        let (s, v) = es.post(path, &b.to_string());
+        assert_eq!(s, 400, "{v}");
+        assert_eq!(v["error"]["type"], "search_phase_execution_exception");
+        let err = json!({"type": "illegal_argument_exception", "reason": "Sort must contain at least one field."});
+        assert_eq!(v["error"]["root_cause"], json!([err]));
+    }
 }
 
 /// `terminate_after`, as Elasticsearch 9.5.3 answers it (rest-api-spec count/10_basic.yml
@@ -1325,4 +1344,131 @@ fn sort_format_and_numeric_type() {
         v["error"]["caused_by"]["reason"],
         "invalid value for [numeric_type], must be [long, double, date, date_nanos], got bogus"
     );
+}
+
+/// `_msearch`, as Elasticsearch 9.5.3 answers rest-api-spec search/350_point_in_time.yml
+/// "msearch" and its neighbours: searches under one point in time over two indices, each
+/// answer with its `status`; failures of one search are its answer; a body that does not
+/// parse, or a point in time next to an index, fails the whole request.
+#[test]
+fn msearch_with_a_point_in_time() {
+    let es = start();
+    for (index, id, age) in [
+        ("test", "1", 18),
+        ("test", "42", 18),
+        ("test", "172", 24),
+        ("test2", "45", 19),
+    ] {
+        let doc = json!({"id": id.parse::<i64>().unwrap(), "foo": "bar", "age": age});
+        assert_eq!(
+            es.put(&format!("/{index}/_doc/{id}"), &doc.to_string()).0,
+            201
+        );
+    }
+    es.refresh("test*");
+    let (_, v) = es.post("/t*/_pit?keep_alive=5m", "");
+    let pit = v["id"].as_str().unwrap().to_string();
+    let body = format!(
+        "{{}}\n{}\n{{}}\n{}\n",
+        json!({"query": {"match": {"_index": "test"}}, "pit": {"id": pit}}),
+        json!({"query": {"match_all": {}}, "pit": {"id": pit}}),
+    );
+    let (s, v) = es.bulk("/_msearch", &body);
+    assert_eq!(s, 200, "{v}");
+    assert!(v["took"].is_u64());
+    let r = &v["responses"];
+    assert_eq!(r.as_array().unwrap().len(), 2);
+    assert_eq!(r[0]["hits"]["total"], json!({"value": 3, "relation": "eq"}));
+    assert_eq!(r[1]["hits"]["total"], json!({"value": 4, "relation": "eq"}));
+    for i in 0..2 {
+        assert_eq!(r[i]["status"], 200);
+        assert_eq!(r[i]["pit_id"], json!(pit));
+        assert_eq!(r[i]["_shards"]["total"], 2);
+    }
+    // A point in time with an index: the whole request fails, one message per search.
+    let body = format!(
+        "{{\"index\":\"index\"}}\n{}\n{{\"index\":\"index2\"}}\n{}\n",
+        json!({"query": {"match": {"foo": "bar"}}, "pit": {"id": pit}}),
+        json!({"query": {"match_all": {}}, "pit": {"id": pit}}),
+    );
+    let (s, v) = es.bulk("/_msearch", &body);
+    assert_eq!(s, 400, "{v}");
+    let msg =
+        "[indices] cannot be used with point in time. Do not specify any index with point in time.";
+    assert_eq!(v["error"]["type"], "action_request_validation_exception");
+    assert_eq!(
+        v["error"]["reason"],
+        format!("Validation Failed: 1: {msg};2: {msg};")
+    );
+    // Closing it frees one context per shard: two indices of one shard each.
+    let (s, v) = es.req("DELETE", "/_pit", Some(&json!({"id": pit}).to_string()));
+    assert_eq!((s, v), (200, json!({"succeeded": true, "num_freed": 2})));
+    // Each search fails alone: a shard failure, a missing index.
+    let body = concat!(
+        "{\"index\":\"test\"}\n{\"query\":{\"term\":{\"age\":{\"value\":\"x\"}}}}\n",
+        "{\"index\":\"nope\"}\n{}\n",
+        "{\"index\":[\"test\"]}\n{\"size\":0}\n",
+    );
+    let (s, v) = es.bulk("/_msearch", body);
+    assert_eq!(s, 200, "{v}");
+    let r = &v["responses"];
+    assert_eq!(r[0]["status"], 400);
+    assert_eq!(r[0]["error"]["type"], "search_phase_execution_exception");
+    let uuid = es.get("/test/_settings").1["test"]["settings"]["index"]["uuid"].clone();
+    assert_eq!(
+        r[0]["error"]["root_cause"],
+        json!([{"type": "query_shard_exception", "reason": "failed to create query: For input string: \"x\"", "index_uuid": uuid, "index": "test"}])
+    );
+    assert_eq!(
+        r[0]["error"]["failed_shards"][0]["reason"]["caused_by"],
+        json!({"type": "number_format_exception", "reason": "For input string: \"x\""})
+    );
+    assert_eq!(r[1]["status"], 404);
+    assert_eq!(r[1]["error"]["type"], "index_not_found_exception");
+    assert_eq!(r[2]["status"], 200);
+    assert_eq!(r[2]["hits"]["total"]["value"], 3);
+    // Whole-request failures.
+    for (body, status, ty, reason) in [
+        (
+            "{\"bogus\":1}\n{}\n",
+            400,
+            "illegal_argument_exception",
+            "key [bogus] is not supported in the metadata section",
+        ),
+        (
+            "{\"index\":\"test\"}\n{\"size\":-1}\n",
+            400,
+            "illegal_argument_exception",
+            "[size] parameter cannot be negative, found [-1]",
+        ),
+        (
+            "{\"index\":\"test\"}\n{\"query\":{\"bogus\":{}}}\n",
+            400,
+            "parsing_exception",
+            "unknown query [bogus]",
+        ),
+        (
+            "{\"index\":\"test\"}\n{\"terminate_after\":-1}\n",
+            400,
+            "illegal_argument_exception",
+            "terminateAfter must be > 0",
+        ),
+        (
+            "{\"index\":\"test\"}\n",
+            400,
+            "action_request_validation_exception",
+            "Validation Failed: 1: no requests added;",
+        ),
+        (
+            "{\"index\":\"test\"}\n{}",
+            400,
+            "illegal_argument_exception",
+            "The msearch request must be terminated by a newline [\n]",
+        ),
+    ] {
+        let (s, v) = es.bulk("/_msearch", body);
+        assert_eq!(s, status, "{body}: {v}");
+        assert_eq!(v["error"]["type"], ty, "{body}");
+        assert_eq!(v["error"]["reason"], reason, "{body}");
+    }
 }
