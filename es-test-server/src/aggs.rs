@@ -9,7 +9,8 @@ use serde_json::{Map, Value, json};
 use crate::error::{EsError, EsResult};
 use crate::mapping::{FType, FV};
 use crate::query::Ctx;
-use crate::search::{Match, Target, fielddata_error, top_hits};
+use crate::search::{Match, Target, top_hits};
+use crate::sort::fielddata_err;
 use crate::time::format_millis;
 
 pub fn run(aggs: &Value, targets: &[Target], all: &[Match]) -> EsResult<Value> {
@@ -69,7 +70,7 @@ fn values(targets: &[Target], field: &str, m: &Match) -> EsResult<(Option<FType>
         return Ok((None, vec![]));
     };
     if f.ty == FType::Text {
-        return Err(fielddata_error(field, &t.name));
+        return Err(fielddata_err(field, &t.name));
     }
     let vals = match m.doc.indexed.get(f.id) {
         Some(FV::Long(v)) => v.iter().map(|x| Key::N(*x as f64)).collect(),

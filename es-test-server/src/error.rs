@@ -104,7 +104,11 @@ impl EsError {
     }
 
     /// A failure inside the shard-level search phase, wrapped like Elasticsearch does
-    /// (`search_phase_execution_exception`, "all shards failed").
+    /// (`search_phase_execution_exception`, "all shards failed"). As in Elasticsearch 9.5.3,
+    /// the root cause leaves out the failure's own cause, and a `caused_by` at the top
+    /// appears only for failures that are plain Java exceptions (here
+    /// `illegal_argument_exception`), not for Elasticsearch's own (`query_shard_exception`,
+    /// `parse_exception`, ...).
     pub fn search_phase(inner: EsError, index: Option<&str>) -> EsError {
         let cause = inner.flat();
         let mut e = EsError::new(
@@ -112,14 +116,21 @@ impl EsError {
             "search_phase_execution_exception",
             "all shards failed",
         );
-        e.root_cause = Some(vec![cause.clone()]);
+        let mut root = cause.clone();
+        if let Value::Object(m) = &mut root {
+            m.remove("caused_by");
+        }
+        e.root_cause = Some(vec![root]);
         e.extra.insert("phase".into(), json!("query"));
         e.extra.insert("grouped".into(), json!(true));
         e.extra.insert(
             "failed_shards".into(),
             json!([{"shard": 0, "index": index, "node": crate::NODE_ID, "reason": cause.clone()}]),
         );
-        e.caused_by = Some(cause);
+        if inner.kind == "illegal_argument_exception" {
+            e.caused_by =
+                Some(json!({"type": inner.kind, "reason": inner.reason, "caused_by": cause}));
+        }
         e
     }
 

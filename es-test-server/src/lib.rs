@@ -24,6 +24,7 @@ mod mapping;
 mod query;
 mod search;
 mod settings;
+mod sort;
 mod store;
 mod time;
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::error::{EsError, EsResult};
 use crate::mapping::{FType, FV, FieldInfo, Mapping};
@@ -83,6 +83,13 @@ fn pe(reason: impl Into<String>) -> EsError {
 
 fn qse(reason: impl Into<String>) -> EsError {
     EsError::new(400, "query_shard_exception", reason)
+}
+
+/// A value that is not a number where one is needed, as Java's parser reports it.
+fn number_format(text: &str) -> EsError {
+    let why = format!("For input string: \"{text}\"");
+    qse(format!("failed to create query: {why}"))
+        .caused_by(json!({"type": "number_format_exception", "reason": why}))
 }
 
 pub fn json_token(v: &Value) -> &'static str {
@@ -226,16 +233,10 @@ impl Ctx<'_> {
                     }
                     TV::Long(fv as i64)
                 } else {
-                    return Err(qse(format!(
-                        "failed to create query: For input string: \"{text}\""
-                    )));
+                    return Err(number_format(&text));
                 }
             }
-            t if t.is_float() => TV::Dbl(text.parse::<f64>().map_err(|_| {
-                qse(format!(
-                    "failed to create query: For input string: \"{text}\""
-                ))
-            })?),
+            t if t.is_float() => TV::Dbl(text.parse::<f64>().map_err(|_| number_format(&text))?),
             FType::Date | FType::DateNanos => {
                 let ns = match v {
                     Value::Number(n) => n.as_i64().map(|i| i as i128 * 1_000_000),
@@ -559,12 +560,7 @@ impl Ctx<'_> {
                             ))),
                         };
                     }
-                    text(v).parse::<f64>().map_err(|_| {
-                        qse(format!(
-                            "failed to create query: For input string: \"{}\"",
-                            text(v)
-                        ))
-                    })
+                    text(v).parse::<f64>().map_err(|_| number_format(&text(v)))
                 };
                 let lo_v = match lo {
                     None => i64::MIN,
@@ -592,12 +588,7 @@ impl Ctx<'_> {
             }
             t if t.is_float() => {
                 let conv = |v: &Value| -> EsResult<f64> {
-                    text(v).parse::<f64>().map_err(|_| {
-                        qse(format!(
-                            "failed to create query: For input string: \"{}\"",
-                            text(v)
-                        ))
-                    })
+                    text(v).parse::<f64>().map_err(|_| number_format(&text(v)))
                 };
                 Range::Dbl(
                     lo.map(|(v, i)| conv(v).map(|x| (x, i))).transpose()?,
@@ -709,8 +700,8 @@ impl Ctx<'_> {
             Value::Null => return Err(pe("No text specified for text query")),
             other => other.to_string(),
         };
-        if field == "_id" {
-            return Ok(Q::Ids([text].into_iter().collect(), boost));
+        if field == "_id" || field == "_index" {
+            return self.term_query(field, &[Value::String(text)], boost, false);
         }
         let Some(f) = self.field(field) else {
             return Ok(Q::None);

@@ -1,7 +1,6 @@
 //! Search execution over snapshots: matching, sorting, `search_after`, paging, `_source`
 //! filtering, hits rendering and aggregations.
 
-use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,13 +8,15 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::error::{EsError, EsResult};
-use crate::mapping::{FType, FV, Mapping};
+use crate::mapping::Mapping;
 use crate::query::{Ctx, Q, json_token};
+use crate::sort::{SV, SortSpec, after_value, cmp_keys, compile_sort, field_sv, sort_values_json};
 use crate::store::{Doc, PRIMARY_TERM, Snapshot};
 
 /// One index (or PIT member) a search runs over.
 pub struct Target {
     pub name: String,
+    pub uuid: String,
     pub snap: Arc<Snapshot>,
     pub mapping: Arc<Mapping>,
     pub max_result_window: usize,
@@ -267,6 +268,27 @@ fn as_usize(key: &str, v: &Value) -> EsResult<usize> {
     }
 }
 
+/// An integer URL parameter, refused as Elasticsearch refuses it.
+pub fn int_param(key: &str, v: &str) -> EsResult<i64> {
+    v.parse::<i32>().map(i64::from).map_err(|_| {
+        EsError::bad_request(format!(
+            "Failed to parse int parameter [{key}] with value [{v}]"
+        ))
+        .caused_by(json!({"type": "number_format_exception", "reason": format!("For input string: \"{v}\"")}))
+    })
+}
+
+/// `terminate_after`: 0 (the default) is accepted; a negative value is refused with
+/// Elasticsearch's message (before the indices are resolved, as there); stopping early is
+/// not implemented.
+pub fn check_terminate_after(n: i64) -> EsResult<()> {
+    match n {
+        0 => Ok(()),
+        n if n < 0 => Err(EsError::bad_request("terminateAfter must be > 0")),
+        _ => Err(EsError::unsupported("terminate_after")),
+    }
+}
+
 impl SearchReq {
     pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> EsResult<SearchReq> {
         let mut r = SearchReq {
@@ -349,8 +371,8 @@ impl SearchReq {
                         if k == "explain" && v.as_bool() == Some(true) {
                             return Err(EsError::unsupported("explain"));
                         }
-                        if k == "terminate_after" && v.as_u64().unwrap_or(0) > 0 {
-                            return Err(EsError::unsupported("terminate_after"));
+                        if k == "terminate_after" {
+                            check_terminate_after(v.as_i64().unwrap_or(0))?;
                         }
                     }
                     "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
@@ -374,6 +396,9 @@ impl SearchReq {
         }
         if let Some(s) = params.get("from") {
             r.from = as_usize("from", &Value::String(s.clone()))?;
+        }
+        if let Some(t) = params.get("terminate_after") {
+            check_terminate_after(int_param("terminate_after", t)?)?;
         }
         if let Some(s) = params.get("sort") {
             let specs: Vec<Value> = s
@@ -432,374 +457,6 @@ impl SearchReq {
 }
 
 // ---------------------------------------------------------------------------------------
-// Sorting
-
-#[derive(Debug, Clone)]
-enum SortSpec {
-    Field {
-        fids: Vec<Option<u16>>,
-        ty: FType,
-        desc: bool,
-        missing_last: bool,
-        missing: Option<Value>,
-        max_mode: bool,
-        name: String,
-    },
-    Score {
-        desc: bool,
-    },
-    Doc {
-        desc: bool,
-    },
-    ShardDoc {
-        desc: bool,
-    },
-}
-
-/// A sort value. Keyword values borrow from the document.
-#[derive(Debug, Clone, PartialEq)]
-enum SV<'a> {
-    I(i64),
-    F(f64),
-    /// A `_score`: a float, rendered as `_score` is (0.3, not 0.30000001192092896) and
-    /// compared as a float so that a value sent back as `search_after` keeps its ties.
-    Score(f32),
-    S(Option<Cow<'a, str>>),
-}
-
-fn sv_json(v: &SV) -> Value {
-    match v {
-        SV::I(i) => json!(i),
-        SV::F(f) => json!(f),
-        // The shortest decimal that reads back as this f32, as `_score` itself is rendered.
-        SV::Score(f) => json!(f.to_string().parse::<f64>().unwrap_or(*f as f64)),
-        SV::S(Some(s)) => json!(&**s),
-        SV::S(None) => Value::Null,
-    }
-}
-
-fn parse_order(v: &Value) -> EsResult<bool> {
-    match v.as_str() {
-        Some("asc") | Some("ASC") => Ok(false),
-        Some("desc") | Some("DESC") => Ok(true),
-        _ => Err(EsError::bad_request(format!(
-            "Unknown SortOrder [{}]",
-            v.as_str().unwrap_or(&v.to_string())
-        ))),
-    }
-}
-
-fn fielddata_err(name: &str, index: &str) -> EsError {
-    EsError::bad_request(format!(
-        "Fielddata is disabled on [{name}] in [{index}]. Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [{name}] in order to load field data by uninverting the inverted index. Note that this can use significant memory."
-    ))
-}
-
-fn id_fielddata_err() -> EsError {
-    EsError::bad_request(
-        "Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: indices.id_field_data.enabled",
-    )
-}
-
-fn compile_sort(sort: &Value, targets: &[Target], pit: bool) -> EsResult<Vec<SortSpec>> {
-    let items: Vec<Value> = match sort {
-        Value::Array(a) => a.clone(),
-        other => vec![other.clone()],
-    };
-    let mut out = Vec::new();
-    for it in items {
-        let (field, opts): (String, Option<Value>) = match &it {
-            Value::String(s) => (s.clone(), None),
-            Value::Object(m) if m.len() == 1 => {
-                let (k, v) = m.iter().next().expect("one");
-                (k.clone(), Some(v.clone()))
-            }
-            _ => {
-                return Err(EsError::parsing(
-                    "malformed sort format, within the sort array, an object, or an actual string are allowed",
-                ));
-            }
-        };
-        let mut desc = None;
-        let mut missing = None;
-        let mut unmapped_type = None;
-        let mut mode = None;
-        match &opts {
-            None => {}
-            Some(Value::String(_)) => desc = Some(parse_order(opts.as_ref().expect("some"))?),
-            Some(Value::Object(m)) => {
-                for (k, v) in m {
-                    match k.as_str() {
-                        "order" => desc = Some(parse_order(v)?),
-                        "missing" => missing = Some(v.clone()),
-                        "unmapped_type" => unmapped_type = v.as_str().map(str::to_string),
-                        "mode" => mode = v.as_str().map(str::to_string),
-                        "numeric_type" | "format" => {}
-                        "nested" | "script" => {
-                            return Err(EsError::unsupported(&format!("[{k}] in sort")));
-                        }
-                        other => {
-                            return Err(EsError::parsing(format!(
-                                "[field_sort] unknown field [{other}]"
-                            )));
-                        }
-                    }
-                }
-            }
-            Some(_) => return Err(EsError::parsing("malformed sort format")),
-        }
-        match field.as_str() {
-            "_score" => out.push(SortSpec::Score {
-                desc: desc.unwrap_or(true),
-            }),
-            "_doc" => out.push(SortSpec::Doc {
-                desc: desc.unwrap_or(false),
-            }),
-            "_shard_doc" => {
-                if !pit {
-                    return Err(EsError::bad_request(
-                        "[_shard_doc] sort field cannot be used without [point in time]",
-                    ));
-                }
-                out.push(SortSpec::ShardDoc {
-                    desc: desc.unwrap_or(false),
-                })
-            }
-            "_id" => return Err(id_fielddata_err()),
-            _ => {
-                let mut fids = Vec::new();
-                let mut ty = None;
-                for t in targets {
-                    match t.mapping.field(&field) {
-                        Some(f) => {
-                            if f.ty == FType::Text {
-                                return Err(fielddata_err(&field, &t.name));
-                            }
-                            if f.ty == FType::Binary || !f.doc_values {
-                                return Err(EsError::bad_request(format!(
-                                    "Can't load fielddata on [{field}] because fielddata is unsupported on fields of type [{}]. Use doc values instead.",
-                                    f.ty.name()
-                                )));
-                            }
-                            ty.get_or_insert(f.ty);
-                            fids.push(Some(f.id));
-                        }
-                        None => fids.push(None),
-                    }
-                }
-                let ty = match ty {
-                    Some(t) => t,
-                    None => match unmapped_type.as_deref() {
-                        Some("keyword") | Some("text") => FType::Keyword,
-                        Some("double") | Some("float") => FType::Double,
-                        Some("date") => FType::Date,
-                        Some("boolean") => FType::Boolean,
-                        Some(_) => FType::Long,
-                        None => {
-                            return Err(EsError::new(
-                                400,
-                                "query_shard_exception",
-                                format!("No mapping found for [{field}] in order to sort on"),
-                            )
-                            .with("index_uuid", "_na_")
-                            .with(
-                                "index",
-                                targets.first().map(|t| t.name.clone()).unwrap_or_default(),
-                            ));
-                        }
-                    },
-                };
-                let desc = desc.unwrap_or(false);
-                let missing_last =
-                    !matches!(missing.as_ref().and_then(Value::as_str), Some("_first"));
-                let missing =
-                    missing.filter(|m| m.as_str() != Some("_first") && m.as_str() != Some("_last"));
-                let max_mode = match mode.as_deref() {
-                    Some("max") => true,
-                    Some("min") => false,
-                    Some("avg") | Some("sum") | Some("median") => {
-                        return Err(EsError::unsupported("sort modes other than min/max"));
-                    }
-                    _ => desc,
-                };
-                out.push(SortSpec::Field {
-                    fids,
-                    ty,
-                    desc,
-                    missing_last,
-                    missing,
-                    max_mode,
-                    name: field,
-                });
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn field_sv<'a>(spec: &SortSpec, ti: usize, doc: &'a Doc) -> SV<'a> {
-    let SortSpec::Field {
-        fids,
-        ty,
-        desc,
-        missing_last,
-        missing,
-        max_mode,
-        ..
-    } = spec
-    else {
-        unreachable!()
-    };
-    let fv = fids[ti].and_then(|id| doc.indexed.get(id));
-    let present = match fv {
-        Some(FV::Long(v)) if !v.is_empty() => Some(SV::I(if *max_mode {
-            *v.iter().max().expect("ne")
-        } else {
-            *v.iter().min().expect("ne")
-        })),
-        Some(FV::Double(v)) if !v.is_empty() => {
-            let it = v.iter().copied();
-            Some(SV::F(if *max_mode {
-                it.fold(f64::MIN, f64::max)
-            } else {
-                it.fold(f64::MAX, f64::min)
-            }))
-        }
-        Some(FV::Kw(v)) if !v.is_empty() => {
-            let it = v.iter();
-            Some(SV::S(Some(Cow::Borrowed(if *max_mode {
-                &**it.max().expect("ne")
-            } else {
-                &**it.min().expect("ne")
-            }))))
-        }
-        _ => None,
-    };
-    if let Some(p) = present {
-        return p;
-    }
-    // Missing values.
-    match ty {
-        FType::Keyword | FType::Text => SV::S(missing.as_ref().map(|m| {
-            Cow::Owned(
-                m.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| m.to_string()),
-            )
-        })),
-        t if t.is_float() => match missing.as_ref().and_then(Value::as_f64) {
-            Some(f) => SV::F(f),
-            None => SV::F(if *missing_last != *desc {
-                f64::MAX
-            } else {
-                f64::MIN
-            }),
-        },
-        _ => match missing.as_ref().and_then(|m| {
-            m.as_i64()
-                .or_else(|| m.as_str().and_then(|s| s.parse().ok()))
-        }) {
-            Some(i) => SV::I(i),
-            None => SV::I(if *missing_last != *desc {
-                i64::MAX
-            } else {
-                i64::MIN
-            }),
-        },
-    }
-}
-
-fn cmp_one(spec: &SortSpec, a: &SV, b: &SV) -> Ordering {
-    let (desc, missing_last) = match spec {
-        SortSpec::Field {
-            desc, missing_last, ..
-        } => (*desc, *missing_last),
-        SortSpec::Score { desc } | SortSpec::Doc { desc } | SortSpec::ShardDoc { desc } => {
-            (*desc, true)
-        }
-    };
-    let natural = match (a, b) {
-        (SV::I(x), SV::I(y)) => x.cmp(y),
-        (SV::F(x), SV::F(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
-        (SV::Score(x), SV::Score(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
-        (SV::I(x), SV::F(y)) => (*x as f64).partial_cmp(y).unwrap_or(Ordering::Equal),
-        (SV::F(x), SV::I(y)) => x.partial_cmp(&(*y as f64)).unwrap_or(Ordering::Equal),
-        (SV::S(None), SV::S(None)) => Ordering::Equal,
-        (SV::S(None), SV::S(Some(_))) => {
-            return if missing_last {
-                Ordering::Greater
-            } else {
-                Ordering::Less
-            };
-        }
-        (SV::S(Some(_)), SV::S(None)) => {
-            return if missing_last {
-                Ordering::Less
-            } else {
-                Ordering::Greater
-            };
-        }
-        (SV::S(Some(x)), SV::S(Some(y))) => x.as_bytes().cmp(y.as_bytes()),
-        _ => Ordering::Equal,
-    };
-    if desc { natural.reverse() } else { natural }
-}
-
-fn cmp_keys(specs: &[SortSpec], a: &[SV], b: &[SV]) -> Ordering {
-    for (i, s) in specs.iter().enumerate() {
-        let o = cmp_one(s, &a[i], &b[i]);
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    Ordering::Equal
-}
-
-fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV<'static>> {
-    let fail = |name: &str| {
-        EsError::bad_request(format!(
-            "Failed to parse search_after value for field [{name}]."
-        ))
-    };
-    Ok(match spec {
-        SortSpec::Score { .. } => SV::Score(
-            v.as_f64()
-                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                .ok_or_else(|| fail("_score"))? as f32,
-        ),
-        SortSpec::Doc { .. } | SortSpec::ShardDoc { .. } => SV::I(
-            v.as_i64()
-                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                .ok_or_else(|| fail("_doc"))?,
-        ),
-        SortSpec::Field { ty, name, .. } => match ty {
-            FType::Keyword | FType::Text => match v {
-                Value::Null => SV::S(None),
-                Value::String(s) => SV::S(Some(Cow::Owned(s.clone()))),
-                other => SV::S(Some(Cow::Owned(other.to_string()))),
-            },
-            t if t.is_float() => SV::F(
-                v.as_f64()
-                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                    .ok_or_else(|| fail(name))?,
-            ),
-            FType::Boolean => SV::I(match v {
-                Value::Bool(b) => *b as i64,
-                Value::String(s) if s == "true" => 1,
-                Value::String(s) if s == "false" => 0,
-                other => other.as_i64().ok_or_else(|| fail(name))?,
-            }),
-            _ => SV::I(
-                v.as_i64()
-                    .or_else(|| v.as_f64().map(|f| f as i64))
-                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                    .ok_or_else(|| fail(name))?,
-            ),
-        },
-    })
-}
-
-// ---------------------------------------------------------------------------------------
 // Matching
 
 pub struct Match<'a> {
@@ -827,7 +484,15 @@ fn compile_queries(q: Option<&Value>, targets: &[Target]) -> EsResult<Vec<Q>> {
                 {
                     return Err(e);
                 }
-                Err(e) => return Err(EsError::search_phase(e, Some(&t.name))),
+                Err(mut e) => {
+                    // Shard-level query failures name their index, as in Elasticsearch.
+                    if e.kind == "query_shard_exception" && !e.extra.contains_key("index") {
+                        e = e
+                            .with("index_uuid", t.uuid.clone())
+                            .with("index", t.name.clone());
+                    }
+                    return Err(EsError::search_phase(e, Some(&t.name)));
+                }
             },
         }
     }
@@ -875,7 +540,7 @@ pub fn shards_json(targets: &[Target]) -> Value {
 fn hit_json(
     t: &Target,
     h: &Match,
-    key: Option<&[SV]>,
+    sort: Option<Value>,
     score: Option<f32>,
     src: &SourceFilter,
     seqno: bool,
@@ -908,9 +573,9 @@ fn hit_json(
             s.push_str(&v.to_string());
         }
     }
-    if let Some(k) = key {
+    if let Some(k) = sort {
         s.push_str(",\"sort\":");
-        s.push_str(&Value::Array(k.iter().map(sv_json).collect()).to_string());
+        s.push_str(&k.to_string());
     }
     s.push('}');
     s
@@ -969,6 +634,7 @@ pub fn execute(
         if e.kind == "search_phase_execution_exception"
             || e.reason.starts_with("es-test-server")
             || e.kind == "parsing_exception"
+            || e.kind == "x_content_parse_exception"
         {
             e
         } else {
@@ -979,17 +645,18 @@ pub fn execute(
         Some(s) => compile_sort(s, targets, pit).map_err(wrap)?,
         None => vec![],
     };
-    // Every point-in-time search is sorted, as in Elasticsearch: without a sort by `_score`
-    // desc, and with the implicit `_shard_doc` asc tiebreaker unless one is given.
+    // A sorted point-in-time search gets the implicit `_shard_doc` asc tiebreaker unless it
+    // has one. A search without `sort` gets none, with or without a point in time: its hits
+    // carry no sort values and it cannot page with search_after (Elasticsearch 9.5.3).
     let mut implicit_tiebreaker = false;
-    if pit {
-        if specs.is_empty() {
-            specs.push(SortSpec::Score { desc: true });
-        }
-        if !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
-            specs.push(SortSpec::ShardDoc { desc: false });
-            implicit_tiebreaker = true;
-        }
+    if pit && !specs.is_empty() && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
+        specs.push(SortSpec::ShardDoc { desc: false });
+        implicit_tiebreaker = true;
+    }
+    if req.search_after.is_some() && specs.is_empty() {
+        return Err(wrap(EsError::bad_request(
+            "Sort must contain at least one field.",
+        )));
     }
     // Hits carry `sort` values only for a sorted search.
     let sorted = !specs.is_empty();
@@ -1062,7 +729,7 @@ pub fn execute(
                 SortSpec::ShardDoc { .. } => {
                     SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
                 }
-                SortSpec::Field { .. } => field_sv(s, m.ti, m.doc),
+                SortSpec::Field(f) => field_sv(f, m.ti, m.doc),
             });
         }
     }
@@ -1097,7 +764,7 @@ pub fn execute(
         hits_s.push(hit_json(
             t,
             m,
-            sorted.then_some(key(i)),
+            sorted.then(|| sort_values_json(&effective, m.ti, key(i))),
             scoring.then_some(m.score),
             &req.source,
             req.seq_no_primary_term,
@@ -1183,7 +850,7 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
                 .map(|s| match s {
                     SortSpec::Score { .. } => SV::Score(m.score),
                     SortSpec::Doc { .. } | SortSpec::ShardDoc { .. } => SV::I(m.doc.seq_no),
-                    SortSpec::Field { .. } => field_sv(s, m.ti, m.doc),
+                    SortSpec::Field(f) => field_sv(f, m.ti, m.doc),
                 })
                 .collect();
             (key, *m)
@@ -1207,7 +874,7 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
             let s = hit_json(
                 &targets[m.ti],
                 m,
-                explicit.then_some(&k[..]),
+                explicit.then(|| sort_values_json(&effective, m.ti, k)),
                 scoring.then_some(m.score),
                 &src,
                 seqno,
@@ -1219,8 +886,4 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
     Ok(
         json!({"hits": {"total": {"value": ms.len(), "relation": "eq"}, "max_score": max_score, "hits": hits}}),
     )
-}
-
-pub fn fielddata_error(name: &str, index: &str) -> EsError {
-    fielddata_err(name, index)
 }

@@ -75,7 +75,9 @@ pub fn parse_iso_nanos(text: &str) -> Option<i128> {
     if neg {
         i += 1;
     }
-    let y = sign * digits(s, &mut i, 4, 9)?;
+    // Four digits, or more with a sign (Elasticsearch's ISO 8601 parser): an unsigned
+    // 5-digit number is not a year, so `99999` falls through to `epoch_millis`.
+    let y = sign * digits(s, &mut i, 4, if neg { 9 } else { 4 })?;
     let (mut mo, mut d, mut h, mut mi, mut sec, mut nanos) = (1, 1, 0, 0, 0, 0i64);
     if i < s.len() && s[i] == b'-' {
         i += 1;
@@ -365,6 +367,156 @@ pub fn parse_time_value(s: &str) -> Option<Duration> {
     Some(Duration::from_nanos(nanos as u64))
 }
 
+/// The ISO-like named formats: those printed as `yyyy-MM-dd'T'HH:mm:ss.SSSZ`.
+const ISO_NAMES: &[&str] = &[
+    "strict_date_optional_time",
+    "date_optional_time",
+    "strict_date_time",
+    "date_time",
+    "iso8601",
+];
+
+/// Named formats besides the ISO ones, with the pattern they print as.
+const NAMED: &[(&str, &str)] = &[
+    ("strict_date", "yyyy-MM-dd"),
+    ("date", "yyyy-MM-dd"),
+    ("basic_date", "yyyyMMdd"),
+    ("strict_date_hour_minute_second", "yyyy-MM-dd'T'HH:mm:ss"),
+    (
+        "strict_date_hour_minute_second_millis",
+        "yyyy-MM-dd'T'HH:mm:ss.SSS",
+    ),
+    (
+        "strict_date_hour_minute_second_fraction",
+        "yyyy-MM-dd'T'HH:mm:ss.SSS",
+    ),
+];
+
+/// Pattern letters this module reads and prints.
+const OUR_LETTERS: &str = "yuMdHmsS";
+/// Letters `java.time.format.DateTimeFormatter` knows: Elasticsearch accepts them, this
+/// double does not implement them. Any other letter is an error in Elasticsearch too.
+const JAVA_LETTERS: &str = "GuyDMLdQqYwWEecFahKkHmsSAnNVvzOXxZpgB";
+
+/// Why a date format cannot be used.
+pub enum FormatError {
+    /// Elasticsearch refuses it too (`Unknown pattern letter: b`).
+    UnknownLetter(char),
+    /// Elasticsearch accepts it; this double does not implement it.
+    Unsupported(String),
+}
+
+/// Checks a `format` (`a||b`) the way printing and parsing will read it.
+pub fn check_format(format: &str) -> Result<(), FormatError> {
+    for f in format.split("||").map(str::trim) {
+        if ISO_NAMES.contains(&f)
+            || NAMED.iter().any(|(n, _)| *n == f)
+            || [
+                "strict_date_optional_time_nanos",
+                "epoch_millis",
+                "epoch_second",
+            ]
+            .contains(&f)
+        {
+            continue;
+        }
+        let mut quoted = false;
+        for c in f.chars() {
+            match c {
+                '\'' => quoted = !quoted,
+                _ if quoted || !c.is_ascii_alphabetic() && !"[]#{}".contains(c) => {}
+                _ if OUR_LETTERS.contains(c) => {}
+                _ if JAVA_LETTERS.contains(c) || "[]#{}".contains(c) => {
+                    return Err(FormatError::Unsupported(format!(
+                        "the date format [{f}] (pattern letter [{c}])"
+                    )));
+                }
+                _ => return Err(FormatError::UnknownLetter(c)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints nanoseconds since the epoch with the first format of `format`, as Elasticsearch
+/// prints sort values and stored dates: ISO formats to the millisecond,
+/// `strict_date_optional_time_nanos` with 3 to 9 fraction digits, `epoch_millis` and
+/// `epoch_second` with a fraction only when there is one.
+pub fn format_nanos(nanos: i128, format: &str) -> String {
+    let f = format.split("||").next().unwrap_or_default().trim();
+    match f {
+        "epoch_millis" => decimal(nanos, 1_000_000),
+        "epoch_second" => decimal(nanos, 1_000_000_000),
+        "strict_date_optional_time_nanos" => {
+            let frac = format!("{:09}", nanos.rem_euclid(1_000_000_000));
+            let trimmed = frac.trim_end_matches('0');
+            let digits = &frac[..trimmed.len().max(3)];
+            format!(
+                "{}.{digits}Z",
+                print_pattern(nanos, "yyyy-MM-dd'T'HH:mm:ss")
+            )
+        }
+        f if ISO_NAMES.contains(&f) => print_pattern(nanos, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"),
+        f => {
+            let pattern = NAMED.iter().find(|(n, _)| *n == f).map_or(f, |(_, p)| *p);
+            print_pattern(nanos, pattern)
+        }
+    }
+}
+
+/// `nanos / unit` as a decimal number without trailing zeros (`1623385804000.456`).
+fn decimal(nanos: i128, unit: i128) -> String {
+    let sign = if nanos < 0 { "-" } else { "" };
+    let (int, rem) = (nanos.abs() / unit, nanos.abs() % unit);
+    if rem == 0 {
+        return format!("{sign}{int}");
+    }
+    let width = unit.ilog10() as usize;
+    let frac = format!("{rem:0width$}");
+    format!("{sign}{int}.{}", frac.trim_end_matches('0'))
+}
+
+/// Prints a pattern of the letters `y u M d H m s S` (other characters literal, `'...'`
+/// quoted); a run of `S` prints that many fraction digits.
+fn print_pattern(nanos: i128, pattern: &str) -> String {
+    let secs = nanos.div_euclid(1_000_000_000);
+    let frac = nanos.rem_euclid(1_000_000_000);
+    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400) as i64);
+    let sod = secs.rem_euclid(86_400) as i64;
+    let p: Vec<char> = pattern.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < p.len() {
+        let c = p[i];
+        let mut n = 1;
+        while i + n < p.len() && p[i + n] == c {
+            n += 1;
+        }
+        match c {
+            '\'' => {
+                let end = p[i + 1..]
+                    .iter()
+                    .position(|&x| x == '\'')
+                    .map_or(p.len(), |e| i + 1 + e);
+                out.extend(&p[i + 1..end]);
+                i = end + 1;
+                continue;
+            }
+            'y' | 'u' if n == 2 => out.push_str(&format!("{:02}", y.rem_euclid(100))),
+            'y' | 'u' => out.push_str(&format!("{y:0n$}")),
+            'M' => out.push_str(&format!("{mo:0n$}")),
+            'd' => out.push_str(&format!("{d:0n$}")),
+            'H' => out.push_str(&format!("{:0n$}", sod / 3600)),
+            'm' => out.push_str(&format!("{:0n$}", sod / 60 % 60)),
+            's' => out.push_str(&format!("{:0n$}", sod % 60)),
+            'S' => out.push_str(&format!("{frac:09}")[..n.min(9)]),
+            other => out.extend(std::iter::repeat_n(other, n)),
+        }
+        i += n;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,6 +542,42 @@ mod tests {
             parse_date_nanos("2024/01/02 03:04:05", "yyyy/MM/dd HH:mm:ss").map(|n| n / 1_000_000),
             Some(1704164645000)
         );
+    }
+
+    #[test]
+    fn printing() {
+        let t = parse_iso_nanos("2021-06-11T04:30:04.000456Z").unwrap();
+        assert_eq!(
+            format_nanos(t, "strict_date_optional_time_nanos"),
+            "2021-06-11T04:30:04.000456Z"
+        );
+        assert_eq!(
+            format_nanos(t, "strict_date_optional_time"),
+            "2021-06-11T04:30:04.000Z"
+        );
+        assert_eq!(format_nanos(t, "epoch_millis"), "1623385804000.456");
+        assert_eq!(
+            format_nanos(t, "yyyy-MM-dd | HH:mm:ss.SSS"),
+            "2021-06-11 | 04:30:04.000"
+        );
+        assert_eq!(format_nanos(t, "dd/MM/yyyy'T'HH"), "11/06/2021T04");
+        let ms = parse_iso_nanos("2021-02-11T08:30:04.828Z").unwrap();
+        assert_eq!(
+            format_nanos(ms, "strict_date_optional_time_nanos||epoch_millis"),
+            "2021-02-11T08:30:04.828Z"
+        );
+        assert_eq!(format_nanos(ms, "epoch_millis"), "1613032204828");
+        assert_eq!(format_nanos(ms, "epoch_second"), "1613032204.828");
+        assert_eq!(format_nanos(0, "strict_date"), "1970-01-01");
+        assert!(matches!(
+            check_format("bogus_format_name"),
+            Err(FormatError::UnknownLetter('b'))
+        ));
+        assert!(matches!(
+            check_format("EEE yyyy"),
+            Err(FormatError::Unsupported(_))
+        ));
+        assert!(check_format("yyyy-MM-dd'T'HH:mm||epoch_millis").is_ok());
     }
 
     #[test]

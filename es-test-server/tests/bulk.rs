@@ -259,3 +259,79 @@ fn empty_id_fails_only_that_item() {
     assert_eq!((s, v["errors"].as_bool()), (200, Some(true)), "{v}");
     assert_eq!(es.req("HEAD", "/fresh", None).0, 200);
 }
+
+/// Action lines as Elasticsearch 9.5.3 reads them (answers recorded from a real node; the
+/// first case is rest-api-spec's bulk/10_basic.yml "empty action").
+#[test]
+fn malformed_action_lines_answer_like_elasticsearch() {
+    let es = start();
+    let cases = [
+        (
+            "{\"index\":{\"_index\":\"t\",\"_id\":\"1\"}}\n{\"f1\":\"v1\",\"f2\":42}\n{}\n",
+            "Malformed action/metadata line [3], expected FIELD_NAME but found [END_OBJECT]",
+        ),
+        (
+            "{\"index\":\"x\"}\n",
+            "Malformed action/metadata line [1], expected START_OBJECT or END_OBJECT but found [VALUE_STRING]",
+        ),
+        (
+            "{\"index\":5}\n{}\n",
+            "Malformed action/metadata line [1], expected START_OBJECT or END_OBJECT but found [VALUE_NUMBER]",
+        ),
+        (
+            "{\"index\":{\"_index\":\"t\"},\"delete\":{}}\n{}\n",
+            "Malformed action/metadata line [1], expected END_OBJECT but found [FIELD_NAME]",
+        ),
+        (
+            "{\"index\":{\"_index\":\"t\"}}\n{}\n[]\n",
+            "Malformed action/metadata line [3], expected START_OBJECT but found [START_ARRAY]",
+        ),
+    ];
+    for (body, reason) in cases {
+        let (s, v) = es.bulk("/_bulk", body);
+        assert_eq!(s, 400, "{body}: {v}");
+        let err = json!({"type": "illegal_argument_exception", "reason": reason});
+        assert_eq!(v["error"]["root_cause"], json!([err]), "{body}");
+        assert_eq!(v["error"]["type"], "illegal_argument_exception");
+        assert_eq!(v["error"]["reason"], reason);
+    }
+    // The failed request wrote nothing, not even the valid first item.
+    assert_eq!(es.get("/t/_doc/1").0, 404);
+}
+
+/// The end of the body and empty sources, as Elasticsearch 9.5.3 answers them: an action
+/// line without its source at the very end is dropped; an empty source line fails its item
+/// (which has its generated id by then, while an index-level failure has none).
+#[test]
+fn trailing_action_and_empty_source() {
+    let es = start();
+    let (s, v) = es.bulk(
+        "/_bulk",
+        "{\"index\":{\"_index\":\"t\",\"_id\":\"1\"}}\n{\"f\":1}\n{\"update\":{\"_index\":\"t\",\"_id\":\"1\"}}\n",
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["items"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["items"][0]["index"]["status"], 201);
+    let (s, v) = es.bulk("/_bulk", "{\"index\":{\"_index\":\"t\",\"_id\":\"2\"}}\n");
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(
+        v["error"]["reason"],
+        "Validation Failed: 1: no requests added;"
+    );
+    let (s, v) = es.bulk(
+        "/_bulk",
+        "{\"index\":{\"_index\":\"T\"}}\n{\"a\":1}\n{\"create\":{\"_index\":\"t\"}}\n\n",
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["errors"], true);
+    let bad_name = &v["items"][0]["index"];
+    assert_eq!(bad_name["_id"], json!(null), "{v}");
+    assert_eq!(bad_name["error"]["type"], "invalid_index_name_exception");
+    let empty = &v["items"][1]["create"];
+    assert_eq!(empty["status"], 400);
+    assert_eq!(empty["_id"].as_str().map(str::len), Some(20), "{v}");
+    assert_eq!(
+        empty["error"],
+        json!({"type": "document_parsing_exception", "reason": "[0:0] failed to parse, document is empty"})
+    );
+}

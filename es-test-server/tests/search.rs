@@ -581,11 +581,12 @@ fn point_in_time_is_a_frozen_snapshot() {
         "action_request_validation_exception",
         "[keep_alive] is not specified",
     );
-    // Close, then it is gone.
+    // Close, then it is gone (Elasticsearch 9.5.3: one context freed per shard, and a
+    // point in time already gone is a 404 that did not succeed).
     let (s, v) = es.req("DELETE", "/_pit", Some(&json!({"id": pit}).to_string()));
     assert_eq!((s, v), (200, json!({"succeeded":true,"num_freed":1})));
     let (s, v) = es.req("DELETE", "/_pit", Some(&json!({"id": pit}).to_string()));
-    assert_eq!((s, v), (404, json!({"succeeded":true,"num_freed":0})));
+    assert_eq!((s, v), (404, json!({"succeeded":false,"num_freed":0})));
     let v = es.expect_err(
         "POST",
         "/_search",
@@ -936,10 +937,11 @@ fn score_sort_values_render_like_score() {
     assert_eq!(ids, vec!["d2", "d3"]);
 }
 
-/// Every point-in-time search gets the `_shard_doc` tiebreaker, also without `sort`: it then
-/// sorts by `_score` desc, `_shard_doc` asc, returns both as `sort`, and pages with them.
+/// A point-in-time search sorted by `_score` gets the `_shard_doc` tiebreaker: it returns both
+/// as `sort` and pages with them. Without `sort` there is no tiebreaker and no sort values,
+/// and `search_after` is refused (as Elasticsearch 9.5.3 answers).
 #[test]
-fn sortless_pit_search_pages_with_score_and_shard_doc() {
+fn pit_search_by_score_pages_with_shard_doc() {
     let es = start();
     es.put("/t", r#"{"mappings":{"properties":{"n":{"type":"long"},"k":{"type":"keyword"},"x":{"type":"text"}}}}"#);
     const N: usize = 2500;
@@ -966,7 +968,7 @@ fn sortless_pit_search_pages_with_score_and_shard_doc() {
         let mut prev: Option<(f64, i64)> = None;
         let mut pages = 0;
         loop {
-            let mut b = json!({"size": 1000, "pit": {"id": pit, "keep_alive": "1m"}, "query": query, "_source": false});
+            let mut b = json!({"size": 1000, "pit": {"id": pit, "keep_alive": "1m"}, "query": query, "_source": false, "sort": ["_score"]});
             if let Some(a) = &after {
                 b["search_after"] = a.clone();
             }
@@ -999,11 +1001,474 @@ fn sortless_pit_search_pages_with_score_and_shard_doc() {
     // The score alone (tiebreaker omitted) is accepted too.
     let (s, v) = es.post(
         "/_search",
-        &json!({"pit": {"id": pit}, "query": {"match": {"x": "apple"}}, "search_after": [f64::MAX], "size": 1}).to_string(),
+        &json!({"pit": {"id": pit}, "query": {"match": {"x": "apple"}}, "search_after": [f64::MAX], "size": 1, "sort": ["_score"]}).to_string(),
     );
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["hits"]["hits"].as_array().unwrap().len(), 1);
-    // Without a point in time, a search without sort still returns no sort values.
-    let (_, v) = es.post("/t/_search", r#"{"size":1}"#);
-    assert!(v["hits"]["hits"][0].get("sort").is_none(), "{v}");
+    // Without sort, with or without a point in time: no sort values, no search_after.
+    for (path, pit) in [
+        ("/_search", json!({"id": pit})),
+        ("/t/_search", Value::Null),
+    ] {
+        let mut b = json!({"size": 1});
+        if !pit.is_null() {
+            b["pit"] = pit;
+        }
+        let (s, v) = es.post(path, &b.to_string());
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["hits"]["hits"][0]["_score"], 1.0);
+        assert!(v["hits"]["hits"][0].get("sort").is_none(), "{v}");
+        b["search_after"] = json!([1.0]);
+        let (s, v) = es.post(path, &b.to_string());
+        assert_eq!(s, 400, "{v}");
+        assert_eq!(v["error"]["type"], "search_phase_execution_exception");
+        let err = json!({"type": "illegal_argument_exception", "reason": "Sort must contain at least one field."});
+        assert_eq!(v["error"]["root_cause"], json!([err]));
+    }
+}
+
+/// `terminate_after`, as Elasticsearch 9.5.3 answers it (rest-api-spec count/10_basic.yml
+/// "test negative terminate_after throws IAE"): a negative value is refused before the
+/// indices are looked at, so even a missing index gets the 400; 0 is the default.
+#[test]
+fn negative_terminate_after_is_refused_before_index_resolution() {
+    let es = start();
+    es.put("/t", "{}");
+    for (method, path, body) in [
+        ("GET", "/index1/_count?terminate_after=-1", None),
+        ("GET", "/t/_count?terminate_after=-1", None),
+        ("GET", "/t/_search?terminate_after=-1", None),
+        ("GET", "/missing/_search?terminate_after=-1", None),
+        ("POST", "/t/_search", Some(r#"{"terminate_after": -1}"#)),
+        (
+            "POST",
+            "/missing/_search",
+            Some(r#"{"terminate_after": -1}"#),
+        ),
+    ] {
+        let (s, v) = es.req(method, path, body);
+        assert_eq!(s, 400, "{path}: {v}");
+        let err =
+            json!({"type": "illegal_argument_exception", "reason": "terminateAfter must be > 0"});
+        assert_eq!(
+            v,
+            json!({"error": {"root_cause": [err.clone()], "type": err["type"], "reason": err["reason"]}, "status": 400}),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        es.get("/t/_count?terminate_after=0"),
+        (
+            200,
+            json!({"count": 0, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}})
+        )
+    );
+    assert_eq!(es.get("/t/_search?terminate_after=0").0, 200);
+    let v = es.expect_err(
+        "GET",
+        "/t/_count?terminate_after=x",
+        None,
+        400,
+        "illegal_argument_exception",
+        "Failed to parse int parameter [terminate_after] with value [x]",
+    );
+    assert_eq!(
+        v["error"]["caused_by"],
+        json!({"type": "number_format_exception", "reason": "For input string: \"x\""})
+    );
+    // A negative size in the URL is reported first, as in Elasticsearch.
+    es.expect_err(
+        "GET",
+        "/t/_search?terminate_after=-5&size=-1",
+        None,
+        400,
+        "illegal_argument_exception",
+        "[size] parameter cannot be negative, found [-1]",
+    );
+}
+
+/// The hits' `_id` and `sort` values of a search.
+fn ids_and_sorts(es: &Es, path: &str, body: Value) -> Vec<(String, Value)> {
+    let (s, v) = es.post(path, &body.to_string());
+    assert_eq!(s, 200, "{body}: {v}");
+    v["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["_id"].as_str().unwrap().to_string(), h["sort"].clone()))
+        .collect()
+}
+
+fn one(id: &str, sort: Value) -> Vec<(String, Value)> {
+    vec![(id.to_string(), sort)]
+}
+
+/// `search_after` on `date` and `date_nanos` fields with a custom format, as Elasticsearch
+/// 9.5.3 answers rest-api-spec search/90_search_after.yml "date" and "date_nanos": sort
+/// values are epoch milliseconds (nanoseconds), and `search_after` takes them as numbers or
+/// as text in the field's format.
+#[test]
+fn search_after_on_date_and_date_nanos() {
+    let es = start();
+    for (index, ty, fmt, early, late) in [
+        (
+            "date",
+            "date",
+            "yyyy-MM-dd HH:mm:ss.SSS",
+            "2019-10-21 00:30:04.828",
+            "2019-10-21 08:30:04.828",
+        ),
+        (
+            "nanos",
+            "date_nanos",
+            "yyyy-MM-dd HH:mm:ss.SSSSSS",
+            "2019-10-21 00:30:04.828740",
+            "2019-10-21 08:30:04.828733",
+        ),
+    ] {
+        es.put(
+            &format!("/{index}"),
+            &json!({"mappings": {"properties": {"timestamp": {"type": ty, "format": fmt}}}})
+                .to_string(),
+        );
+        let body = format!(
+            "{{\"index\":{{\"_id\":\"early\"}}}}\n{{\"timestamp\":\"{early}\"}}\n{{\"index\":{{\"_id\":\"late\"}}}}\n{{\"timestamp\":\"{late}\"}}\n"
+        );
+        let (s, v) = es.bulk(&format!("/{index}/_bulk?refresh=true"), &body);
+        assert_eq!((s, v["errors"].as_bool()), (200, Some(false)), "{v}");
+    }
+    let search = |index: &str, after: Option<Value>| {
+        let mut body = json!({"size": 1, "sort": [{"timestamp": "desc"}]});
+        if let Some(a) = after {
+            body["search_after"] = a;
+        }
+        ids_and_sorts(&es, &format!("/{index}/_search"), body)
+    };
+    assert_eq!(search("date", None), one("late", json!([1571646604828i64])));
+    let next = one("early", json!([1571617804828i64]));
+    assert_eq!(search("date", Some(json!([1571646604828i64]))), next);
+    assert_eq!(
+        search("date", Some(json!(["2019-10-21 08:30:04.828"]))),
+        next
+    );
+    assert_eq!(
+        search("nanos", None),
+        one("late", json!([1571646604828733000i64]))
+    );
+    let next = one("early", json!([1571617804828740000i64]));
+    assert_eq!(search("nanos", Some(json!([1571646604828733000i64]))), next);
+    assert_eq!(
+        search("nanos", Some(json!(["2019-10-21 08:30:04.828733"]))),
+        next
+    );
+    // Text the format does not read is refused as Elasticsearch refuses it.
+    let (s, v) = es.post(
+        "/date/_search",
+        r#"{"sort": [{"timestamp": "asc"}], "search_after": ["nonsense"]}"#,
+    );
+    assert_eq!(s, 400, "{v}");
+    let why = "failed to parse date field [nonsense] with format [yyyy-MM-dd HH:mm:ss.SSS]";
+    assert_eq!(v["error"]["type"], "search_phase_execution_exception");
+    assert_eq!(
+        v["error"]["root_cause"],
+        json!([{"type": "parse_exception", "reason": format!("{why}: [{why}]")}])
+    );
+    assert_eq!(
+        v["error"]["failed_shards"][0]["reason"]["caused_by"],
+        json!({"type": "illegal_argument_exception", "reason": why})
+    );
+    assert!(v["error"].get("caused_by").is_none(), "{v}");
+    // Epoch milliseconds as text are not in that format either.
+    let (s, v) = es.post(
+        "/date/_search",
+        r#"{"sort": [{"timestamp": "asc"}], "search_after": ["1613032204828"]}"#,
+    );
+    assert_eq!(
+        (s, &v["error"]["root_cause"][0]["type"]),
+        (400, &json!("parse_exception")),
+        "{v}"
+    );
+}
+
+/// Sort `format`, as Elasticsearch 9.5.3 answers rest-api-spec search/90_search_after.yml
+/// "Format sort values" and search/630_format_sort_missing_dates.yml: date sort values become
+/// strings in the sort's format (missing ones null), `search_after` is read in that format,
+/// and `numeric_type` sorts `date` and `date_nanos` indices together.
+#[test]
+fn sort_format_and_numeric_type() {
+    let es = start();
+    es.put("/test", r#"{"mappings": {"properties": {"timestamp": {"type": "date", "format": "yyyy-MM-dd HH:mm:ss.SSS"}, "n": {"type": "long"}, "k": {"type": "keyword"}}}}"#);
+    es.put("/test_nanos", r#"{"mappings": {"properties": {"timestamp": {"type": "date_nanos", "format": "dd/MM/yyyy HH:mm:ss.SSS"}, "t2": {"type": "date_nanos", "format": "yyyy-MM-dd HH:mm:ss.SSSSSS"}}}}"#);
+    let body = concat!(
+        "{\"index\":{\"_id\":\"a\"}}\n{\"timestamp\":\"2021-10-13 00:30:04.828\"}\n",
+        "{\"index\":{\"_id\":\"b\"}}\n{\"timestamp\":\"2021-06-11 04:30:04.828\"}\n",
+        "{\"index\":{\"_id\":\"c\"}}\n{\"timestamp\":\"2021-02-11 08:30:04.828\"}\n",
+        "{\"index\":{\"_id\":\"m\"}}\n{\"n\":1}\n",
+    );
+    assert_eq!(es.bulk("/test/_bulk?refresh=true", body).0, 200);
+    let body = concat!(
+        "{\"index\":{\"_id\":\"na\"}}\n{\"timestamp\":\"21/08/2021 03:30:04.732\",\"t2\":\"2021-10-13 00:30:04.828123\"}\n",
+        "{\"index\":{\"_id\":\"nb\"}}\n{\"timestamp\":\"20/05/2021 05:30:04.832\",\"t2\":\"2021-06-11 04:30:04.000456\"}\n",
+        "{\"index\":{\"_id\":\"nc\"}}\n{\"timestamp\":\"15/04/2021 06:30:04.821\"}\n",
+    );
+    assert_eq!(es.bulk("/test_nanos/_bulk?refresh=true", body).0, 200);
+    let sort = |fmt: &str, order: &str| json!([{"timestamp": {"order": order, "format": fmt}}]);
+    let iso = "strict_date_optional_time_nanos";
+    let pairs = |v: &[(&str, Value)]| -> Vec<(String, Value)> {
+        v.iter().map(|(i, s)| (i.to_string(), json!([s]))).collect()
+    };
+    assert_eq!(
+        ids_and_sorts(
+            &es,
+            "/test/_search",
+            json!({"size": 4, "sort": sort(iso, "asc")})
+        ),
+        pairs(&[
+            ("c", json!("2021-02-11T08:30:04.828Z")),
+            ("b", json!("2021-06-11T04:30:04.828Z")),
+            ("a", json!("2021-10-13T00:30:04.828Z")),
+            ("m", json!(null)),
+        ])
+    );
+    assert_eq!(
+        ids_and_sorts(
+            &es,
+            "/test/_search",
+            json!({"size": 1, "sort": sort(iso, "asc"), "search_after": ["2021-02-11T08:30:04.828Z"]})
+        ),
+        one("b", json!(["2021-06-11T04:30:04.828Z"]))
+    );
+    let custom = "yyyy-MM-dd | HH:mm:ss.SSS";
+    assert_eq!(
+        ids_and_sorts(
+            &es,
+            "/test/_search",
+            json!({"size": 1, "sort": sort(custom, "asc"), "search_after": ["2021-02-11 | 08:30:04.828"]})
+        ),
+        one("b", json!(["2021-06-11 | 04:30:04.828"]))
+    );
+    let desc_first =
+        json!([{"timestamp": {"order": "desc", "format": "epoch_millis", "missing": "_first"}}]);
+    assert_eq!(
+        ids_and_sorts(&es, "/test/_search", json!({"size": 2, "sort": desc_first})),
+        pairs(&[("m", json!(null)), ("a", json!("1634085004828"))])
+    );
+    // Nanoseconds keep their digits in the nanos format and in epoch_millis' fraction.
+    let t2 = |fmt: &str| json!({"size": 1, "sort": [{"t2": {"format": fmt}}]});
+    assert_eq!(
+        ids_and_sorts(&es, "/test_nanos/_search", t2(iso)),
+        one("nb", json!(["2021-06-11T04:30:04.000456Z"]))
+    );
+    assert_eq!(
+        ids_and_sorts(&es, "/test_nanos/_search", t2("strict_date_optional_time")),
+        one("nb", json!(["2021-06-11T04:30:04.000Z"]))
+    );
+    assert_eq!(
+        ids_and_sorts(&es, "/test_nanos/_search", t2("epoch_millis")),
+        one("nb", json!(["1623385804000.456"]))
+    );
+    // Mixed date and date_nanos indices, converted by numeric_type.
+    let mixed = |numeric: &str, after: Option<&str>| {
+        let mut b = json!({"size": 2, "sort": [{"timestamp": {"order": "asc", "format": iso, "numeric_type": numeric}}]});
+        if let Some(a) = after {
+            b["search_after"] = json!([a]);
+        }
+        ids_and_sorts(&es, "/tes*/_search", b)
+    };
+    assert_eq!(
+        mixed("date_nanos", None),
+        pairs(&[
+            ("c", json!("2021-02-11T08:30:04.828Z")),
+            ("nc", json!("2021-04-15T06:30:04.821Z"))
+        ])
+    );
+    assert_eq!(
+        mixed("date", Some("2021-04-15T06:30:04.821Z")),
+        pairs(&[
+            ("nb", json!("2021-05-20T05:30:04.832Z")),
+            ("b", json!("2021-06-11T04:30:04.828Z"))
+        ])
+    );
+    let raw =
+        json!({"size": 2, "sort": [{"timestamp": {"order": "asc", "numeric_type": "date_nanos"}}]});
+    assert_eq!(
+        ids_and_sorts(&es, "/tes*/_search", raw),
+        pairs(&[
+            ("c", json!(1613032204828000000i64)),
+            ("nc", json!(1618468204821000000i64))
+        ])
+    );
+    // A text search_after in another format than the sort's is refused.
+    for fmt in ["yyyy-MM-dd HH:mm:ss.SSS", "epoch_millis"] {
+        let b = json!({"sort": sort(fmt, "asc"), "search_after": ["2021-02-11T08:30:04.828Z"]});
+        let (s, v) = es.post("/test/_search", &b.to_string());
+        let why =
+            format!("failed to parse date field [2021-02-11T08:30:04.828Z] with format [{fmt}]");
+        assert_eq!(s, 400, "{v}");
+        assert_eq!(
+            v["error"]["root_cause"][0]["reason"],
+            format!("{why}: [{why}]")
+        );
+    }
+    // Formats on other fields, unknown pattern letters and unknown numeric types.
+    for (sort, reason) in [
+        (
+            json!({"n": {"format": "#.0"}}),
+            "require a date_time formatter; got [decimal]",
+        ),
+        (
+            json!({"k": {"format": "x"}}),
+            "Field [k] of type [keyword] does not support custom formats",
+        ),
+        (
+            json!({"timestamp": {"format": "bogus_format_name"}}),
+            "Invalid format: [bogus_format_name]: Unknown pattern letter: b",
+        ),
+    ] {
+        let (s, v) = es.post("/test/_search", &json!({"sort": [sort]}).to_string());
+        assert_eq!(s, 400, "{v}");
+        assert_eq!(v["error"]["type"], "search_phase_execution_exception");
+        assert_eq!(
+            v["error"]["root_cause"],
+            json!([{"type": "illegal_argument_exception", "reason": reason}])
+        );
+        assert_eq!(v["error"]["caused_by"]["reason"], reason);
+    }
+    let (s, v) = es.post(
+        "/test/_search",
+        r#"{"sort": [{"timestamp": {"numeric_type": "bogus"}}]}"#,
+    );
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["type"], "x_content_parse_exception");
+    assert_eq!(
+        v["error"]["caused_by"]["reason"],
+        "invalid value for [numeric_type], must be [long, double, date, date_nanos], got bogus"
+    );
+}
+
+/// `_msearch`, as Elasticsearch 9.5.3 answers rest-api-spec search/350_point_in_time.yml
+/// "msearch" and its neighbours: searches under one point in time over two indices, each
+/// answer with its `status`; failures of one search are its answer; a body that does not
+/// parse, or a point in time next to an index, fails the whole request.
+#[test]
+fn msearch_with_a_point_in_time() {
+    let es = start();
+    for (index, id, age) in [
+        ("test", "1", 18),
+        ("test", "42", 18),
+        ("test", "172", 24),
+        ("test2", "45", 19),
+    ] {
+        let doc = json!({"id": id.parse::<i64>().unwrap(), "foo": "bar", "age": age});
+        assert_eq!(
+            es.put(&format!("/{index}/_doc/{id}"), &doc.to_string()).0,
+            201
+        );
+    }
+    es.refresh("test*");
+    let (_, v) = es.post("/t*/_pit?keep_alive=5m", "");
+    let pit = v["id"].as_str().unwrap().to_string();
+    let body = format!(
+        "{{}}\n{}\n{{}}\n{}\n",
+        json!({"query": {"match": {"_index": "test"}}, "pit": {"id": pit}}),
+        json!({"query": {"match_all": {}}, "pit": {"id": pit}}),
+    );
+    let (s, v) = es.bulk("/_msearch", &body);
+    assert_eq!(s, 200, "{v}");
+    assert!(v["took"].is_u64());
+    let r = &v["responses"];
+    assert_eq!(r.as_array().unwrap().len(), 2);
+    assert_eq!(r[0]["hits"]["total"], json!({"value": 3, "relation": "eq"}));
+    assert_eq!(r[1]["hits"]["total"], json!({"value": 4, "relation": "eq"}));
+    for i in 0..2 {
+        assert_eq!(r[i]["status"], 200);
+        assert_eq!(r[i]["pit_id"], json!(pit));
+        assert_eq!(r[i]["_shards"]["total"], 2);
+    }
+    // A point in time with an index: the whole request fails, one message per search.
+    let body = format!(
+        "{{\"index\":\"index\"}}\n{}\n{{\"index\":\"index2\"}}\n{}\n",
+        json!({"query": {"match": {"foo": "bar"}}, "pit": {"id": pit}}),
+        json!({"query": {"match_all": {}}, "pit": {"id": pit}}),
+    );
+    let (s, v) = es.bulk("/_msearch", &body);
+    assert_eq!(s, 400, "{v}");
+    let msg =
+        "[indices] cannot be used with point in time. Do not specify any index with point in time.";
+    assert_eq!(v["error"]["type"], "action_request_validation_exception");
+    assert_eq!(
+        v["error"]["reason"],
+        format!("Validation Failed: 1: {msg};2: {msg};")
+    );
+    // Closing it frees one context per shard: two indices of one shard each.
+    let (s, v) = es.req("DELETE", "/_pit", Some(&json!({"id": pit}).to_string()));
+    assert_eq!((s, v), (200, json!({"succeeded": true, "num_freed": 2})));
+    // Each search fails alone: a shard failure, a missing index.
+    let body = concat!(
+        "{\"index\":\"test\"}\n{\"query\":{\"term\":{\"age\":{\"value\":\"x\"}}}}\n",
+        "{\"index\":\"nope\"}\n{}\n",
+        "{\"index\":[\"test\"]}\n{\"size\":0}\n",
+    );
+    let (s, v) = es.bulk("/_msearch", body);
+    assert_eq!(s, 200, "{v}");
+    let r = &v["responses"];
+    assert_eq!(r[0]["status"], 400);
+    assert_eq!(r[0]["error"]["type"], "search_phase_execution_exception");
+    let uuid = es.get("/test/_settings").1["test"]["settings"]["index"]["uuid"].clone();
+    assert_eq!(
+        r[0]["error"]["root_cause"],
+        json!([{"type": "query_shard_exception", "reason": "failed to create query: For input string: \"x\"", "index_uuid": uuid, "index": "test"}])
+    );
+    assert_eq!(
+        r[0]["error"]["failed_shards"][0]["reason"]["caused_by"],
+        json!({"type": "number_format_exception", "reason": "For input string: \"x\""})
+    );
+    assert_eq!(r[1]["status"], 404);
+    assert_eq!(r[1]["error"]["type"], "index_not_found_exception");
+    assert_eq!(r[2]["status"], 200);
+    assert_eq!(r[2]["hits"]["total"]["value"], 3);
+    // Whole-request failures.
+    for (body, status, ty, reason) in [
+        (
+            "{\"bogus\":1}\n{}\n",
+            400,
+            "illegal_argument_exception",
+            "key [bogus] is not supported in the metadata section",
+        ),
+        (
+            "{\"index\":\"test\"}\n{\"size\":-1}\n",
+            400,
+            "illegal_argument_exception",
+            "[size] parameter cannot be negative, found [-1]",
+        ),
+        (
+            "{\"index\":\"test\"}\n{\"query\":{\"bogus\":{}}}\n",
+            400,
+            "parsing_exception",
+            "unknown query [bogus]",
+        ),
+        (
+            "{\"index\":\"test\"}\n{\"terminate_after\":-1}\n",
+            400,
+            "illegal_argument_exception",
+            "terminateAfter must be > 0",
+        ),
+        (
+            "{\"index\":\"test\"}\n",
+            400,
+            "action_request_validation_exception",
+            "Validation Failed: 1: no requests added;",
+        ),
+        (
+            "{\"index\":\"test\"}\n{}",
+            400,
+            "illegal_argument_exception",
+            "The msearch request must be terminated by a newline [\n]",
+        ),
+    ] {
+        let (s, v) = es.bulk("/_msearch", body);
+        assert_eq!(s, status, "{body}: {v}");
+        assert_eq!(v["error"]["type"], ty, "{body}");
+        assert_eq!(v["error"]["reason"], reason, "{body}");
+    }
 }

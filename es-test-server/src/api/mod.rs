@@ -5,6 +5,7 @@ mod bulk;
 mod docs;
 mod filter_path;
 mod indices;
+mod msearch;
 mod search_endpoints;
 
 use std::collections::HashMap;
@@ -24,6 +25,7 @@ use self::indices::{
     create_index, delete_index, get_index, get_mapping, get_settings, head_index, put_mapping,
     put_settings, refresh,
 };
+use self::msearch::msearch;
 use self::search_endpoints::{close_pit, count, open_pit, search};
 
 pub struct Req {
@@ -294,6 +296,9 @@ pub fn dispatch(sh: &Shared, req: &Req) -> EsResult<Outcome> {
         ["_mget"] => methods!("GET" => mget(sh, req, None), "POST" => mget(sh, req, None)),
         ["_search"] => methods!("GET" => search(sh, req, None), "POST" => search(sh, req, None)),
         ["_count"] => methods!("GET" => count(sh, req, None), "POST" => count(sh, req, None)),
+        ["_msearch"] => {
+            methods!("GET" => msearch(sh, req, None), "POST" => msearch(sh, req, None))
+        }
         ["_refresh"] => {
             methods!("GET" => refresh(sh, req, "_all"), "POST" => refresh(sh, req, "_all"))
         }
@@ -331,6 +336,9 @@ pub fn dispatch(sh: &Shared, req: &Req) -> EsResult<Outcome> {
         }
         [ix, "_search"] => {
             methods!("GET" => search(sh, req, Some(ix)), "POST" => search(sh, req, Some(ix)))
+        }
+        [ix, "_msearch"] => {
+            methods!("GET" => msearch(sh, req, Some(ix)), "POST" => msearch(sh, req, Some(ix)))
         }
         [ix, "_count"] => {
             methods!("GET" => count(sh, req, Some(ix)), "POST" => count(sh, req, Some(ix)))

@@ -12,6 +12,9 @@ use crate::store::{Cluster, Pit, PitIndex, random_id};
 
 use super::{Body, Outcome, Req, Resp, check_params, flag, parse_body, require_body};
 
+pub(super) const PIT_WITH_INDICES: &str =
+    "[indices] cannot be used with point in time. Do not specify any index with point in time.";
+
 const SEARCH_PARAMS: &[&str] = &[
     "size",
     "from",
@@ -96,19 +99,28 @@ fn keep_alive(v: &str) -> EsResult<Duration> {
 }
 
 fn targets_for(st: &mut Cluster, req: &Req, expr: Option<&str>) -> EsResult<Vec<Target>> {
-    let names = st.resolve(
-        expr.unwrap_or("_all"),
-        flag(req, "ignore_unavailable"),
-        req.params
-            .get("allow_no_indices")
-            .is_none_or(|v| v != "false"),
-    )?;
+    let allow_no_indices = req
+        .params
+        .get("allow_no_indices")
+        .is_none_or(|v| v != "false");
+    resolve_targets(st, expr, flag(req, "ignore_unavailable"), allow_no_indices)
+}
+
+/// The indices an expression names (all without one), each as its last refresh left it.
+pub(super) fn resolve_targets(
+    st: &mut Cluster,
+    expr: Option<&str>,
+    ignore_unavailable: bool,
+    allow_no_indices: bool,
+) -> EsResult<Vec<Target>> {
+    let names = st.resolve(expr.unwrap_or("_all"), ignore_unavailable, allow_no_indices)?;
     let mut out = Vec::new();
     for n in names {
         let ix = st.index_mut(&n)?;
         ix.on_search();
         out.push(Target {
             name: ix.name.clone(),
+            uuid: ix.uuid.clone(),
             snap: ix.snapshot.clone(),
             mapping: ix.mapping.clone(),
             max_result_window: ix.max_result_window,
@@ -118,7 +130,7 @@ fn targets_for(st: &mut Cluster, req: &Req, expr: Option<&str>) -> EsResult<Vec<
     Ok(out)
 }
 
-fn pit_targets(st: &mut Cluster, id: &str, ka: Option<&str>) -> EsResult<Vec<Target>> {
+pub(super) fn pit_targets(st: &mut Cluster, id: &str, ka: Option<&str>) -> EsResult<Vec<Target>> {
     decode_pit(id)?;
     let ka = ka.map(keep_alive).transpose()?;
     let now = Instant::now();
@@ -136,6 +148,7 @@ fn pit_targets(st: &mut Cluster, id: &str, ka: Option<&str>) -> EsResult<Vec<Tar
         .iter()
         .map(|pi| Target {
             name: pi.name.clone(),
+            uuid: pi.uuid.clone(),
             snap: pi.snap.clone(),
             mapping: pi.snap.mapping.clone(),
             max_result_window: pi.max_result_window,
@@ -162,9 +175,7 @@ pub(super) fn search(sh: &Shared, req: &Req, expr: Option<&str>) -> EsResult<Out
         match &sreq.pit {
             Some((id, ka)) => {
                 if expr.is_some() {
-                    return Err(EsError::validation(&[
-                        "[indices] cannot be used with point in time. Do not specify any index with point in time.".into(),
-                    ]));
+                    return Err(EsError::validation(&[PIT_WITH_INDICES.into()]));
                 }
                 pit_targets(&mut st, id, ka.as_deref())?
             }
@@ -202,6 +213,9 @@ pub(super) fn count(sh: &Shared, req: &Req, expr: Option<&str>) -> EsResult<Outc
     )?;
     if req.params.contains_key("q") {
         return Err(EsError::unsupported("the [q] (query string) parameter"));
+    }
+    if let Some(t) = req.params.get("terminate_after") {
+        search::check_terminate_after(search::int_param("terminate_after", t)?)?;
     }
     let body = parse_body(req)?;
     let mut query = None;
@@ -299,14 +313,15 @@ pub(super) fn close_pit(sh: &Shared, req: &Req) -> EsResult<Outcome> {
     decode_pit(id)?;
     let mut st = sh.state.lock();
     let now = Instant::now();
-    let freed = match st.pits.remove(id) {
-        Some(p) => p.expires > now,
-        None => false,
+    // Elasticsearch frees one search context per shard of the point in time.
+    let freed: u32 = match st.pits.remove(id) {
+        Some(p) if p.expires > now => p.indices.iter().map(|pi| pi.shards).sum(),
+        _ => 0,
     };
-    Ok(if freed {
-        Resp::ok(json!({"succeeded": true, "num_freed": 1}))
+    Ok(if freed > 0 {
+        Resp::ok(json!({"succeeded": true, "num_freed": freed}))
     } else {
-        Resp::json(404, json!({"succeeded": true, "num_freed": 0}))
+        Resp::json(404, json!({"succeeded": false, "num_freed": 0}))
     }
     .into())
 }

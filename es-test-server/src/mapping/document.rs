@@ -308,14 +308,10 @@ pub(super) fn convert_leaf(
             }
         }
         FType::Date | FType::DateNanos => {
+            // A number is read as its text with the field's formats, as Elasticsearch does:
+            // with the default format, 2024 is a year and 1700000000000 epoch milliseconds.
             let nanos = match v {
-                Value::Number(n) => {
-                    if let Some(i) = n.as_i64() {
-                        Some(i as i128 * 1_000_000)
-                    } else {
-                        n.as_f64().map(|f| (f * 1e6) as i128)
-                    }
-                }
+                Value::Number(n) => time::parse_date_nanos(&n.to_string(), &info.format),
                 Value::String(s) => time::parse_date_nanos(s, &info.format),
                 _ => None,
             };
