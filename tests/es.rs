@@ -307,6 +307,40 @@ fn a_lost_server_gives_etimedout_then_the_mount_recovers() {
 }
 
 #[test]
+fn a_write_applied_but_unanswered_is_not_refused_when_retried() {
+    if std::env::var("ESFS_TEST_ES_URL").is_ok() {
+        eprintln!("needs the test double to lose answers; skipped against a real cluster");
+        return;
+    }
+    let server = EsTestServer::start("127.0.0.1:0").unwrap();
+    let m = Mount::with_backend(&["--es", &server.url(), "--index", "lost-answers"]);
+    fs::create_dir(m.p("d")).unwrap();
+    // A node that dies right after applying a request: the retry of a create
+    // finds the document its first attempt made and must not see EEXIST.
+    for i in 0..6 {
+        server.lose_next_answers(1);
+        let name = format!("d/f{i}");
+        fs::write(m.p(&name), format!("body {i}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    server.lose_next_answers(1);
+    fs::rename(m.p("d/f0"), m.p("d/g0")).unwrap();
+    server.lose_next_answers(1);
+    sh_ok(m.path(), "mkdir -p e/f && cp -a d e/f/");
+    for i in 1..6 {
+        assert_eq!(
+            fs::read_to_string(m.p(format!("e/f/d/f{i}"))).unwrap(),
+            format!("body {i}")
+        );
+    }
+    assert_eq!(fs::read_to_string(m.p("d/g0")).unwrap(), "body 0");
+    assert!(
+        m.log().contains("had landed"),
+        "the retries met their own writes:\n{}",
+        m.log()
+    );
+}
+
+#[test]
 fn overload_answers_are_retried() {
     if std::env::var("ESFS_TEST_ES_URL").is_ok() {
         return;

@@ -28,7 +28,6 @@ mod sort;
 mod store;
 mod time;
 
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,6 +67,9 @@ struct Injection {
 pub(crate) struct Shared {
     pub(crate) state: Mutex<store::Cluster>,
     inject: Mutex<Injection>,
+    /// Writes still to be applied with their answer lost (the connection
+    /// closed instead), as when a node dies after applying a request.
+    lose_answers: std::sync::atomic::AtomicUsize,
     latency: Mutex<Duration>,
     requests: AtomicU64,
     /// Non-admin requests in arrival order, while `journaling` (see
@@ -114,6 +116,7 @@ impl EsTestServer {
         let local = std_listener.local_addr()?;
         let shared = Arc::new(Shared {
             state: Mutex::new(store::Cluster::default()),
+            lose_answers: std::sync::atomic::AtomicUsize::new(0),
             inject: Mutex::new(Injection {
                 remaining: 0,
                 status: 503,
@@ -171,6 +174,13 @@ impl EsTestServer {
             remaining: n,
             status,
         };
+    }
+
+    /// The next `n` writes (POST, PUT and DELETE requests, admin ones
+    /// excepted) are applied, then their connection is closed without an
+    /// answer: what a client sees when the node dies right after applying.
+    pub fn lose_next_answers(&self, n: usize) {
+        self.shared.lose_answers.store(n, Ordering::Relaxed);
     }
 
     /// Delays every response by `d` (admin requests excepted).
@@ -282,9 +292,20 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, mut stop: watch
                     let _ = stream.set_nodelay(true);
                     let sh = shared.clone();
                     conns.spawn(async move {
-                        let svc = service_fn(move |req| {
+                        let svc = service_fn(move |req: Request<Incoming>| {
                             let sh = sh.clone();
-                            async move { Ok::<_, Infallible>(handle(sh, req).await) }
+                            async move {
+                                let write = matches!(req.method().as_str(), "POST" | "PUT" | "DELETE")
+                                    && !req.uri().path().starts_with("/_test/");
+                                let resp = handle(sh.clone(), req).await;
+                                let lose = write
+                                    && sh
+                                        .lose_answers
+                                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                                        .is_ok();
+                                // an error from the service closes the connection unanswered
+                                if lose { Err("answer lost (lose_next_answers)") } else { Ok(resp) }
+                            }
                         });
                         let _ = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), svc).await;
                     });

@@ -290,7 +290,7 @@ impl EsStore {
                     i += 1;
                 }
                 let lines = &lines;
-                let (status, resp) = self.call(|c| async move {
+                let (status, resp, ambiguous) = self.call_tracked(|c| async move {
                     c.bulk(BulkParts::None).body(lines.clone()).send().await
                 })?;
                 if status != 200 {
@@ -329,6 +329,9 @@ impl EsStore {
                             retry.push(k);
                             continue;
                         }
+                        409 if ambiguous => {
+                            self.landed_op(&ops[k]).ok_or_else(|| error_of(409, &r, id))
+                        }
                         s => Err(error_of(s, &r, id)),
                     });
                 }
@@ -352,6 +355,19 @@ impl EsStore {
             .into_iter()
             .map(|r| r.expect("every item answered"))
             .collect())
+    }
+
+    /// [`EsStore::landed`] for a bulk item (a delete is not checked: its
+    /// conflict stays one).
+    fn landed_op(&self, op: &BulkOp) -> Option<Version> {
+        match op {
+            BulkOp::Create { index, id, source }
+            | BulkOp::Index {
+                index, id, source, ..
+            } => self.landed(*index, id, source, false),
+            BulkOp::Update { index, id, doc, .. } => self.landed(*index, id, doc, true),
+            BulkOp::Delete { .. } => None,
+        }
     }
 
     /// A refresh covering every write this client made before it (the
@@ -378,6 +394,27 @@ impl EsStore {
                 Err(e)
             }
         }
+    }
+
+    /// Whether a write whose answer was lost (see [`EsStore::call_tracked`])
+    /// and whose retry was refused as a conflict had in fact landed: the
+    /// document, read in real time, holds what the write sent (`fields`:
+    /// only those top-level fields, for a partial update). Then its version
+    /// is the write's answer. A node dying mid-request made `cp` see EEXIST
+    /// for a file its own first attempt had just created.
+    fn landed(&self, index: Idx, id: &str, sent: &Value, fields: bool) -> Option<Version> {
+        let doc = self
+            .mget_docs(&[(index, id.to_string())], false)
+            .ok()?
+            .pop()??;
+        let same = match (fields, sent.as_object()) {
+            (true, Some(sent)) => sent.iter().all(|(k, v)| doc.source.get(k) == Some(v)),
+            _ => &doc.source == sent,
+        };
+        if same {
+            log::warn!("{id}: a retried write had landed before its answer was lost");
+        }
+        same.then_some(doc.version)
     }
 
     fn mark_dirty(&self, idx: Idx) {
@@ -559,7 +596,7 @@ impl MetaStore for EsStore {
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
         let name = &self.index_name(index);
         let name = name.as_str();
-        let (status, body) = self.call(|c| async move {
+        let (status, body, ambiguous) = self.call_tracked(|c| async move {
             c.create(CreateParts::IndexId(name, id))
                 .body(source.clone())
                 .send()
@@ -568,6 +605,9 @@ impl MetaStore for EsStore {
         self.mark_dirty(index);
         match status {
             200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
+            409 if ambiguous => self
+                .landed(index, id, source, false)
+                .ok_or_else(|| error_of(status, &body, id)),
             _ => Err(error_of(status, &body, id)),
         }
     }
@@ -581,7 +621,7 @@ impl MetaStore for EsStore {
     ) -> StoreResult<Version> {
         let name = &self.index_name(index);
         let name = name.as_str();
-        let (status, body) = self.call(|c| async move {
+        let (status, body, ambiguous) = self.call_tracked(|c| async move {
             let mut req = c.index(IndexParts::IndexId(name, id)).body(source.clone());
             if let Some(v) = if_version {
                 req = req
@@ -593,6 +633,9 @@ impl MetaStore for EsStore {
         self.mark_dirty(index);
         match status {
             200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
+            409 if ambiguous => self
+                .landed(index, id, source, false)
+                .ok_or_else(|| error_of(status, &body, id)),
             // A conditional write on a missing document is a conflict too.
             404 if if_version.is_some() => Err(StoreError::Conflict(id.to_string())),
             _ => Err(error_of(status, &body, id)),
