@@ -238,6 +238,8 @@ pub struct SearchReq {
     pub min_score: Option<f32>,
     pub pit: Option<(String, Option<String>)>,
     pub total_as_int: bool,
+    /// `stored_fields`: the stored fields returned as `fields`; `_none_` leaves out `_id` too.
+    pub stored_fields: Option<Vec<String>>,
 }
 
 fn as_usize(key: &str, v: &Value) -> EsResult<usize> {
@@ -289,7 +291,46 @@ pub fn check_terminate_after(n: i64) -> EsResult<()> {
     }
 }
 
+/// `stored_fields` in a search body: one name or a list of names.
+fn stored_fields_json(v: &Value) -> EsResult<Vec<String>> {
+    match v {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(a) => Ok(a
+            .iter()
+            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+            .collect()),
+        other => Err(EsError::parsing(format!(
+            "Expected [VALUE_STRING] or [START_ARRAY] in [stored_fields] but found [{}]",
+            json_token(other)
+        ))),
+    }
+}
+
 impl SearchReq {
+    /// With `stored_fields`, `_source` comes back only when asked for (explicitly, or as the
+    /// name `_source`), and `_none_` stands alone, as in Elasticsearch.
+    fn apply_stored_fields(&mut self, source_explicit: bool) -> EsResult<()> {
+        let Some(names) = &self.stored_fields else {
+            return Ok(());
+        };
+        if names.iter().any(|n| n == "_none_") {
+            if names.len() > 1 {
+                return Err(EsError::bad_request(
+                    "cannot combine _none_ with other fields",
+                ));
+            }
+            if source_explicit && self.source.fetch {
+                return Err(EsError::validation(&[
+                    "[stored_fields] cannot be disabled if [_source] is requested".into(),
+                ]));
+            }
+        }
+        if !source_explicit && !names.iter().any(|n| n == "_source") {
+            self.source.fetch = false;
+        }
+        Ok(())
+    }
+
     pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> EsResult<SearchReq> {
         let mut r = SearchReq {
             query: None,
@@ -307,7 +348,9 @@ impl SearchReq {
             min_score: None,
             pit: None,
             total_as_int: false,
+            stored_fields: None,
         };
+        let mut source_explicit = false;
         if let Some(body) = body {
             let obj = body.as_object().ok_or_else(|| {
                 EsError::parsing("Expected [START_OBJECT] but found [START_ARRAY]")
@@ -325,7 +368,11 @@ impl SearchReq {
                             other => vec![other.clone()],
                         })
                     }
-                    "_source" => r.source = SourceFilter::from_json(v)?,
+                    "_source" => {
+                        r.source = SourceFilter::from_json(v)?;
+                        source_explicit = true;
+                    }
+                    "stored_fields" => r.stored_fields = Some(stored_fields_json(v)?),
                     "track_total_hits" => {
                         r.track_total = match v {
                             Value::Bool(true) => TrackTotal::Exact,
@@ -377,7 +424,7 @@ impl SearchReq {
                     }
                     "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
                     | "docvalue_fields" | "fields" | "runtime_mappings" | "slice"
-                    | "indices_boost" | "stored_fields" | "rank" | "retriever" | "ext" => {
+                    | "indices_boost" | "rank" | "retriever" | "ext" => {
                         return Err(EsError::unsupported(&format!("[{k}] in search requests")));
                     }
                     other => {
@@ -417,7 +464,20 @@ impl SearchReq {
             params.get("_source_excludes").map(String::as_str),
         ) {
             r.source = f;
+            source_explicit = true;
         }
+        if let Some(v) = params.get("stored_fields") {
+            r.stored_fields = Some(
+                v.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            );
+        }
+        if params.contains_key("docvalue_fields") {
+            return Err(EsError::unsupported("[docvalue_fields] in search requests"));
+        }
+        r.apply_stored_fields(source_explicit)?;
         if let Some(t) = params.get("track_total_hits") {
             r.track_total = match t.as_str() {
                 "true" | "" => TrackTotal::Exact,
@@ -537,24 +597,27 @@ pub fn shards_json(targets: &[Target]) -> Value {
     json!({"total": n, "successful": n, "skipped": 0, "failed": 0})
 }
 
-fn hit_json(
-    t: &Target,
-    h: &Match,
-    sort: Option<Value>,
-    score: Option<f32>,
-    src: &SourceFilter,
+/// What a hit shows besides its id, index and score.
+struct HitOpts<'a> {
+    src: &'a SourceFilter,
     seqno: bool,
     version: bool,
-) -> String {
+    /// `stored_fields`: rendered as `fields`; `_none_` also leaves out `_id`.
+    stored: Option<&'a [String]>,
+}
+
+fn hit_json(t: &Target, h: &Match, sort: Option<Value>, score: Option<f32>, o: &HitOpts) -> String {
     let mut s = String::with_capacity(128 + h.doc.source.len());
     s.push_str("{\"_index\":");
     s.push_str(&serde_json::to_string(&t.name).unwrap_or_default());
-    s.push_str(",\"_id\":");
-    s.push_str(&serde_json::to_string(&*h.doc.id).unwrap_or_default());
-    if version {
+    if o.stored.is_none_or(|n| n != ["_none_"]) {
+        s.push_str(",\"_id\":");
+        s.push_str(&serde_json::to_string(&*h.doc.id).unwrap_or_default());
+    }
+    if o.version {
         s.push_str(&format!(",\"_version\":{}", h.doc.version));
     }
-    if seqno {
+    if o.seqno {
         s.push_str(&format!(
             ",\"_seq_no\":{},\"_primary_term\":{}",
             h.doc.seq_no, PRIMARY_TERM
@@ -565,12 +628,20 @@ fn hit_json(
         Some(x) => s.push_str(&serde_json::to_string(&x).unwrap_or_else(|_| "null".into())),
         None => s.push_str("null"),
     }
-    if src.fetch {
+    if o.src.fetch {
         s.push_str(",\"_source\":");
-        if src.is_identity() {
+        if o.src.is_identity() {
             s.push_str(&h.doc.source);
-        } else if let Some(v) = src.apply(&h.doc.source) {
+        } else if let Some(v) = o.src.apply(&h.doc.source) {
             s.push_str(&v.to_string());
+        }
+    }
+    if let Some(names) = o.stored {
+        let source: Value = serde_json::from_str(&h.doc.source).unwrap_or(Value::Null);
+        let fields = t.mapping.stored_fields(&source, names);
+        if !fields.is_empty() {
+            s.push_str(",\"fields\":");
+            s.push_str(&Value::Object(fields).to_string());
         }
     }
     if let Some(k) = sort {
@@ -766,9 +837,12 @@ pub fn execute(
             m,
             sorted.then(|| sort_values_json(&effective, m.ti, key(i))),
             scoring.then_some(m.score),
-            &req.source,
-            req.seq_no_primary_term,
-            req.version,
+            &HitOpts {
+                src: &req.source,
+                seqno: req.seq_no_primary_term,
+                version: req.version,
+                stored: req.stored_fields.as_deref(),
+            },
         ));
     }
     let mut body = String::with_capacity(256 + hits_s.iter().map(String::len).sum::<usize>());
@@ -876,9 +950,12 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
                 m,
                 explicit.then(|| sort_values_json(&effective, m.ti, k)),
                 scoring.then_some(m.score),
-                &src,
-                seqno,
-                version,
+                &HitOpts {
+                    src: &src,
+                    seqno,
+                    version,
+                    stored: None,
+                },
             );
             serde_json::from_str(&s).unwrap_or(Value::Null)
         })
