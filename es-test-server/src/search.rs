@@ -238,6 +238,8 @@ pub struct SearchReq {
     pub min_score: Option<f32>,
     pub pit: Option<(String, Option<String>)>,
     pub total_as_int: bool,
+    /// `stored_fields`: the stored fields returned as `fields`; `_none_` leaves out `_id` too.
+    pub stored_fields: Option<Vec<String>>,
 }
 
 fn as_usize(key: &str, v: &Value) -> EsResult<usize> {
@@ -289,7 +291,46 @@ pub fn check_terminate_after(n: i64) -> EsResult<()> {
     }
 }
 
+/// `stored_fields` in a search body: one name or a list of names.
+fn stored_fields_json(v: &Value) -> EsResult<Vec<String>> {
+    match v {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(a) => Ok(a
+            .iter()
+            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+            .collect()),
+        other => Err(EsError::parsing(format!(
+            "Expected [VALUE_STRING] or [START_ARRAY] in [stored_fields] but found [{}]",
+            json_token(other)
+        ))),
+    }
+}
+
 impl SearchReq {
+    /// With `stored_fields`, `_source` comes back only when asked for (explicitly, or as the
+    /// name `_source`), and `_none_` stands alone, as in Elasticsearch.
+    fn apply_stored_fields(&mut self, source_explicit: bool) -> EsResult<()> {
+        let Some(names) = &self.stored_fields else {
+            return Ok(());
+        };
+        if names.iter().any(|n| n == "_none_") {
+            if names.len() > 1 {
+                return Err(EsError::bad_request(
+                    "cannot combine _none_ with other fields",
+                ));
+            }
+            if source_explicit && self.source.fetch {
+                return Err(EsError::validation(&[
+                    "[stored_fields] cannot be disabled if [_source] is requested".into(),
+                ]));
+            }
+        }
+        if !source_explicit && !names.iter().any(|n| n == "_source") {
+            self.source.fetch = false;
+        }
+        Ok(())
+    }
+
     pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> EsResult<SearchReq> {
         let mut r = SearchReq {
             query: None,
@@ -307,95 +348,102 @@ impl SearchReq {
             min_score: None,
             pit: None,
             total_as_int: false,
+            stored_fields: None,
         };
+        let mut source_explicit = false;
         if let Some(body) = body {
             let obj = body.as_object().ok_or_else(|| {
                 EsError::parsing("Expected [START_OBJECT] but found [START_ARRAY]")
             })?;
             for (k, v) in obj {
-                match k.as_str() {
-                    "query" => r.query = Some(v.clone()),
-                    "post_filter" => r.post_filter = Some(v.clone()),
-                    "size" => r.size = as_usize("size", v)?,
-                    "from" => r.from = as_usize("from", v)?,
-                    "sort" => r.sort = Some(v.clone()),
-                    "search_after" => {
-                        r.search_after = Some(match v {
-                            Value::Array(a) => a.clone(),
-                            other => vec![other.clone()],
-                        })
-                    }
-                    "_source" => r.source = SourceFilter::from_json(v)?,
-                    "track_total_hits" => {
-                        r.track_total = match v {
-                            Value::Bool(true) => TrackTotal::Exact,
-                            Value::Bool(false) => TrackTotal::Off,
-                            Value::Number(n) => match n.as_i64() {
-                                Some(i) if i == i32::MAX as i64 => TrackTotal::Exact,
-                                Some(i) if i >= 0 => TrackTotal::Upto(i as u64),
-                                Some(-1) => TrackTotal::Off,
-                                _ => {
-                                    return Err(EsError::bad_request(format!(
-                                        "[track_total_hits] parameter must be positive or equals to -1, got {n}"
-                                    )));
-                                }
-                            },
-                            other => {
-                                return Err(EsError::parsing(format!(
-                                    "Unknown key for a {} in [track_total_hits].",
-                                    json_token(other)
-                                )));
-                            }
-                        }
-                    }
-                    "seq_no_primary_term" => r.seq_no_primary_term = v.as_bool().unwrap_or(false),
-                    "version" => r.version = v.as_bool().unwrap_or(false),
-                    "aggs" | "aggregations" => r.aggs = Some(v.clone()),
-                    "track_scores" => r.track_scores = v.as_bool().unwrap_or(false),
-                    "min_score" => r.min_score = v.as_f64().map(|f| f as f32),
-                    "pit" => {
-                        let id = v
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .ok_or_else(|| EsError::parsing("[pit] failed to parse field [id]"))?;
-                        let ka = v
-                            .get("keep_alive")
-                            .and_then(Value::as_str)
-                            .map(str::to_string);
-                        r.pit = Some((id.to_string(), ka));
-                    }
-                    "timeout" | "stats" | "explain" | "profile" | "terminate_after" => {
-                        if k == "profile" && v.as_bool() == Some(true) {
-                            return Err(EsError::unsupported("search profiling"));
-                        }
-                        if k == "explain" && v.as_bool() == Some(true) {
-                            return Err(EsError::unsupported("explain"));
-                        }
-                        if k == "terminate_after" {
-                            check_terminate_after(v.as_i64().unwrap_or(0))?;
-                        }
-                    }
-                    "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
-                    | "docvalue_fields" | "fields" | "runtime_mappings" | "slice"
-                    | "indices_boost" | "stored_fields" | "rank" | "retriever" | "ext" => {
-                        return Err(EsError::unsupported(&format!("[{k}] in search requests")));
-                    }
-                    other => {
-                        return Err(EsError::parsing(format!(
-                            "Unknown key for a {} in [{other}].",
-                            json_token(v)
-                        ))
-                        .with("line", 1)
-                        .with("col", 1));
-                    }
-                }
+                r.body_key(k, v, &mut source_explicit)?;
             }
         }
+        r.url_params(params, &mut source_explicit)?;
+        r.apply_stored_fields(source_explicit)?;
+        if r.search_after.is_some() && r.from > 0 {
+            return Err(EsError::validation(&[
+                "`from` parameter must be set to 0 when `search_after` is used.".into(),
+            ]));
+        }
+        Ok(r)
+    }
+
+    /// One key of the request body.
+    fn body_key(&mut self, k: &str, v: &Value, source_explicit: &mut bool) -> EsResult<()> {
+        match k {
+            "query" => self.query = Some(v.clone()),
+            "post_filter" => self.post_filter = Some(v.clone()),
+            "size" => self.size = as_usize("size", v)?,
+            "from" => self.from = as_usize("from", v)?,
+            "sort" => self.sort = Some(v.clone()),
+            "search_after" => {
+                self.search_after = Some(match v {
+                    Value::Array(a) => a.clone(),
+                    other => vec![other.clone()],
+                })
+            }
+            "_source" => {
+                self.source = SourceFilter::from_json(v)?;
+                *source_explicit = true;
+            }
+            "stored_fields" => self.stored_fields = Some(stored_fields_json(v)?),
+            "track_total_hits" => self.track_total = track_total_json(v)?,
+            "seq_no_primary_term" => self.seq_no_primary_term = v.as_bool().unwrap_or(false),
+            "version" => self.version = v.as_bool().unwrap_or(false),
+            "aggs" | "aggregations" => self.aggs = Some(v.clone()),
+            "track_scores" => self.track_scores = v.as_bool().unwrap_or(false),
+            "min_score" => self.min_score = v.as_f64().map(|f| f as f32),
+            "pit" => {
+                let id = v
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| EsError::parsing("[pit] failed to parse field [id]"))?;
+                let ka = v
+                    .get("keep_alive")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                self.pit = Some((id.to_string(), ka));
+            }
+            "timeout" | "stats" | "explain" | "profile" | "terminate_after" => {
+                if k == "profile" && v.as_bool() == Some(true) {
+                    return Err(EsError::unsupported("search profiling"));
+                }
+                if k == "explain" && v.as_bool() == Some(true) {
+                    return Err(EsError::unsupported("explain"));
+                }
+                if k == "terminate_after" {
+                    check_terminate_after(v.as_i64().unwrap_or(0))?;
+                }
+            }
+            "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
+            | "docvalue_fields" | "fields" | "runtime_mappings" | "slice" | "indices_boost"
+            | "rank" | "retriever" | "ext" => {
+                return Err(EsError::unsupported(&format!("[{k}] in search requests")));
+            }
+            other => {
+                return Err(EsError::parsing(format!(
+                    "Unknown key for a {} in [{other}].",
+                    json_token(v)
+                ))
+                .with("line", 1)
+                .with("col", 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// The URL parameters, which win over the body.
+    fn url_params(
+        &mut self,
+        params: &HashMap<String, String>,
+        source_explicit: &mut bool,
+    ) -> EsResult<()> {
         if let Some(s) = params.get("size") {
-            r.size = as_usize("size", &Value::String(s.clone()))?;
+            self.size = as_usize("size", &Value::String(s.clone()))?;
         }
         if let Some(s) = params.get("from") {
-            r.from = as_usize("from", &Value::String(s.clone()))?;
+            self.from = as_usize("from", &Value::String(s.clone()))?;
         }
         if let Some(t) = params.get("terminate_after") {
             check_terminate_after(int_param("terminate_after", t)?)?;
@@ -409,17 +457,29 @@ impl SearchReq {
                     None => json!(x),
                 })
                 .collect();
-            r.sort = Some(Value::Array(specs));
+            self.sort = Some(Value::Array(specs));
         }
         if let Some(f) = SourceFilter::from_params(
             params.get("_source").map(String::as_str),
             params.get("_source_includes").map(String::as_str),
             params.get("_source_excludes").map(String::as_str),
         ) {
-            r.source = f;
+            self.source = f;
+            *source_explicit = true;
+        }
+        if let Some(v) = params.get("stored_fields") {
+            self.stored_fields = Some(
+                v.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            );
+        }
+        if params.contains_key("docvalue_fields") {
+            return Err(EsError::unsupported("[docvalue_fields] in search requests"));
         }
         if let Some(t) = params.get("track_total_hits") {
-            r.track_total = match t.as_str() {
+            self.track_total = match t.as_str() {
                 "true" | "" => TrackTotal::Exact,
                 "false" => TrackTotal::Off,
                 n => TrackTotal::Upto(n.parse().map_err(|_| {
@@ -430,10 +490,10 @@ impl SearchReq {
             };
         }
         if let Some(v) = params.get("seq_no_primary_term") {
-            r.seq_no_primary_term = v == "true" || v.is_empty();
+            self.seq_no_primary_term = v == "true" || v.is_empty();
         }
         if let Some(v) = params.get("version") {
-            r.version = v == "true" || v.is_empty();
+            self.version = v == "true" || v.is_empty();
         }
         if params.contains_key("q") {
             return Err(EsError::unsupported("the [q] (query string) parameter"));
@@ -442,18 +502,37 @@ impl SearchReq {
             .get("rest_total_hits_as_int")
             .is_some_and(|v| v == "true" || v.is_empty())
         {
-            r.total_as_int = true;
-            if r.track_total == TrackTotal::Upto(10_000) {
-                r.track_total = TrackTotal::Exact;
+            self.total_as_int = true;
+            if self.track_total == TrackTotal::Upto(10_000) {
+                self.track_total = TrackTotal::Exact;
             }
         }
-        if r.search_after.is_some() && r.from > 0 {
-            return Err(EsError::validation(&[
-                "`from` parameter must be set to 0 when `search_after` is used.".into(),
-            ]));
-        }
-        Ok(r)
+        Ok(())
     }
+}
+
+/// `track_total_hits` in a body: a boolean or a number.
+fn track_total_json(v: &Value) -> EsResult<TrackTotal> {
+    Ok(match v {
+        Value::Bool(true) => TrackTotal::Exact,
+        Value::Bool(false) => TrackTotal::Off,
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if i == i32::MAX as i64 => TrackTotal::Exact,
+            Some(i) if i >= 0 => TrackTotal::Upto(i as u64),
+            Some(-1) => TrackTotal::Off,
+            _ => {
+                return Err(EsError::bad_request(format!(
+                    "[track_total_hits] parameter must be positive or equals to -1, got {n}"
+                )));
+            }
+        },
+        other => {
+            return Err(EsError::parsing(format!(
+                "Unknown key for a {} in [track_total_hits].",
+                json_token(other)
+            )));
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -537,24 +616,27 @@ pub fn shards_json(targets: &[Target]) -> Value {
     json!({"total": n, "successful": n, "skipped": 0, "failed": 0})
 }
 
-fn hit_json(
-    t: &Target,
-    h: &Match,
-    sort: Option<Value>,
-    score: Option<f32>,
-    src: &SourceFilter,
+/// What a hit shows besides its id, index and score.
+struct HitOpts<'a> {
+    src: &'a SourceFilter,
     seqno: bool,
     version: bool,
-) -> String {
+    /// `stored_fields`: rendered as `fields`; `_none_` also leaves out `_id`.
+    stored: Option<&'a [String]>,
+}
+
+fn hit_json(t: &Target, h: &Match, sort: Option<Value>, score: Option<f32>, o: &HitOpts) -> String {
     let mut s = String::with_capacity(128 + h.doc.source.len());
     s.push_str("{\"_index\":");
     s.push_str(&serde_json::to_string(&t.name).unwrap_or_default());
-    s.push_str(",\"_id\":");
-    s.push_str(&serde_json::to_string(&*h.doc.id).unwrap_or_default());
-    if version {
+    if o.stored.is_none_or(|n| n != ["_none_"]) {
+        s.push_str(",\"_id\":");
+        s.push_str(&serde_json::to_string(&*h.doc.id).unwrap_or_default());
+    }
+    if o.version {
         s.push_str(&format!(",\"_version\":{}", h.doc.version));
     }
-    if seqno {
+    if o.seqno {
         s.push_str(&format!(
             ",\"_seq_no\":{},\"_primary_term\":{}",
             h.doc.seq_no, PRIMARY_TERM
@@ -565,12 +647,20 @@ fn hit_json(
         Some(x) => s.push_str(&serde_json::to_string(&x).unwrap_or_else(|_| "null".into())),
         None => s.push_str("null"),
     }
-    if src.fetch {
+    if o.src.fetch {
         s.push_str(",\"_source\":");
-        if src.is_identity() {
+        if o.src.is_identity() {
             s.push_str(&h.doc.source);
-        } else if let Some(v) = src.apply(&h.doc.source) {
+        } else if let Some(v) = o.src.apply(&h.doc.source) {
             s.push_str(&v.to_string());
+        }
+    }
+    if let Some(names) = o.stored {
+        let source: Value = serde_json::from_str(&h.doc.source).unwrap_or(Value::Null);
+        let fields = t.mapping.stored_fields(&source, names);
+        if !fields.is_empty() {
+            s.push_str(",\"fields\":");
+            s.push_str(&Value::Object(fields).to_string());
         }
     }
     if let Some(k) = sort {
@@ -608,15 +698,20 @@ fn total_json(n: usize, tt: TrackTotal, as_int: bool) -> Option<String> {
     }
 }
 
-/// Runs a search. `pit` says a point in time is used (adds the `_shard_doc` tiebreaker, and
-/// a `_score` sort when there is none).
-pub fn execute(
-    targets: &[Target],
-    req: &SearchReq,
-    pit: bool,
-    took_start: std::time::Instant,
-    pit_id: Option<&str>,
-) -> EsResult<SearchOut> {
+/// A failure inside the search, wrapped as a shard failure unless it is a request error.
+fn shard_failure(e: EsError, index: Option<&str>) -> EsError {
+    if e.kind == "search_phase_execution_exception"
+        || e.reason.starts_with("es-test-server")
+        || e.kind == "parsing_exception"
+        || e.kind == "x_content_parse_exception"
+    {
+        e
+    } else {
+        EsError::search_phase(e, index)
+    }
+}
+
+fn check_window(targets: &[Target], req: &SearchReq) -> EsResult<()> {
     for t in targets {
         if req.from + req.size > t.max_result_window {
             return Err(EsError::search_phase(
@@ -629,25 +724,31 @@ pub fn execute(
             ));
         }
     }
-    let first_name = targets.first().map(|t| t.name.clone());
-    let wrap = |e: EsError| -> EsError {
-        if e.kind == "search_phase_execution_exception"
-            || e.reason.starts_with("es-test-server")
-            || e.kind == "parsing_exception"
-            || e.kind == "x_content_parse_exception"
-        {
-            e
-        } else {
-            EsError::search_phase(e, first_name.as_deref())
-        }
-    };
+    Ok(())
+}
+
+/// How a search orders its hits.
+struct SortPlan {
+    /// The order applied (`_score` desc for a search without `sort`).
+    effective: Vec<SortSpec>,
+    /// Whether the search has a sort: only then do hits carry sort values.
+    sorted: bool,
+    /// Whether `_score` is part of the sort.
+    by_score: bool,
+    after: Option<Vec<SV<'static>>>,
+}
+
+/// Compiles the sort and `search_after`. A sorted point-in-time search gets the implicit
+/// `_shard_doc` asc tiebreaker unless it has one. A search without `sort` gets none, with or
+/// without a point in time: its hits carry no sort values and it cannot page with
+/// search_after (Elasticsearch 9.5.3).
+fn plan_sort(req: &SearchReq, targets: &[Target], pit: bool) -> EsResult<SortPlan> {
+    let index = targets.first().map(|t| t.name.as_str());
+    let wrap = |e| shard_failure(e, index);
     let mut specs = match &req.sort {
         Some(s) => compile_sort(s, targets, pit).map_err(wrap)?,
         None => vec![],
     };
-    // A sorted point-in-time search gets the implicit `_shard_doc` asc tiebreaker unless it
-    // has one. A search without `sort` gets none, with or without a point in time: its hits
-    // carry no sort values and it cannot page with search_after (Elasticsearch 9.5.3).
     let mut implicit_tiebreaker = false;
     if pit && !specs.is_empty() && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
         specs.push(SortSpec::ShardDoc { desc: false });
@@ -658,14 +759,14 @@ pub fn execute(
             "Sort must contain at least one field.",
         )));
     }
-    // Hits carry `sort` values only for a sorted search.
     let sorted = !specs.is_empty();
-    let effective: Vec<SortSpec> = if sorted {
-        specs.clone()
+    let by_score = specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
+    let effective = if sorted {
+        specs
     } else {
         vec![SortSpec::Score { desc: true }]
     };
-    let after: Option<Vec<SV>> = match &req.search_after {
+    let after = match &req.search_after {
         None => None,
         Some(vals) => {
             // Elasticsearch accepts a search_after without the implicit tiebreaker (backward
@@ -691,10 +792,75 @@ pub fn execute(
             Some(a)
         }
     };
+    Ok(SortPlan {
+        effective,
+        sorted,
+        by_score,
+        after,
+    })
+}
 
+/// The sort keys of every match, flat: match i owns `keys[i * k..(i + 1) * k]`.
+fn sort_keys<'a>(matches: &[&'a Match], effective: &[SortSpec]) -> Vec<SV<'a>> {
+    let mut keys = Vec::with_capacity(matches.len() * effective.len());
+    for m in matches {
+        for s in effective {
+            keys.push(match s {
+                SortSpec::Score { .. } => SV::Score(m.score),
+                SortSpec::Doc { .. } => SV::I(m.doc.seq_no),
+                SortSpec::ShardDoc { .. } => {
+                    SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
+                }
+                SortSpec::Field(f) => field_sv(f, m.ti, m.doc),
+            });
+        }
+    }
+    keys
+}
+
+/// The first `want` matches after `search_after`, in order (ties broken by index order).
+fn top_matches(matches: &[&Match], keys: &[SV], plan: &SortPlan, want: usize) -> Vec<usize> {
+    let k = plan.effective.len();
+    let key = |i: usize| &keys[i * k..(i + 1) * k];
+    let mut hits: Vec<usize> = (0..matches.len())
+        .filter(|&i| {
+            plan.after
+                .as_ref()
+                .is_none_or(|a| cmp_keys(&plan.effective, key(i), a) == Ordering::Greater)
+        })
+        .collect();
+    let cmp = |a: &usize, b: &usize| {
+        let (ma, mb) = (matches[*a], matches[*b]);
+        cmp_keys(&plan.effective, key(*a), key(*b))
+            .then(ma.ti.cmp(&mb.ti))
+            .then(ma.doc.seq_no.cmp(&mb.doc.seq_no))
+    };
+    if want < hits.len() && want > 0 {
+        hits.select_nth_unstable_by(want - 1, cmp);
+        hits.truncate(want);
+    }
+    if want == 0 {
+        hits.clear();
+    }
+    hits.sort_by(cmp);
+    hits
+}
+
+/// Runs a search. `pit` says a point in time is used (it adds the `_shard_doc` tiebreaker to
+/// a sorted search).
+pub fn execute(
+    targets: &[Target],
+    req: &SearchReq,
+    pit: bool,
+    took_start: std::time::Instant,
+    pit_id: Option<&str>,
+) -> EsResult<SearchOut> {
+    check_window(targets, req)?;
+    let plan = plan_sort(req, targets, pit)?;
+    let index = targets.first().map(|t| t.name.as_str());
     let all = find_matches(targets, req.query.as_ref(), req.min_score)?;
     let aggs = match &req.aggs {
-        Some(a) => Some(crate::aggs::run(a, targets, &all).map_err(wrap)?),
+        Some(a) => Some(crate::aggs::run(a, targets, &all).map_err(|e| shard_failure(e, index))?),
         None => None,
     };
     let matches: Vec<&Match> = match &req.post_filter {
@@ -706,72 +872,32 @@ pub fn execute(
                 .collect()
         }
     };
-    let total = matches.len();
-    let scoring =
-        !sorted || req.track_scores || specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
+    let scoring = !plan.sorted || req.track_scores || plan.by_score;
     let max_score = if scoring && req.size > 0 {
-        matches
-            .iter()
-            .map(|m| m.score)
-            .fold(None, |a: Option<f32>, s| Some(a.map_or(s, |a| a.max(s))))
+        matches.iter().map(|m| m.score).reduce(f32::max)
     } else {
         None
     };
-
-    // Sort keys of every match, flat: match i owns keys[i * k..(i + 1) * k].
-    let k = effective.len();
-    let mut keys: Vec<SV> = Vec::with_capacity(matches.len() * k);
-    for m in &matches {
-        for s in &effective {
-            keys.push(match s {
-                SortSpec::Score { .. } => SV::Score(m.score),
-                SortSpec::Doc { .. } => SV::I(m.doc.seq_no),
-                SortSpec::ShardDoc { .. } => {
-                    SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
-                }
-                SortSpec::Field(f) => field_sv(f, m.ti, m.doc),
-            });
-        }
-    }
-    let key = |i: usize| &keys[i * k..(i + 1) * k];
-    let mut hits: Vec<usize> = (0..matches.len())
-        .filter(|&i| {
-            after
-                .as_ref()
-                .is_none_or(|a| cmp_keys(&effective, key(i), a) == Ordering::Greater)
+    let keys = sort_keys(&matches, &plan.effective);
+    let k = plan.effective.len();
+    let opts = HitOpts {
+        src: &req.source,
+        seqno: req.seq_no_primary_term,
+        version: req.version,
+        stored: req.stored_fields.as_deref(),
+    };
+    let hits: Vec<String> = top_matches(&matches, &keys, &plan, req.from + req.size)
+        .into_iter()
+        .skip(req.from)
+        .map(|i| {
+            let m = matches[i];
+            let sort = plan
+                .sorted
+                .then(|| sort_values_json(&plan.effective, m.ti, &keys[i * k..(i + 1) * k]));
+            hit_json(&targets[m.ti], m, sort, scoring.then_some(m.score), &opts)
         })
         .collect();
-    let cmp = |a: &usize, b: &usize| {
-        let (ma, mb) = (matches[*a], matches[*b]);
-        cmp_keys(&effective, key(*a), key(*b))
-            .then(ma.ti.cmp(&mb.ti))
-            .then(ma.doc.seq_no.cmp(&mb.doc.seq_no))
-    };
-    let want = req.from + req.size;
-    if want < hits.len() && want > 0 {
-        hits.select_nth_unstable_by(want - 1, cmp);
-        hits.truncate(want);
-    }
-    if want == 0 {
-        hits.clear();
-    }
-    hits.sort_by(cmp);
-    let page = hits.iter().skip(req.from).take(req.size);
-    let mut hits_s = Vec::new();
-    for &i in page {
-        let m = matches[i];
-        let t = &targets[m.ti];
-        hits_s.push(hit_json(
-            t,
-            m,
-            sorted.then(|| sort_values_json(&effective, m.ti, key(i))),
-            scoring.then_some(m.score),
-            &req.source,
-            req.seq_no_primary_term,
-            req.version,
-        ));
-    }
-    let mut body = String::with_capacity(256 + hits_s.iter().map(String::len).sum::<usize>());
+    let mut body = String::with_capacity(256 + hits.iter().map(String::len).sum::<usize>());
     body.push('{');
     if let Some(id) = pit_id {
         body.push_str(&format!(
@@ -784,7 +910,7 @@ pub fn execute(
         took_start.elapsed().as_millis(),
         shards_json(targets)
     ));
-    if let Some(t) = total_json(total, req.track_total, req.total_as_int) {
+    if let Some(t) = total_json(matches.len(), req.track_total, req.total_as_int) {
         body.push_str(&format!("\"total\":{t},"));
     }
     body.push_str(&format!(
@@ -792,7 +918,7 @@ pub fn execute(
         max_score
             .map(|s| serde_json::to_string(&s).unwrap_or_else(|_| "null".into()))
             .unwrap_or_else(|| "null".into()),
-        hits_s.join(",")
+        hits.join(",")
     ));
     if let Some(a) = aggs {
         body.push_str(&format!(",\"aggregations\":{a}"));
@@ -876,9 +1002,12 @@ pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) ->
                 m,
                 explicit.then(|| sort_values_json(&effective, m.ti, k)),
                 scoring.then_some(m.score),
-                &src,
-                seqno,
-                version,
+                &HitOpts {
+                    src: &src,
+                    seqno,
+                    version,
+                    stored: None,
+                },
             );
             serde_json::from_str(&s).unwrap_or(Value::Null)
         })

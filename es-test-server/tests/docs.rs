@@ -684,3 +684,124 @@ fn mget_and_source_filtering() {
         json!({"name":"a","size":1,"kind":"file"})
     );
 }
+
+const STORED_INDEX: &str = r#"{"mappings": {"properties": {
+  "count": {"type": "integer", "store": true},
+  "k": {"type": "keyword", "store": true, "ignore_above": 3, "fields": {"raw": {"type": "keyword", "store": true}}},
+  "t": {"type": "text", "store": true},
+  "d": {"type": "date", "store": true},
+  "b": {"type": "boolean", "store": true},
+  "f": {"type": "float", "store": true},
+  "dn": {"type": "date_nanos", "store": true},
+  "o": {"properties": {"x": {"type": "long", "store": true}}},
+  "nv": {"type": "keyword", "store": true, "null_value": "NULL"},
+  "plain": {"type": "long"}
+}}}"#;
+
+const STORED_DOC: &str = r#"{"include": {"field1": "v1", "field2": "v2"}, "count": 1, "k": ["ab", "abcdef"], "t": "Hello World", "d": "2021-01-01", "b": "true", "f": 1.1, "dn": "2021-01-01T00:00:00.123456789Z", "o": [{"x": 1}, {"x": "2"}], "o.x": 3, "nv": null, "plain": 3}"#;
+
+/// `stored_fields` on get, as Elasticsearch 9.5.3 answers rest-api-spec
+/// get/70_source_filtering.yml (`stored_fields: count` with `_source: true`) and its
+/// neighbours: stored fields come back as `fields`, converted as stored; `_source` only when
+/// asked for.
+#[test]
+fn get_with_stored_fields() {
+    let es = start();
+    es.put("/sf", STORED_INDEX);
+    assert_eq!(es.put("/sf/_doc/1", STORED_DOC).0, 201);
+    let head = json!({"_index": "sf", "_id": "1", "_version": 1, "_seq_no": 0, "_primary_term": 1, "found": true});
+    let with = |extra: Value| {
+        let mut v = head.clone();
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    let source: Value = serde_json::from_str(STORED_DOC).unwrap();
+    let count = json!({"count": [1]});
+    assert_eq!(
+        es.get("/sf/_doc/1?stored_fields=count&_source=true"),
+        (200, with(json!({"_source": source, "fields": count})))
+    );
+    assert_eq!(
+        es.get("/sf/_doc/1?stored_fields=count"),
+        (200, with(json!({"fields": count})))
+    );
+    assert_eq!(
+        es.get("/sf/_doc/1?stored_fields=count&_source_includes=include.field1"),
+        (
+            200,
+            with(json!({"_source": {"include": {"field1": "v1"}}, "fields": count}))
+        )
+    );
+    assert_eq!(
+        es.get("/sf/_doc/1?stored_fields=count&_source=false"),
+        (200, with(json!({"fields": count})))
+    );
+    assert_eq!(
+        es.get("/sf/_doc/1?stored_fields=count,k,k.raw,t,d,b,f,dn,o.x,nv,plain,nope,_id"),
+        (
+            200,
+            with(json!({"fields": {
+                "count": [1], "k": ["ab"], "k.raw": ["ab", "abcdef"], "t": ["Hello World"],
+                "d": ["2021-01-01T00:00:00.000Z"], "b": [true], "f": [1.1],
+                "dn": ["2021-01-01T00:00:00.123456789Z"], "o.x": [1, 2, 3], "nv": ["NULL"]
+            }}))
+        )
+    );
+    for q in ["_none_", "", "plain"] {
+        assert_eq!(
+            es.get(&format!("/sf/_doc/1?stored_fields={q}")),
+            (200, head.clone()),
+            "{q}"
+        );
+    }
+    for q in ["_source", "_none_&_source=true"] {
+        assert_eq!(
+            es.get(&format!("/sf/_doc/1?stored_fields={q}")),
+            (200, with(json!({"_source": source}))),
+            "{q}"
+        );
+    }
+    es.expect_err(
+        "GET",
+        "/sf/_doc/1?stored_fields=o",
+        None,
+        400,
+        "illegal_argument_exception",
+        "field [o] isn't a leaf field",
+    );
+    es.expect_err(
+        "GET",
+        "/sf/_source/1?stored_fields=count",
+        None,
+        400,
+        "illegal_argument_exception",
+        "request [/sf/_source/1] contains unrecognized parameter: [stored_fields]",
+    );
+    // mget: per document, or for all from the URL; a string is one name.
+    let (s, v) = es.post(
+        "/sf/_mget",
+        r#"{"docs": [{"_id": "1", "stored_fields": ["count", "b"]}, {"_id": "1", "stored_fields": "count", "_source": true}, {"_id": "1", "stored_fields": ["o"]}, {"_id": "1", "stored_fields": "count,b"}]}"#,
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["docs"][0],
+        with(json!({"fields": {"count": [1], "b": [true]}}))
+    );
+    assert_eq!(
+        v["docs"][1],
+        with(json!({"_source": source, "fields": count}))
+    );
+    assert_eq!(
+        v["docs"][2],
+        json!({"_index": "sf", "_id": "1", "error": {"root_cause": [{"type": "illegal_argument_exception", "reason": "field [o] isn't a leaf field"}], "type": "illegal_argument_exception", "reason": "field [o] isn't a leaf field"}})
+    );
+    assert_eq!(v["docs"][3], head);
+    let (s, v) = es.post("/sf/_mget?stored_fields=count", r#"{"ids": ["1", "2"]}"#);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["docs"],
+        json!([with(json!({"fields": count})), {"_index": "sf", "_id": "2", "found": false}])
+    );
+}

@@ -331,3 +331,43 @@ fn cluster_health_is_yellow_with_replicas() {
     es.delete("/i");
     assert_eq!(es.get("/_cluster/health").1["status"], "green");
 }
+
+/// Aliases are not implemented; every alias endpoint and `aliases` at index creation say so
+/// (instead of "no handler found"). Elasticsearch 9.5.3 accepts them: rest-api-spec
+/// bulk/10_basic.yml "Return item-level error when no write index defined for an alias" puts
+/// one alias on two indices and expects a bulk item 400 `illegal_argument_exception` "no write
+/// index is defined for alias [test_index]. ..."; this double cannot get that far.
+#[test]
+fn aliases_are_refused_as_not_implemented() {
+    let es = start();
+    es.put("/test_index1", "{}");
+    let reason = "es-test-server (a test double, not Elasticsearch) does not implement aliases";
+    for (method, path, body) in [
+        ("PUT", "/test_index1/_alias/test_index", None),
+        ("POST", "/test_index1/_aliases/test_index", None),
+        (
+            "POST",
+            "/_aliases",
+            Some(r#"{"actions": [{"add": {"index": "test_index1", "alias": "a"}}]}"#),
+        ),
+        ("GET", "/_alias", None),
+        ("GET", "/_alias/test_index", None),
+        ("GET", "/test_index1/_alias", None),
+        ("DELETE", "/test_index1/_alias/test_index", None),
+        (
+            "PUT",
+            "/test_index2",
+            Some(r#"{"aliases": {"test_index": {}}}"#),
+        ),
+    ] {
+        es.expect_err(
+            method,
+            path,
+            body,
+            400,
+            "illegal_argument_exception",
+            reason,
+        );
+    }
+    assert_eq!(es.req("HEAD", "/test_index2", None).0, 404);
+}

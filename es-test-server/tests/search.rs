@@ -1472,3 +1472,111 @@ fn msearch_with_a_point_in_time() {
         assert_eq!(v["error"]["reason"], reason, "{body}");
     }
 }
+
+/// `stored_fields` in searches, as Elasticsearch 9.5.3 answers rest-api-spec
+/// search/100_stored_fields.yml and search/10_source_filtering.yml "fields in body": `[]`
+/// drops `_source`, `_none_` drops `_id` too, stored fields come back as `fields`.
+#[test]
+fn search_with_stored_fields() {
+    let es = start();
+    es.put("/sf", r#"{"mappings": {"properties": {"i": {"type": "integer", "store": true}, "o": {"properties": {"x": {"type": "long", "store": true}}}}}}"#);
+    assert_eq!(
+        es.put(
+            "/sf/_doc/1?refresh=true",
+            r#"{"i": 1, "o": {"x": 2}, "include": {"field2": "v2"}}"#
+        )
+        .0,
+        201
+    );
+    let hit = |body: &str| {
+        let (s, v) = es.post("/sf/_search", body);
+        assert_eq!(s, 200, "{body}: {v}");
+        v["hits"]["hits"][0].clone()
+    };
+    let bare = json!({"_index": "sf", "_id": "1", "_score": 1.0});
+    assert_eq!(hit(r#"{"stored_fields": []}"#), bare);
+    assert_eq!(hit(r#"{"stored_fields": ["o"]}"#), bare);
+    assert_eq!(hit(r#"{"stored_fields": "i,o.x"}"#), bare);
+    for none in [
+        r#"{"stored_fields": "_none_"}"#,
+        r#"{"stored_fields": ["_none_"]}"#,
+    ] {
+        assert_eq!(hit(none), json!({"_index": "sf", "_score": 1.0}));
+    }
+    assert_eq!(hit(r#"{"stored_fields": ["include.field2"]}"#), bare);
+    let h = hit(r#"{"stored_fields": ["include.field2", "_source"]}"#);
+    assert_eq!(h["_source"]["include"]["field2"], "v2");
+    assert_eq!(
+        hit(r#"{"stored_fields": ["i", "o.x"], "_source": {"includes": ["o"]}, "version": true}"#),
+        json!({"_index": "sf", "_id": "1", "_version": 1, "_score": 1.0, "_source": {"o": {"x": 2}}, "fields": {"i": [1], "o.x": [2]}})
+    );
+    // The URL's stored_fields wins over the body's.
+    let (_, v) = es.post(
+        "/sf/_search?stored_fields=i",
+        r#"{"stored_fields": ["o.x"]}"#,
+    );
+    assert_eq!(v["hits"]["hits"][0]["fields"], json!({"i": [1]}));
+    es.expect_err(
+        "POST",
+        "/sf/_search",
+        Some(r#"{"stored_fields": ["_none_", "i"]}"#),
+        400,
+        "illegal_argument_exception",
+        "cannot combine _none_ with other fields",
+    );
+    es.expect_err(
+        "POST",
+        "/sf/_search?stored_fields=_none_",
+        Some(r#"{"_source": true}"#),
+        400,
+        "action_request_validation_exception",
+        "Validation Failed: 1: [stored_fields] cannot be disabled if [_source] is requested;",
+    );
+    es.expect_err(
+        "POST",
+        "/sf/_search",
+        Some(r#"{"stored_fields": 5}"#),
+        400,
+        "parsing_exception",
+        "Expected [VALUE_STRING] or [START_ARRAY] in [stored_fields] but found [VALUE_NUMBER]",
+    );
+}
+
+/// A JSON number in a date field is read as text with the field's formats, as in
+/// Elasticsearch 9.5.3: with the default format a 4-digit number is a year, a longer one
+/// epoch milliseconds; a format without epoch_millis refuses numbers.
+#[test]
+fn date_numbers_are_read_with_the_field_format() {
+    let es = start();
+    es.put("/n", r#"{"mappings": {"properties": {"c": {"type": "date", "format": "yyyy-MM-dd HH:mm:ss.SSS"}, "d": {"type": "date"}}}}"#);
+    let (s, v) = es.post("/n/_doc", r#"{"c": 1000}"#);
+    assert_eq!(
+        (s, &v["error"]["type"]),
+        (400, &json!("document_parsing_exception")),
+        "{v}"
+    );
+    for (id, d) in [
+        ("year", "1000"),
+        ("ms5", "99999"),
+        ("ms", "1500000000000"),
+        ("neg", "-5"),
+    ] {
+        let (s, v) = es.put(&format!("/n/_doc/{id}"), &format!("{{\"d\": {d}}}"));
+        assert_eq!(s, 201, "{v}");
+    }
+    es.refresh("n");
+    let got = ids_and_sorts(
+        &es,
+        "/n/_search",
+        json!({"sort": [{"d": {"format": "strict_date_optional_time"}}]}),
+    );
+    assert_eq!(
+        got,
+        vec![
+            ("year".to_string(), json!(["1000-01-01T00:00:00.000Z"])),
+            ("neg".to_string(), json!(["1969-12-31T23:59:59.995Z"])),
+            ("ms5".to_string(), json!(["1970-01-01T00:01:39.999Z"])),
+            ("ms".to_string(), json!(["2017-07-14T02:40:00.000Z"])),
+        ]
+    );
+}

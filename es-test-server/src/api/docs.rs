@@ -14,18 +14,63 @@ use super::{
     refresh_param, require_body, write_json,
 };
 
-fn doc_json(ix_name: &str, d: &crate::store::Doc, src: &SourceFilter) -> Value {
+/// What get and mget return of a document: its `_source` (filtered) and the stored fields
+/// named by `stored_fields`.
+#[derive(Clone)]
+struct Fetch {
+    src: SourceFilter,
+    stored: Option<Vec<String>>,
+}
+
+impl Fetch {
+    /// `explicit` is the `_source` filter the request gave, if any. With `stored_fields` and
+    /// no explicit filter, the source comes back only if `_source` is one of the names (as
+    /// in Elasticsearch: `stored_fields=count` alone returns `fields` without `_source`).
+    fn new(explicit: Option<SourceFilter>, stored: Option<Vec<String>>) -> Fetch {
+        let src = match (explicit, &stored) {
+            (Some(f), _) => f,
+            (None, Some(names)) if !names.iter().any(|n| n == "_source") => SourceFilter {
+                fetch: false,
+                ..SourceFilter::all()
+            },
+            (None, _) => SourceFilter::all(),
+        };
+        Fetch { src, stored }
+    }
+}
+
+/// `stored_fields` in a URL: a comma list.
+fn stored_param(req: &Req) -> Option<Vec<String>> {
+    req.params.get("stored_fields").map(|v| {
+        v.split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+}
+
+fn doc_json(ix: &Index, d: &crate::store::Doc, fetch: &Fetch) -> EsResult<Value> {
     let mut m = Map::new();
-    m.insert("_index".into(), json!(ix_name));
+    m.insert("_index".into(), json!(ix.name));
     m.insert("_id".into(), json!(&*d.id));
     m.insert("_version".into(), json!(d.version));
     m.insert("_seq_no".into(), json!(d.seq_no));
     m.insert("_primary_term".into(), json!(PRIMARY_TERM));
     m.insert("found".into(), json!(true));
-    if let Some(s) = src.apply(&d.source) {
+    if let Some(s) = fetch.src.apply(&d.source) {
         m.insert("_source".into(), s);
     }
-    Value::Object(m)
+    if let Some(names) = &fetch.stored {
+        for n in names {
+            ix.mapping.check_stored_field(n)?;
+        }
+        let source: Value = serde_json::from_str(&d.source).unwrap_or(Value::Null);
+        let fields = ix.mapping.stored_fields(&source, names);
+        if !fields.is_empty() {
+            m.insert("fields".into(), Value::Object(fields));
+        }
+    }
+    Ok(Value::Object(m))
 }
 
 fn lookup(ix: &Index, id: &str, realtime: bool) -> Option<Arc<crate::store::Doc>> {
@@ -45,28 +90,23 @@ pub(super) fn get_doc(
     id: &str,
     source_only: bool,
 ) -> EsResult<Outcome> {
-    check_params(
-        req,
-        &[
-            "realtime",
-            "refresh",
-            "routing",
-            "preference",
-            "stored_fields",
-            "_source",
-            "_source_includes",
-            "_source_excludes",
-            "version",
-            "version_type",
-        ],
-    )?;
+    const GET_PARAMS: &[&str] = &[
+        "realtime",
+        "refresh",
+        "routing",
+        "preference",
+        "_source",
+        "_source_includes",
+        "_source_excludes",
+        "version",
+        "version_type",
+        "stored_fields",
+    ];
+    // `GET _source` has no stored fields.
+    let n = GET_PARAMS.len() - usize::from(source_only);
+    check_params(req, &GET_PARAMS[..n])?;
     let realtime = req.params.get("realtime").is_none_or(|v| v != "false");
-    let src = SourceFilter::from_params(
-        req.params.get("_source").map(String::as_str),
-        req.params.get("_source_includes").map(String::as_str),
-        req.params.get("_source_excludes").map(String::as_str),
-    )
-    .unwrap_or_else(SourceFilter::all);
+    let fetch = Fetch::new(source_params(req), stored_param(req));
     let head = req.method == "HEAD";
     let mut st = sh.state.lock();
     let ix = match st.index_mut(ixn) {
@@ -95,7 +135,7 @@ pub(super) fn get_doc(
     }
     if source_only {
         return match doc {
-            Some(d) => Ok(Resp::ok(src.apply(&d.source).unwrap_or(Value::Null)).into()),
+            Some(d) => Ok(Resp::ok(fetch.src.apply(&d.source).unwrap_or(Value::Null)).into()),
             None => Err(EsError::new(
                 404,
                 "resource_not_found_exception",
@@ -104,10 +144,26 @@ pub(super) fn get_doc(
         };
     }
     Ok(match doc {
-        Some(d) => Resp::ok(doc_json(&ix.name, &d, &src)),
+        Some(d) => Resp::ok(doc_json(ix, &d, &fetch)?),
         None => Resp::json(404, json!({"_index": ix.name, "_id": id, "found": false})),
     }
     .into())
+}
+
+/// The `_source` filter of the URL's `_source`, `_source_includes`, `_source_excludes`.
+fn source_params(req: &Req) -> Option<SourceFilter> {
+    SourceFilter::from_params(
+        req.params.get("_source").map(String::as_str),
+        req.params.get("_source_includes").map(String::as_str),
+        req.params.get("_source_excludes").map(String::as_str),
+    )
+}
+
+/// One document of an mget.
+struct MgetItem {
+    index: Option<String>,
+    id: String,
+    fetch: Fetch,
 }
 
 pub(super) fn mget(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Outcome> {
@@ -126,13 +182,36 @@ pub(super) fn mget(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Ou
     )?;
     let body = require_body(req)?;
     let realtime = req.params.get("realtime").is_none_or(|v| v != "false");
-    let default_src = SourceFilter::from_params(
-        req.params.get("_source").map(String::as_str),
-        req.params.get("_source_includes").map(String::as_str),
-        req.params.get("_source_excludes").map(String::as_str),
-    )
-    .unwrap_or_else(SourceFilter::all);
-    let mut items: Vec<(Option<String>, String, SourceFilter)> = Vec::new();
+    let items = mget_items(req, &body, default)?;
+    let mut st = sh.state.lock();
+    if flag(req, "refresh") {
+        for it in &items {
+            if let Some(ix) = it.index.as_ref().and_then(|n| st.indices.get_mut(n)) {
+                ix.refresh();
+            }
+        }
+    }
+    let docs: Vec<Value> = items
+        .iter()
+        .map(|it| {
+            let (ixn, id) = (it.index.as_deref().unwrap_or_default(), &it.id);
+            let Some(ix) = st.indices.get(ixn) else {
+                return json!({"_index": ixn, "_id": id, "error": EsError::index_not_found(ixn).error_object()});
+            };
+            match lookup(ix, id, realtime).map(|d| doc_json(ix, &d, &it.fetch)) {
+                Some(Ok(v)) => v,
+                Some(Err(e)) => json!({"_index": ix.name, "_id": id, "error": e.error_object()}),
+                None => json!({"_index": ix.name, "_id": id, "found": false}),
+            }
+        })
+        .collect();
+    Ok(Resp::ok(json!({"docs": docs})).into())
+}
+
+/// The documents an mget body names (`docs` or `ids`), validated as Elasticsearch does.
+fn mget_items(req: &Req, body: &Value, default: Option<&str>) -> EsResult<Vec<MgetItem>> {
+    let defaults = Fetch::new(source_params(req), stored_param(req));
+    let mut items: Vec<MgetItem> = Vec::new();
     let obj = body
         .as_object()
         .ok_or_else(|| EsError::parsing("Unexpected token"))?;
@@ -142,33 +221,7 @@ pub(super) fn mget(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Ou
                 for d in v.as_array().ok_or_else(|| {
                     EsError::parsing("docs array element should include an object")
                 })? {
-                    let o = d.as_object().ok_or_else(|| {
-                        EsError::parsing("docs array element should include an object")
-                    })?;
-                    let mut src = default_src.clone();
-                    let mut ix = default.map(str::to_string);
-                    let mut id = None;
-                    for (dk, dv) in o {
-                        match dk.as_str() {
-                            "_index" => ix = dv.as_str().map(str::to_string),
-                            "_id" => {
-                                id = Some(
-                                    dv.as_str()
-                                        .map(str::to_string)
-                                        .unwrap_or_else(|| dv.to_string()),
-                                )
-                            }
-                            "_source" => src = SourceFilter::from_json(dv)?,
-                            "routing" | "stored_fields" | "version" | "version_type" => {}
-                            other => {
-                                return Err(EsError::parsing(format!(
-                                    "Unknown key for a {} in [{other}].",
-                                    crate::query::json_token(dv)
-                                )));
-                            }
-                        }
-                    }
-                    items.push((ix, id.unwrap_or_default(), src));
+                    items.push(mget_doc(d, default, req, &defaults)?);
                 }
             }
             "ids" => {
@@ -176,11 +229,13 @@ pub(super) fn mget(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Ou
                     .as_array()
                     .ok_or_else(|| EsError::parsing("ids array element should only contain ids"))?
                 {
-                    let id = i
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| i.to_string());
-                    items.push((default.map(str::to_string), id, default_src.clone()));
+                    let id = i.as_str().map_or_else(|| i.to_string(), str::to_string);
+                    let index = default.map(str::to_string);
+                    items.push(MgetItem {
+                        index,
+                        id,
+                        fetch: defaults.clone(),
+                    });
                 }
             }
             other => {
@@ -195,39 +250,62 @@ pub(super) fn mget(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Ou
     if items.is_empty() {
         msgs.push("no documents to get".to_string());
     }
-    for (i, (ix, id, _)) in items.iter().enumerate() {
-        if ix.is_none() {
+    for (i, it) in items.iter().enumerate() {
+        if it.index.is_none() {
             msgs.push(format!("index is missing for doc {i}"));
         }
-        if id.is_empty() {
+        if it.id.is_empty() {
             msgs.push(format!("id is missing for doc {i}"));
         }
     }
     if !msgs.is_empty() {
         return Err(EsError::validation(&msgs));
     }
-    let mut st = sh.state.lock();
-    if flag(req, "refresh") {
-        for (ix, _, _) in &items {
-            if let Some(ix) = ix.as_ref().and_then(|n| st.indices.get_mut(n)) {
-                ix.refresh();
+    Ok(items)
+}
+
+/// One element of `docs`: its own `_index`, `_source` and `stored_fields` override the URL's.
+fn mget_doc(d: &Value, default: Option<&str>, req: &Req, defaults: &Fetch) -> EsResult<MgetItem> {
+    let o = d
+        .as_object()
+        .ok_or_else(|| EsError::parsing("docs array element should include an object"))?;
+    let mut src = source_params(req);
+    let mut stored = defaults.stored.clone();
+    let mut index = default.map(str::to_string);
+    let mut id = String::new();
+    for (dk, dv) in o {
+        match dk.as_str() {
+            "_index" => index = dv.as_str().map(str::to_string),
+            "_id" => id = dv.as_str().map_or_else(|| dv.to_string(), str::to_string),
+            "_source" => src = Some(SourceFilter::from_json(dv)?),
+            // A string is one name (not a comma list), as in Elasticsearch.
+            "stored_fields" => {
+                stored = Some(match dv {
+                    Value::Array(a) => a
+                        .iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect(),
+                    other => vec![
+                        other
+                            .as_str()
+                            .map_or_else(|| other.to_string(), str::to_string),
+                    ],
+                })
+            }
+            "routing" | "version" | "version_type" => {}
+            other => {
+                return Err(EsError::parsing(format!(
+                    "Unknown key for a {} in [{other}].",
+                    crate::query::json_token(dv)
+                )));
             }
         }
     }
-    let docs: Vec<Value> = items
-        .iter()
-        .map(|(ixn, id, src)| {
-            let ixn = ixn.as_deref().unwrap_or_default();
-            match st.indices.get(ixn) {
-                None => json!({"_index": ixn, "_id": id, "error": EsError::index_not_found(ixn).error_object()}),
-                Some(ix) => match lookup(ix, id, realtime) {
-                    Some(d) => doc_json(&ix.name, &d, src),
-                    None => json!({"_index": ix.name, "_id": id, "found": false}),
-                },
-            }
-        })
-        .collect();
-    Ok(Resp::ok(json!({"docs": docs})).into())
+    Ok(MgetItem {
+        index,
+        id,
+        fetch: Fetch::new(src, stored),
+    })
 }
 
 const WRITE_PARAMS: &[&str] = &[

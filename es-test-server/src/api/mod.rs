@@ -305,6 +305,11 @@ pub fn dispatch(sh: &Shared, req: &Req) -> EsResult<Outcome> {
         ["_pit"] => methods!("DELETE" => close_pit(sh, req)),
         ["_mapping"] => methods!("GET" => get_mapping(sh, req, "_all")),
         ["_settings"] => methods!("GET" => get_settings(sh, req, "_all")),
+        // Aliases are not implemented: say so rather than "no handler".
+        ["_aliases" | "_alias"]
+        | ["_alias", _]
+        | [_, "_alias" | "_aliases"]
+        | [_, "_alias" | "_aliases", _] => Err(EsError::unsupported("aliases")),
         ["_cluster", "health"] => methods!("GET" => health(sh, req)),
         ["_cluster", "health", ix] => methods!("GET" => { let _ = ix; health(sh, req) }),
         [ix] if !ix.starts_with('_') || m == "PUT" => methods!(

@@ -444,6 +444,7 @@ impl Mapping {
                 .get("format")
                 .map(value_str)
                 .unwrap_or_else(|| default_format.to_string()),
+            store: get_bool("store", false)?,
             coerce: get_bool("coerce", true)?,
             ignore_malformed: get_bool("ignore_malformed", false)?,
             fielddata: get_bool("fielddata", false)?,
@@ -495,6 +496,7 @@ impl Mapping {
                 doc_values: false,
                 null_value: None,
                 format: String::new(),
+                store: false,
                 coerce: true,
                 ignore_malformed: false,
                 fielddata: false,

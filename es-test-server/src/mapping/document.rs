@@ -141,7 +141,7 @@ fn immense(field: &str, term: &str) -> EsError {
     }))
 }
 
-fn number_as_i64(v: &Value, info: &FieldInfo) -> Result<i64, EsError> {
+pub(super) fn number_as_i64(v: &Value, info: &FieldInfo) -> Result<i64, EsError> {
     let (lo, hi): (i128, i128) = match info.ty {
         FType::Integer => (i32::MIN as i128, i32::MAX as i128),
         FType::Short => (i16::MIN as i128, i16::MAX as i128),

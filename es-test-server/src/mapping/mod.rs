@@ -4,6 +4,7 @@
 
 mod definition;
 mod document;
+mod stored;
 
 pub use self::document::{DocCtx, FV, IndexOutcome, Indexed};
 
@@ -190,6 +191,8 @@ pub struct FieldInfo {
     pub doc_values: bool,
     pub null_value: Option<Value>,
     pub format: String,
+    /// `store: true`: returned by `stored_fields`.
+    pub store: bool,
     pub coerce: bool,
     pub ignore_malformed: bool,
     pub fielddata: bool,
