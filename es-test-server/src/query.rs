@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use serde_json::{Map, Value, json};
 
 use crate::error::{EsError, EsResult};
-use crate::mapping::{FType, FV, FieldInfo, Mapping};
+use crate::mapping::{FType, FV, FieldInfo, Mapping, TextField};
 use crate::store::{Doc, Snapshot, TermKey};
 use crate::time;
 
@@ -1002,80 +1002,37 @@ impl Q {
                 vals,
                 ci,
                 boost,
-            } => {
-                let fv = doc.indexed.get(*fid)?;
-                let hit = vals.iter().any(|tv| match (tv, fv) {
-                    (TV::Str(s), FV::Text(t)) if !*ci => t.positions(s).is_some(),
-                    (TV::Str(s), fv @ (FV::Kw(_) | FV::Text(_))) => {
-                        str_values(fv).any(|x| if *ci { x.to_lowercase() == *s } else { x == s })
-                    }
-                    (TV::Long(n), FV::Long(v)) => v.contains(n),
-                    (TV::Dbl(d), FV::Double(v)) => v.contains(d),
-                    (TV::Long(n), FV::Double(v)) => v.contains(&(*n as f64)),
-                    _ => false,
-                });
-                hit.then_some(*boost)
-            }
+            } => term_hit(doc.indexed.get(*fid)?, vals, *ci).then_some(*boost),
             Q::Prefix {
                 fid,
                 prefix,
                 ci,
                 boost,
-            } => {
-                let fv = doc.indexed.get(*fid)?;
-                str_values(fv)
-                    .any(|x| {
-                        if *ci {
-                            x.to_lowercase().starts_with(prefix.as_str())
-                        } else {
-                            x.starts_with(prefix.as_str())
-                        }
-                    })
-                    .then_some(*boost)
-            }
+            } => str_values(doc.indexed.get(*fid)?)
+                .any(|x| {
+                    if *ci {
+                        x.to_lowercase().starts_with(prefix.as_str())
+                    } else {
+                        x.starts_with(prefix.as_str())
+                    }
+                })
+                .then_some(*boost),
             Q::Wildcard {
                 fid,
                 pat,
                 ci,
                 boost,
-            } => {
-                let fv = doc.indexed.get(*fid)?;
-                str_values(fv)
-                    .any(|x| {
-                        if *ci {
-                            wildcard_match(pat.as_bytes(), x.to_lowercase().as_bytes(), false)
-                        } else {
-                            wildcard_match(pat.as_bytes(), x.as_bytes(), false)
-                        }
-                    })
-                    .then_some(*boost)
-            }
+            } => str_values(doc.indexed.get(*fid)?)
+                .any(|x| {
+                    if *ci {
+                        wildcard_match(pat.as_bytes(), x.to_lowercase().as_bytes(), false)
+                    } else {
+                        wildcard_match(pat.as_bytes(), x.as_bytes(), false)
+                    }
+                })
+                .then_some(*boost),
             Q::Range { fid, range, boost } => {
-                let fv = doc.indexed.get(*fid)?;
-                let hit = match (range, fv) {
-                    (Range::Long(lo, hi), FV::Long(v)) => v.iter().any(|x| x >= lo && x <= hi),
-                    (Range::Dbl(lo, hi), FV::Double(v)) => v.iter().any(|x| {
-                        lo.is_none_or(|(l, incl)| if incl { *x >= l } else { *x > l })
-                            && hi.is_none_or(|(h, incl)| if incl { *x <= h } else { *x < h })
-                    }),
-                    (Range::Str(lo, hi), fv) => str_values(fv).any(|x| {
-                        lo.as_ref().is_none_or(|(l, incl)| {
-                            if *incl {
-                                x >= l.as_str()
-                            } else {
-                                x > l.as_str()
-                            }
-                        }) && hi.as_ref().is_none_or(|(h, incl)| {
-                            if *incl {
-                                x <= h.as_str()
-                            } else {
-                                x < h.as_str()
-                            }
-                        })
-                    }),
-                    _ => false,
-                };
-                hit.then_some(*boost)
+                range_hit(range, doc.indexed.get(*fid)?).then_some(*boost)
             }
             Q::Match {
                 fid,
@@ -1086,15 +1043,7 @@ impl Q {
                 let Some(FV::Text(v)) = doc.indexed.get(*fid) else {
                     return None;
                 };
-                let mut matched = 0;
-                let mut score = 0.0;
-                for t in toks {
-                    if let Some(ps) = v.positions(t) {
-                        matched += 1;
-                        score += tf_score(ps.len(), v.len as usize);
-                    }
-                }
-                (matched >= *min).then_some(score * boost)
+                match_score(v, toks, *min).map(|s| s * boost)
             }
             Q::Phrase {
                 fid,
@@ -1105,36 +1054,7 @@ impl Q {
                 let Some(FV::Text(v)) = doc.indexed.get(*fid) else {
                     return None;
                 };
-                let mut lists: Vec<&[u32]> = Vec::with_capacity(toks.len());
-                for t in toks {
-                    lists.push(v.positions(t)?);
-                }
-                let mut count = 0;
-                for &start in lists[0] {
-                    let mut prev = start;
-                    let mut budget = *slop;
-                    let mut ok = true;
-                    for l in lists[1..].iter() {
-                        match l
-                            .iter()
-                            .filter(|&&p| p > prev && p - prev - 1 <= budget)
-                            .min()
-                        {
-                            Some(&p) => {
-                                budget -= p - prev - 1;
-                                prev = p;
-                            }
-                            None => {
-                                ok = false;
-                                break;
-                            }
-                        }
-                    }
-                    if ok {
-                        count += 1;
-                    }
-                }
-                (count > 0).then(|| tf_score(count, v.len as usize) * toks.len() as f32 * boost)
+                phrase_score(v, toks, *slop).map(|s| s * boost)
             }
             Q::Bool {
                 must,
@@ -1144,38 +1064,152 @@ impl Q {
                 msm,
                 boost,
             } => {
-                let mut score = 0.0;
-                for q in must {
-                    score += q.eval(doc, index)?;
-                }
-                for q in filter {
-                    q.eval(doc, index)?;
-                }
-                for q in must_not {
-                    if q.eval(doc, index).is_some() {
-                        return None;
-                    }
-                }
-                let mut matched = 0;
-                for q in should {
-                    if let Some(s) = q.eval(doc, index) {
-                        matched += 1;
-                        score += s;
-                    }
-                }
-                if matched < *msm {
-                    return None;
-                }
-                if must.is_empty() && should.is_empty() && !filter.is_empty() {
-                    return Some(0.0);
-                }
-                if must.is_empty() && should.is_empty() && filter.is_empty() {
-                    // Only must_not (or nothing): a match_all base.
-                    return Some(*boost);
-                }
-                Some(score * boost)
+                let b = BoolQ {
+                    must,
+                    filter,
+                    should,
+                    must_not,
+                    msm: *msm,
+                    boost: *boost,
+                };
+                b.eval(doc, index)
             }
             Q::Const(q, b) => q.eval(doc, index).map(|_| *b),
         }
+    }
+}
+
+/// Whether a field value holds any of the terms (`ci`: case-insensitively).
+fn term_hit(fv: &FV, vals: &[TV], ci: bool) -> bool {
+    vals.iter().any(|tv| match (tv, fv) {
+        (TV::Str(s), FV::Text(t)) if !ci => t.positions(s).is_some(),
+        (TV::Str(s), fv @ (FV::Kw(_) | FV::Text(_))) => {
+            str_values(fv).any(|x| if ci { x.to_lowercase() == *s } else { x == s })
+        }
+        (TV::Long(n), FV::Long(v)) => v.contains(n),
+        (TV::Dbl(d), FV::Double(v)) => v.contains(d),
+        (TV::Long(n), FV::Double(v)) => v.contains(&(*n as f64)),
+        _ => false,
+    })
+}
+
+/// Whether any value of a field falls in the range.
+fn range_hit(range: &Range, fv: &FV) -> bool {
+    match (range, fv) {
+        (Range::Long(lo, hi), FV::Long(v)) => v.iter().any(|x| x >= lo && x <= hi),
+        (Range::Dbl(lo, hi), FV::Double(v)) => v.iter().any(|x| {
+            lo.is_none_or(|(l, incl)| if incl { *x >= l } else { *x > l })
+                && hi.is_none_or(|(h, incl)| if incl { *x <= h } else { *x < h })
+        }),
+        (Range::Str(lo, hi), fv) => str_values(fv).any(|x| {
+            lo.as_ref().is_none_or(|(l, incl)| {
+                if *incl {
+                    x >= l.as_str()
+                } else {
+                    x > l.as_str()
+                }
+            }) && hi.as_ref().is_none_or(|(h, incl)| {
+                if *incl {
+                    x <= h.as_str()
+                } else {
+                    x < h.as_str()
+                }
+            })
+        }),
+        _ => false,
+    }
+}
+
+/// A match query's score on a text field (before the boost), if at least
+/// `min` of the tokens occur.
+fn match_score(v: &TextField, toks: &[String], min: usize) -> Option<f32> {
+    let mut matched = 0;
+    let mut score = 0.0;
+    for t in toks {
+        if let Some(ps) = v.positions(t) {
+            matched += 1;
+            score += tf_score(ps.len(), v.len as usize);
+        }
+    }
+    (matched >= min).then_some(score)
+}
+
+/// A phrase query's score on a text field (before the boost), if the
+/// tokens occur in order with at most `slop` positions between them.
+fn phrase_score(v: &TextField, toks: &[String], slop: u32) -> Option<f32> {
+    let mut lists: Vec<&[u32]> = Vec::with_capacity(toks.len());
+    for t in toks {
+        lists.push(v.positions(t)?);
+    }
+    let mut count = 0;
+    for &start in lists[0] {
+        let mut prev = start;
+        let mut budget = slop;
+        let mut ok = true;
+        for l in lists[1..].iter() {
+            match l
+                .iter()
+                .filter(|&&p| p > prev && p - prev - 1 <= budget)
+                .min()
+            {
+                Some(&p) => {
+                    budget -= p - prev - 1;
+                    prev = p;
+                }
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            count += 1;
+        }
+    }
+    (count > 0).then(|| tf_score(count, v.len as usize) * toks.len() as f32)
+}
+
+/// The clauses of a bool query, borrowed for evaluation.
+struct BoolQ<'a> {
+    must: &'a [Q],
+    filter: &'a [Q],
+    should: &'a [Q],
+    must_not: &'a [Q],
+    msm: usize,
+    boost: f32,
+}
+
+impl BoolQ<'_> {
+    fn eval(&self, doc: &Doc, index: &str) -> Option<f32> {
+        let mut score = 0.0;
+        for q in self.must {
+            score += q.eval(doc, index)?;
+        }
+        for q in self.filter {
+            q.eval(doc, index)?;
+        }
+        for q in self.must_not {
+            if q.eval(doc, index).is_some() {
+                return None;
+            }
+        }
+        let mut matched = 0;
+        for q in self.should {
+            if let Some(s) = q.eval(doc, index) {
+                matched += 1;
+                score += s;
+            }
+        }
+        if matched < self.msm {
+            return None;
+        }
+        if self.must.is_empty() && self.should.is_empty() && !self.filter.is_empty() {
+            return Some(0.0);
+        }
+        if self.must.is_empty() && self.should.is_empty() && self.filter.is_empty() {
+            // Only must_not (or nothing): a match_all base.
+            return Some(self.boost);
+        }
+        Some(score * self.boost)
     }
 }

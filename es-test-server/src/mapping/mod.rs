@@ -5,7 +5,7 @@
 mod definition;
 mod document;
 
-pub use self::document::{DocCtx, FV, IndexOutcome, Indexed};
+pub use self::document::{DocCtx, FV, IndexOutcome, Indexed, TextField};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
