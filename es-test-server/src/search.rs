@@ -617,18 +617,7 @@ pub fn execute(
     took_start: std::time::Instant,
     pit_id: Option<&str>,
 ) -> EsResult<SearchOut> {
-    for t in targets {
-        if req.from + req.size > t.max_result_window {
-            return Err(EsError::search_phase(
-                EsError::bad_request(format!(
-                    "Result window is too large, from + size must be less than or equal to: [{}] but was [{}]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting.",
-                    t.max_result_window,
-                    req.from + req.size
-                )),
-                Some(&t.name),
-            ));
-        }
-    }
+    check_window(targets, req)?;
     let first_name = targets.first().map(|t| t.name.clone());
     let wrap = |e: EsError| -> EsError {
         if e.kind == "search_phase_execution_exception"
@@ -641,55 +630,10 @@ pub fn execute(
             EsError::search_phase(e, first_name.as_deref())
         }
     };
-    let mut specs = match &req.sort {
-        Some(s) => compile_sort(s, targets, pit).map_err(wrap)?,
-        None => vec![],
-    };
-    // A sorted point-in-time search gets the implicit `_shard_doc` asc tiebreaker unless it
-    // has one. A search without `sort` gets none, with or without a point in time: its hits
-    // carry no sort values and it cannot page with search_after (Elasticsearch 9.5.3).
-    let mut implicit_tiebreaker = false;
-    if pit && !specs.is_empty() && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. })) {
-        specs.push(SortSpec::ShardDoc { desc: false });
-        implicit_tiebreaker = true;
-    }
-    if req.search_after.is_some() && specs.is_empty() {
-        return Err(wrap(EsError::bad_request(
-            "Sort must contain at least one field.",
-        )));
-    }
-    // Hits carry `sort` values only for a sorted search.
-    let sorted = !specs.is_empty();
-    let effective: Vec<SortSpec> = if sorted {
-        specs.clone()
-    } else {
-        vec![SortSpec::Score { desc: true }]
-    };
-    let after: Option<Vec<SV>> = match &req.search_after {
+    let order = Order::new(req.sort.as_ref(), targets, pit).map_err(wrap)?;
+    let after = match &req.search_after {
         None => None,
-        Some(vals) => {
-            // Elasticsearch accepts a search_after without the implicit tiebreaker (backward
-            // compatibility): it continues after every document with those values, as if the
-            // tiebreaker were the largest one.
-            let omitted = implicit_tiebreaker && vals.len() + 1 == effective.len();
-            if vals.len() != effective.len() && !omitted {
-                return Err(wrap(EsError::bad_request(format!(
-                    "search_after has {} value(s) but sort has {}.",
-                    vals.len(),
-                    effective.len()
-                ))));
-            }
-            let mut a: Vec<SV> = effective
-                .iter()
-                .zip(vals)
-                .map(|(s, v)| after_value(s, v))
-                .collect::<EsResult<_>>()
-                .map_err(wrap)?;
-            if omitted {
-                a.push(SV::I(i64::MAX));
-            }
-            Some(a)
-        }
+        Some(vals) => Some(order.after(vals).map_err(wrap)?),
     };
 
     let all = find_matches(targets, req.query.as_ref(), req.min_score)?;
@@ -706,9 +650,13 @@ pub fn execute(
                 .collect()
         }
     };
-    let total = matches.len();
-    let scoring =
-        !sorted || req.track_scores || specs.iter().any(|s| matches!(s, SortSpec::Score { .. }));
+    let sorted = order.sorted();
+    let scoring = !sorted
+        || req.track_scores
+        || order
+            .specs
+            .iter()
+            .any(|s| matches!(s, SortSpec::Score { .. }));
     let max_score = if scoring && req.size > 0 {
         matches
             .iter()
@@ -717,61 +665,205 @@ pub fn execute(
     } else {
         None
     };
-
-    // Sort keys of every match, flat: match i owns keys[i * k..(i + 1) * k].
-    let k = effective.len();
-    let mut keys: Vec<SV> = Vec::with_capacity(matches.len() * k);
-    for m in &matches {
-        for s in &effective {
-            keys.push(match s {
-                SortSpec::Score { .. } => SV::Score(m.score),
-                SortSpec::Doc { .. } => SV::I(m.doc.seq_no),
-                SortSpec::ShardDoc { .. } => {
-                    SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
-                }
-                SortSpec::Field(f) => field_sv(f, m.ti, m.doc),
-            });
-        }
-    }
-    let key = |i: usize| &keys[i * k..(i + 1) * k];
-    let mut hits: Vec<usize> = (0..matches.len())
-        .filter(|&i| {
-            after
-                .as_ref()
-                .is_none_or(|a| cmp_keys(&effective, key(i), a) == Ordering::Greater)
+    let keys = order.keys(&matches);
+    let hits = order
+        .page(&matches, &keys, after.as_deref(), req.from, req.size)
+        .into_iter()
+        .map(|i| {
+            let m = matches[i];
+            hit_json(
+                &targets[m.ti],
+                m,
+                sorted.then(|| sort_values_json(&order.effective, m.ti, keys.of(i))),
+                scoring.then_some(m.score),
+                &req.source,
+                req.seq_no_primary_term,
+                req.version,
+            )
         })
         .collect();
-    let cmp = |a: &usize, b: &usize| {
-        let (ma, mb) = (matches[*a], matches[*b]);
-        cmp_keys(&effective, key(*a), key(*b))
-            .then(ma.ti.cmp(&mb.ti))
-            .then(ma.doc.seq_no.cmp(&mb.doc.seq_no))
+    let page = Page {
+        total: matches.len(),
+        max_score,
+        hits,
+        aggs,
     };
-    let want = req.from + req.size;
-    if want < hits.len() && want > 0 {
-        hits.select_nth_unstable_by(want - 1, cmp);
-        hits.truncate(want);
+    Ok(SearchOut {
+        body: response_body(page, req, targets, pit_id, took_start),
+    })
+}
+
+/// from + size within every target's `index.max_result_window`.
+fn check_window(targets: &[Target], req: &SearchReq) -> EsResult<()> {
+    for t in targets {
+        if req.from + req.size > t.max_result_window {
+            return Err(EsError::search_phase(
+                EsError::bad_request(format!(
+                    "Result window is too large, from + size must be less than or equal to: [{}] but was [{}]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting.",
+                    t.max_result_window,
+                    req.from + req.size
+                )),
+                Some(&t.name),
+            ));
+        }
     }
-    if want == 0 {
-        hits.clear();
+    Ok(())
+}
+
+/// The order of a search's hits.
+struct Order {
+    /// The sort as asked (with a point in time's implicit tiebreaker); empty: unsorted.
+    specs: Vec<SortSpec>,
+    /// The sort applied: `specs`, or `_score` desc when unsorted.
+    effective: Vec<SortSpec>,
+    /// The `_shard_doc` tiebreaker was added, not asked for.
+    implicit_tiebreaker: bool,
+}
+
+/// Sort keys of every match, flat: match i owns `flat[i * k..(i + 1) * k]`.
+struct Keys<'a> {
+    flat: Vec<SV<'a>>,
+    k: usize,
+}
+
+impl<'a> Keys<'a> {
+    fn of(&self, i: usize) -> &[SV<'a>] {
+        &self.flat[i * self.k..(i + 1) * self.k]
     }
-    hits.sort_by(cmp);
-    let page = hits.iter().skip(req.from).take(req.size);
-    let mut hits_s = Vec::new();
-    for &i in page {
-        let m = matches[i];
-        let t = &targets[m.ti];
-        hits_s.push(hit_json(
-            t,
-            m,
-            sorted.then(|| sort_values_json(&effective, m.ti, key(i))),
-            scoring.then_some(m.score),
-            &req.source,
-            req.seq_no_primary_term,
-            req.version,
-        ));
+}
+
+impl Order {
+    fn new(sort: Option<&Value>, targets: &[Target], pit: bool) -> EsResult<Order> {
+        let mut specs = match sort {
+            Some(s) => compile_sort(s, targets, pit)?,
+            None => vec![],
+        };
+        // A sorted point-in-time search gets the implicit `_shard_doc` asc tiebreaker unless it
+        // has one. A search without `sort` gets none, with or without a point in time: its hits
+        // carry no sort values and it cannot page with search_after (Elasticsearch 9.5.3).
+        let mut implicit_tiebreaker = false;
+        if pit && !specs.is_empty() && !specs.iter().any(|s| matches!(s, SortSpec::ShardDoc { .. }))
+        {
+            specs.push(SortSpec::ShardDoc { desc: false });
+            implicit_tiebreaker = true;
+        }
+        let effective = if specs.is_empty() {
+            vec![SortSpec::Score { desc: true }]
+        } else {
+            specs.clone()
+        };
+        Ok(Order {
+            specs,
+            effective,
+            implicit_tiebreaker,
+        })
     }
-    let mut body = String::with_capacity(256 + hits_s.iter().map(String::len).sum::<usize>());
+
+    /// Hits carry `sort` values only for a sorted search.
+    fn sorted(&self) -> bool {
+        !self.specs.is_empty()
+    }
+
+    /// The sort values of a `search_after`.
+    fn after(&self, vals: &[Value]) -> EsResult<Vec<SV<'static>>> {
+        if !self.sorted() {
+            return Err(EsError::bad_request(
+                "Sort must contain at least one field.",
+            ));
+        }
+        // Elasticsearch accepts a search_after without the implicit tiebreaker (backward
+        // compatibility): it continues after every document with those values, as if the
+        // tiebreaker were the largest one.
+        let omitted = self.implicit_tiebreaker && vals.len() + 1 == self.effective.len();
+        if vals.len() != self.effective.len() && !omitted {
+            return Err(EsError::bad_request(format!(
+                "search_after has {} value(s) but sort has {}.",
+                vals.len(),
+                self.effective.len()
+            )));
+        }
+        let mut a: Vec<SV> = self
+            .effective
+            .iter()
+            .zip(vals)
+            .map(|(s, v)| after_value(s, v))
+            .collect::<EsResult<_>>()?;
+        if omitted {
+            a.push(SV::I(i64::MAX));
+        }
+        Ok(a)
+    }
+
+    fn keys<'a>(&self, matches: &[&Match<'a>]) -> Keys<'a> {
+        let k = self.effective.len();
+        let mut flat: Vec<SV> = Vec::with_capacity(matches.len() * k);
+        for m in matches {
+            for s in &self.effective {
+                flat.push(match s {
+                    SortSpec::Score { .. } => SV::Score(m.score),
+                    SortSpec::Doc { .. } => SV::I(m.doc.seq_no),
+                    SortSpec::ShardDoc { .. } => {
+                        SV::I(((m.ti as i64) << 32) | (m.doc.seq_no & 0xffff_ffff))
+                    }
+                    SortSpec::Field(f) => field_sv(f, m.ti, m.doc),
+                });
+            }
+        }
+        Keys { flat, k }
+    }
+
+    /// The indices of the matches on the page `from`, `size`, in order,
+    /// after `after`.
+    fn page(
+        &self,
+        matches: &[&Match],
+        keys: &Keys,
+        after: Option<&[SV]>,
+        from: usize,
+        size: usize,
+    ) -> Vec<usize> {
+        let effective = &self.effective;
+        let mut hits: Vec<usize> = (0..matches.len())
+            .filter(|&i| {
+                after.is_none_or(|a| cmp_keys(effective, keys.of(i), a) == Ordering::Greater)
+            })
+            .collect();
+        let cmp = |a: &usize, b: &usize| {
+            let (ma, mb) = (matches[*a], matches[*b]);
+            cmp_keys(effective, keys.of(*a), keys.of(*b))
+                .then(ma.ti.cmp(&mb.ti))
+                .then(ma.doc.seq_no.cmp(&mb.doc.seq_no))
+        };
+        let want = from + size;
+        if want < hits.len() && want > 0 {
+            hits.select_nth_unstable_by(want - 1, cmp);
+            hits.truncate(want);
+        }
+        if want == 0 {
+            hits.clear();
+        }
+        hits.sort_by(cmp);
+        hits.into_iter().skip(from).take(size).collect()
+    }
+}
+
+/// What a search response reports.
+struct Page {
+    total: usize,
+    max_score: Option<f32>,
+    /// The hits, rendered.
+    hits: Vec<String>,
+    aggs: Option<Value>,
+}
+
+fn response_body(
+    page: Page,
+    req: &SearchReq,
+    targets: &[Target],
+    pit_id: Option<&str>,
+    took_start: std::time::Instant,
+) -> String {
+    let mut body = String::with_capacity(256 + page.hits.iter().map(String::len).sum::<usize>());
     body.push('{');
     if let Some(id) = pit_id {
         body.push_str(&format!(
@@ -784,21 +876,21 @@ pub fn execute(
         took_start.elapsed().as_millis(),
         shards_json(targets)
     ));
-    if let Some(t) = total_json(total, req.track_total, req.total_as_int) {
+    if let Some(t) = total_json(page.total, req.track_total, req.total_as_int) {
         body.push_str(&format!("\"total\":{t},"));
     }
     body.push_str(&format!(
         "\"max_score\":{},\"hits\":[{}]}}",
-        max_score
+        page.max_score
             .map(|s| serde_json::to_string(&s).unwrap_or_else(|_| "null".into()))
             .unwrap_or_else(|| "null".into()),
-        hits_s.join(",")
+        page.hits.join(",")
     ));
-    if let Some(a) = aggs {
+    if let Some(a) = page.aggs {
         body.push_str(&format!(",\"aggregations\":{a}"));
     }
     body.push('}');
-    Ok(SearchOut { body })
+    body
 }
 
 /// Renders top hits for the `top_hits` aggregation.
