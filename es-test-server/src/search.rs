@@ -313,89 +313,85 @@ impl SearchReq {
                 EsError::parsing("Expected [START_OBJECT] but found [START_ARRAY]")
             })?;
             for (k, v) in obj {
-                match k.as_str() {
-                    "query" => r.query = Some(v.clone()),
-                    "post_filter" => r.post_filter = Some(v.clone()),
-                    "size" => r.size = as_usize("size", v)?,
-                    "from" => r.from = as_usize("from", v)?,
-                    "sort" => r.sort = Some(v.clone()),
-                    "search_after" => {
-                        r.search_after = Some(match v {
-                            Value::Array(a) => a.clone(),
-                            other => vec![other.clone()],
-                        })
-                    }
-                    "_source" => r.source = SourceFilter::from_json(v)?,
-                    "track_total_hits" => {
-                        r.track_total = match v {
-                            Value::Bool(true) => TrackTotal::Exact,
-                            Value::Bool(false) => TrackTotal::Off,
-                            Value::Number(n) => match n.as_i64() {
-                                Some(i) if i == i32::MAX as i64 => TrackTotal::Exact,
-                                Some(i) if i >= 0 => TrackTotal::Upto(i as u64),
-                                Some(-1) => TrackTotal::Off,
-                                _ => {
-                                    return Err(EsError::bad_request(format!(
-                                        "[track_total_hits] parameter must be positive or equals to -1, got {n}"
-                                    )));
-                                }
-                            },
-                            other => {
-                                return Err(EsError::parsing(format!(
-                                    "Unknown key for a {} in [track_total_hits].",
-                                    json_token(other)
-                                )));
-                            }
-                        }
-                    }
-                    "seq_no_primary_term" => r.seq_no_primary_term = v.as_bool().unwrap_or(false),
-                    "version" => r.version = v.as_bool().unwrap_or(false),
-                    "aggs" | "aggregations" => r.aggs = Some(v.clone()),
-                    "track_scores" => r.track_scores = v.as_bool().unwrap_or(false),
-                    "min_score" => r.min_score = v.as_f64().map(|f| f as f32),
-                    "pit" => {
-                        let id = v
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .ok_or_else(|| EsError::parsing("[pit] failed to parse field [id]"))?;
-                        let ka = v
-                            .get("keep_alive")
-                            .and_then(Value::as_str)
-                            .map(str::to_string);
-                        r.pit = Some((id.to_string(), ka));
-                    }
-                    "timeout" | "stats" | "explain" | "profile" | "terminate_after" => {
-                        if k == "profile" && v.as_bool() == Some(true) {
-                            return Err(EsError::unsupported("search profiling"));
-                        }
-                        if k == "explain" && v.as_bool() == Some(true) {
-                            return Err(EsError::unsupported("explain"));
-                        }
-                        if k == "terminate_after" {
-                            check_terminate_after(v.as_i64().unwrap_or(0))?;
-                        }
-                    }
-                    "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
-                    | "docvalue_fields" | "fields" | "runtime_mappings" | "slice"
-                    | "indices_boost" | "stored_fields" | "rank" | "retriever" | "ext" => {
-                        return Err(EsError::unsupported(&format!("[{k}] in search requests")));
-                    }
-                    other => {
-                        return Err(EsError::parsing(format!(
-                            "Unknown key for a {} in [{other}].",
-                            json_token(v)
-                        ))
-                        .with("line", 1)
-                        .with("col", 1));
-                    }
-                }
+                r.set(k, v)?;
             }
         }
+        r.apply_params(params)?;
+        if r.search_after.is_some() && r.from > 0 {
+            return Err(EsError::validation(&[
+                "`from` parameter must be set to 0 when `search_after` is used.".into(),
+            ]));
+        }
+        Ok(r)
+    }
+
+    /// One key of the request body.
+    fn set(&mut self, k: &str, v: &Value) -> EsResult<()> {
+        match k {
+            "query" => self.query = Some(v.clone()),
+            "post_filter" => self.post_filter = Some(v.clone()),
+            "size" => self.size = as_usize("size", v)?,
+            "from" => self.from = as_usize("from", v)?,
+            "sort" => self.sort = Some(v.clone()),
+            "search_after" => {
+                self.search_after = Some(match v {
+                    Value::Array(a) => a.clone(),
+                    other => vec![other.clone()],
+                })
+            }
+            "_source" => self.source = SourceFilter::from_json(v)?,
+            "track_total_hits" => self.track_total = track_total_of(v)?,
+            "seq_no_primary_term" => self.seq_no_primary_term = v.as_bool().unwrap_or(false),
+            "version" => self.version = v.as_bool().unwrap_or(false),
+            "aggs" | "aggregations" => self.aggs = Some(v.clone()),
+            "track_scores" => self.track_scores = v.as_bool().unwrap_or(false),
+            "min_score" => self.min_score = v.as_f64().map(|f| f as f32),
+            "pit" => {
+                let id = v
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| EsError::parsing("[pit] failed to parse field [id]"))?;
+                let ka = v
+                    .get("keep_alive")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                self.pit = Some((id.to_string(), ka));
+            }
+            "timeout" | "stats" | "explain" | "profile" | "terminate_after" => {
+                if k == "profile" && v.as_bool() == Some(true) {
+                    return Err(EsError::unsupported("search profiling"));
+                }
+                if k == "explain" && v.as_bool() == Some(true) {
+                    return Err(EsError::unsupported("explain"));
+                }
+                if k == "terminate_after" {
+                    check_terminate_after(v.as_i64().unwrap_or(0))?;
+                }
+            }
+            "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
+            | "docvalue_fields" | "fields" | "runtime_mappings" | "slice" | "indices_boost"
+            | "stored_fields" | "rank" | "retriever" | "ext" => {
+                return Err(EsError::unsupported(&format!("[{k}] in search requests")));
+            }
+            other => {
+                return Err(EsError::parsing(format!(
+                    "Unknown key for a {} in [{other}].",
+                    json_token(v)
+                ))
+                .with("line", 1)
+                .with("col", 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// The URL parameters, which override the body.
+    fn apply_params(&mut self, params: &HashMap<String, String>) -> EsResult<()> {
         if let Some(s) = params.get("size") {
-            r.size = as_usize("size", &Value::String(s.clone()))?;
+            self.size = as_usize("size", &Value::String(s.clone()))?;
         }
         if let Some(s) = params.get("from") {
-            r.from = as_usize("from", &Value::String(s.clone()))?;
+            self.from = as_usize("from", &Value::String(s.clone()))?;
         }
         if let Some(t) = params.get("terminate_after") {
             check_terminate_after(int_param("terminate_after", t)?)?;
@@ -409,17 +405,17 @@ impl SearchReq {
                     None => json!(x),
                 })
                 .collect();
-            r.sort = Some(Value::Array(specs));
+            self.sort = Some(Value::Array(specs));
         }
         if let Some(f) = SourceFilter::from_params(
             params.get("_source").map(String::as_str),
             params.get("_source_includes").map(String::as_str),
             params.get("_source_excludes").map(String::as_str),
         ) {
-            r.source = f;
+            self.source = f;
         }
         if let Some(t) = params.get("track_total_hits") {
-            r.track_total = match t.as_str() {
+            self.track_total = match t.as_str() {
                 "true" | "" => TrackTotal::Exact,
                 "false" => TrackTotal::Off,
                 n => TrackTotal::Upto(n.parse().map_err(|_| {
@@ -430,10 +426,10 @@ impl SearchReq {
             };
         }
         if let Some(v) = params.get("seq_no_primary_term") {
-            r.seq_no_primary_term = v == "true" || v.is_empty();
+            self.seq_no_primary_term = v == "true" || v.is_empty();
         }
         if let Some(v) = params.get("version") {
-            r.version = v == "true" || v.is_empty();
+            self.version = v == "true" || v.is_empty();
         }
         if params.contains_key("q") {
             return Err(EsError::unsupported("the [q] (query string) parameter"));
@@ -442,17 +438,32 @@ impl SearchReq {
             .get("rest_total_hits_as_int")
             .is_some_and(|v| v == "true" || v.is_empty())
         {
-            r.total_as_int = true;
-            if r.track_total == TrackTotal::Upto(10_000) {
-                r.track_total = TrackTotal::Exact;
+            self.total_as_int = true;
+            if self.track_total == TrackTotal::Upto(10_000) {
+                self.track_total = TrackTotal::Exact;
             }
         }
-        if r.search_after.is_some() && r.from > 0 {
-            return Err(EsError::validation(&[
-                "`from` parameter must be set to 0 when `search_after` is used.".into(),
-            ]));
-        }
-        Ok(r)
+        Ok(())
+    }
+}
+
+/// The body's `track_total_hits`.
+fn track_total_of(v: &Value) -> EsResult<TrackTotal> {
+    match v {
+        Value::Bool(true) => Ok(TrackTotal::Exact),
+        Value::Bool(false) => Ok(TrackTotal::Off),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if i == i32::MAX as i64 => Ok(TrackTotal::Exact),
+            Some(i) if i >= 0 => Ok(TrackTotal::Upto(i as u64)),
+            Some(-1) => Ok(TrackTotal::Off),
+            _ => Err(EsError::bad_request(format!(
+                "[track_total_hits] parameter must be positive or equals to -1, got {n}"
+            ))),
+        },
+        other => Err(EsError::parsing(format!(
+            "Unknown key for a {} in [track_total_hits].",
+            json_token(other)
+        ))),
     }
 }
 
