@@ -540,104 +540,19 @@ impl Ctx<'_> {
             .map(|v| (v, false))
             .or(lte.map(|v| (v, true)))
             .filter(|(v, _)| !v.is_null());
-        let text = |v: &Value| {
-            v.as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| v.to_string())
-        };
         let range = match f.ty {
-            FType::Keyword | FType::Text => {
-                Range::Str(lo.map(|(v, i)| (text(v), i)), hi.map(|(v, i)| (text(v), i)))
-            }
-            t if t.is_integer() || t == FType::Boolean => {
-                let conv = |v: &Value| -> EsResult<f64> {
-                    if t == FType::Boolean {
-                        return match text(v).as_str() {
-                            "true" => Ok(1.0),
-                            "false" => Ok(0.0),
-                            s => Err(qse(format!(
-                                "failed to create query: Can't parse boolean value [{s}], expected [true] or [false]"
-                            ))),
-                        };
-                    }
-                    text(v).parse::<f64>().map_err(|_| number_format(&text(v)))
-                };
-                let lo_v = match lo {
-                    None => i64::MIN,
-                    Some((v, incl)) => {
-                        let x = conv(v)?;
-                        if incl {
-                            x.ceil() as i64
-                        } else {
-                            x.floor() as i64 + 1
-                        }
-                    }
-                };
-                let hi_v = match hi {
-                    None => i64::MAX,
-                    Some((v, incl)) => {
-                        let x = conv(v)?;
-                        if incl {
-                            x.floor() as i64
-                        } else {
-                            x.ceil() as i64 - 1
-                        }
-                    }
-                };
-                Range::Long(lo_v, hi_v)
-            }
-            t if t.is_float() => {
-                let conv = |v: &Value| -> EsResult<f64> {
-                    text(v).parse::<f64>().map_err(|_| number_format(&text(v)))
-                };
-                Range::Dbl(
-                    lo.map(|(v, i)| conv(v).map(|x| (x, i))).transpose()?,
-                    hi.map(|(v, i)| conv(v).map(|x| (x, i))).transpose()?,
-                )
-            }
-            FType::Date | FType::DateNanos => {
-                let fmt = format
-                    .map(str::to_string)
-                    .unwrap_or_else(|| f.format.clone());
-                let conv = |v: &Value, round_up: bool| -> EsResult<i64> {
-                    let ns = match v {
-                        Value::Number(n) if format.is_none() || fmt.contains("epoch_millis") => {
-                            n.as_f64().map(|x| (x * 1e6) as i128)
-                        }
-                        _ => time::parse_date_math_nanos(&text(v), &fmt, round_up),
-                    }
-                    .ok_or_else(|| {
-                        EsError::new(
-                            400,
-                            "parse_exception",
-                            format!(
-                                "failed to parse date field [{}] with format [{fmt}]",
-                                text(v)
-                            ),
-                        )
-                    })?;
-                    Ok(if f.ty == FType::DateNanos {
-                        ns.max(0) as i64
-                    } else {
-                        ns.div_euclid(1_000_000) as i64
-                    })
-                };
-                let lo_v = match lo {
-                    None => i64::MIN,
-                    Some((v, incl)) => {
-                        let x = conv(v, !incl)?;
-                        if incl { x } else { x.saturating_add(1) }
-                    }
-                };
-                let hi_v = match hi {
-                    None => i64::MAX,
-                    Some((v, incl)) => {
-                        let x = conv(v, incl)?;
-                        if incl { x } else { x.saturating_sub(1) }
-                    }
-                };
-                Range::Long(lo_v, hi_v)
-            }
+            FType::Keyword | FType::Text => Range::Str(
+                lo.map(|(v, i)| (bound_text(v), i)),
+                hi.map(|(v, i)| (bound_text(v), i)),
+            ),
+            t if t.is_integer() || t == FType::Boolean => integer_range(t, lo, hi)?,
+            t if t.is_float() => Range::Dbl(
+                lo.map(|(v, i)| number_bound(v).map(|x| (x, i)))
+                    .transpose()?,
+                hi.map(|(v, i)| number_bound(v).map(|x| (x, i)))
+                    .transpose()?,
+            ),
+            FType::Date | FType::DateNanos => date_range(f, format, lo, hi)?,
             _ => return Ok(Q::None),
         };
         Ok(Q::Range {
@@ -873,6 +788,109 @@ pub fn wildcard_match(p: &[u8], s: &[u8], ci: bool) -> bool {
         pi += 1;
     }
     pi == p.len()
+}
+
+/// A range bound: its value, and whether it is inclusive.
+type Bound<'a> = Option<(&'a Value, bool)>;
+
+/// A bound's text (a string as it is, anything else as JSON).
+fn bound_text(v: &Value) -> String {
+    v.as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| v.to_string())
+}
+
+/// A numeric bound.
+fn number_bound(v: &Value) -> EsResult<f64> {
+    bound_text(v)
+        .parse::<f64>()
+        .map_err(|_| number_format(&bound_text(v)))
+}
+
+/// A range on an integer or boolean field (of type `t`): inclusive integer
+/// bounds.
+fn integer_range(t: FType, lo: Bound, hi: Bound) -> EsResult<Range> {
+    let conv = |v: &Value| -> EsResult<f64> {
+        if t == FType::Boolean {
+            return match bound_text(v).as_str() {
+                "true" => Ok(1.0),
+                "false" => Ok(0.0),
+                s => Err(qse(format!(
+                    "failed to create query: Can't parse boolean value [{s}], expected [true] or [false]"
+                ))),
+            };
+        }
+        number_bound(v)
+    };
+    let lo_v = match lo {
+        None => i64::MIN,
+        Some((v, incl)) => {
+            let x = conv(v)?;
+            if incl {
+                x.ceil() as i64
+            } else {
+                x.floor() as i64 + 1
+            }
+        }
+    };
+    let hi_v = match hi {
+        None => i64::MAX,
+        Some((v, incl)) => {
+            let x = conv(v)?;
+            if incl {
+                x.floor() as i64
+            } else {
+                x.ceil() as i64 - 1
+            }
+        }
+    };
+    Ok(Range::Long(lo_v, hi_v))
+}
+
+/// A range on a date field: inclusive bounds in its unit (millis, or nanos
+/// for date_nanos), date math rounded as Elasticsearch rounds it.
+fn date_range(f: &FieldInfo, format: Option<&str>, lo: Bound, hi: Bound) -> EsResult<Range> {
+    let fmt = format
+        .map(str::to_string)
+        .unwrap_or_else(|| f.format.clone());
+    let conv = |v: &Value, round_up: bool| -> EsResult<i64> {
+        let ns = match v {
+            Value::Number(n) if format.is_none() || fmt.contains("epoch_millis") => {
+                n.as_f64().map(|x| (x * 1e6) as i128)
+            }
+            _ => time::parse_date_math_nanos(&bound_text(v), &fmt, round_up),
+        }
+        .ok_or_else(|| {
+            EsError::new(
+                400,
+                "parse_exception",
+                format!(
+                    "failed to parse date field [{}] with format [{fmt}]",
+                    bound_text(v)
+                ),
+            )
+        })?;
+        Ok(if f.ty == FType::DateNanos {
+            ns.max(0) as i64
+        } else {
+            ns.div_euclid(1_000_000) as i64
+        })
+    };
+    let lo_v = match lo {
+        None => i64::MIN,
+        Some((v, incl)) => {
+            let x = conv(v, !incl)?;
+            if incl { x } else { x.saturating_add(1) }
+        }
+    };
+    let hi_v = match hi {
+        None => i64::MAX,
+        Some((v, incl)) => {
+            let x = conv(v, incl)?;
+            if incl { x } else { x.saturating_sub(1) }
+        }
+    };
+    Ok(Range::Long(lo_v, hi_v))
 }
 
 fn str_values(fv: &FV) -> Box<dyn Iterator<Item = &str> + '_> {
