@@ -296,73 +296,12 @@ fn terms(spec: &Value, sub: Option<&Value>, targets: &[Target], ms: &[&Match]) -
     let o = spec
         .as_object()
         .ok_or_else(|| EsError::parsing("[terms] malformed"))?;
-    let mut field = None;
-    let mut size = 10usize;
-    let mut min_doc_count = 1usize;
-    let mut missing = None;
-    for (k, v) in o {
-        match k.as_str() {
-            "field" => field = v.as_str(),
-            "size" => {
-                size = v
-                    .as_u64()
-                    .ok_or_else(|| EsError::parsing("[size] must be a number"))?
-                    as usize
-            }
-            "min_doc_count" => min_doc_count = v.as_u64().unwrap_or(1) as usize,
-            "missing" => missing = Some(v.clone()),
-            "order"
-            | "shard_size"
-            | "show_term_doc_count_error"
-            | "execution_hint"
-            | "collect_mode"
-            | "value_type"
-            | "format" => {}
-            "script" => return Err(EsError::unsupported("scripts in terms aggregations")),
-            "include" | "exclude" => {
-                return Err(EsError::unsupported(
-                    "include/exclude in terms aggregations",
-                ));
-            }
-            other => return Err(EsError::parsing(format!("[terms] unknown field [{other}]"))),
-        }
-    }
-    if size == 0 {
-        return Err(EsError::bad_request(
-            "[size] must be greater than 0. Found [0] in [terms]",
-        ));
-    }
-    let field = field.ok_or_else(|| {
-        EsError::bad_request("Required one of fields [field, script], but none were specified.")
-    })?;
-    let ty = field_type(targets, field);
+    let t = TermsSpec::parse(o)?;
+    let ty = field_type(targets, t.field);
     let orders = parse_orders(o.get("order"))?;
-    // Bucket the matches.
-    let mut buckets: BTreeMap<String, (Key, Vec<&Match>)> = BTreeMap::new();
-    for m in ms {
-        let (_, mut vals) = values(targets, field, m)?;
-        if vals.is_empty()
-            && let Some(mv) = &missing
-        {
-            vals.push(match mv {
-                Value::String(s) => Key::S(s.clone()),
-                other => Key::N(other.as_f64().unwrap_or(0.0)),
-            });
-        }
-        let mut seen = HashSet::new();
-        for k in vals {
-            let id = match &k {
-                Key::N(n) => format!("n{n:?}"),
-                Key::S(s) => format!("s{s}"),
-            };
-            if seen.insert(id.clone()) {
-                buckets.entry(id).or_insert_with(|| (k, vec![])).1.push(*m);
-            }
-        }
-    }
     let mut rendered = Vec::new();
-    for (_, (key, docs)) in buckets {
-        if docs.len() < min_doc_count {
+    for (_, (key, docs)) in t.bucket(targets, ms)? {
+        if docs.len() < t.min_doc_count {
             continue;
         }
         let subs = match sub {
@@ -371,22 +310,141 @@ fn terms(spec: &Value, sub: Option<&Value>, targets: &[Target], ms: &[&Match]) -
         };
         rendered.push((key, docs.len(), subs));
     }
-    let metric_of = |subs: &Value, agg: &str, metric: &Option<String>| -> EsResult<f64> {
-        let a = subs.get(agg).ok_or_else(|| {
-            EsError::new(
-                400,
-                "aggregation_execution_exception",
-                format!("Invalid aggregation order path [{agg}]. The provided aggregation [{agg}] either does not exist, or is a pipeline aggregation and cannot be used to sort the buckets."),
-            )
+    sort_buckets(&mut rendered, &orders)?;
+    let other: usize = rendered.iter().skip(t.size).map(|r| r.1).sum();
+    let buckets: Vec<Value> = rendered
+        .into_iter()
+        .take(t.size)
+        .map(|(k, n, subs)| {
+            let mut b = Map::new();
+            let (kj, ks) = key_json(&k, ty);
+            b.insert("key".into(), kj);
+            if let Some(s) = ks {
+                b.insert("key_as_string".into(), json!(s));
+            }
+            b.insert("doc_count".into(), json!(n));
+            if let Value::Object(s) = subs {
+                b.extend(s);
+            }
+            Value::Object(b)
+        })
+        .collect();
+    Ok(json!({"doc_count_error_upper_bound": 0, "sum_other_doc_count": other, "buckets": buckets}))
+}
+
+/// A terms aggregation's parameters.
+struct TermsSpec<'a> {
+    field: &'a str,
+    size: usize,
+    min_doc_count: usize,
+    missing: Option<Value>,
+}
+
+/// A bucket of a terms aggregation: its key, and its size and rendered
+/// sub-aggregations.
+type TermsBucket = (Key, usize, Value);
+
+impl<'a> TermsSpec<'a> {
+    fn parse(o: &'a Map<String, Value>) -> EsResult<TermsSpec<'a>> {
+        let mut field = None;
+        let mut size = 10usize;
+        let mut min_doc_count = 1usize;
+        let mut missing = None;
+        for (k, v) in o {
+            match k.as_str() {
+                "field" => field = v.as_str(),
+                "size" => {
+                    size = v
+                        .as_u64()
+                        .ok_or_else(|| EsError::parsing("[size] must be a number"))?
+                        as usize
+                }
+                "min_doc_count" => min_doc_count = v.as_u64().unwrap_or(1) as usize,
+                "missing" => missing = Some(v.clone()),
+                "order"
+                | "shard_size"
+                | "show_term_doc_count_error"
+                | "execution_hint"
+                | "collect_mode"
+                | "value_type"
+                | "format" => {}
+                "script" => return Err(EsError::unsupported("scripts in terms aggregations")),
+                "include" | "exclude" => {
+                    return Err(EsError::unsupported(
+                        "include/exclude in terms aggregations",
+                    ));
+                }
+                other => return Err(EsError::parsing(format!("[terms] unknown field [{other}]"))),
+            }
+        }
+        if size == 0 {
+            return Err(EsError::bad_request(
+                "[size] must be greater than 0. Found [0] in [terms]",
+            ));
+        }
+        let field = field.ok_or_else(|| {
+            EsError::bad_request("Required one of fields [field, script], but none were specified.")
         })?;
-        let v = match metric {
-            Some(m) => a.get(m),
-            None => a.get("value").or_else(|| a.get("doc_count")),
-        };
-        Ok(v.and_then(Value::as_f64).unwrap_or(f64::NEG_INFINITY))
+        Ok(TermsSpec {
+            field,
+            size,
+            min_doc_count,
+            missing,
+        })
+    }
+
+    /// The matches by the values of the field (each match once per bucket).
+    fn bucket<'m>(
+        &self,
+        targets: &[Target],
+        ms: &[&'m Match<'m>],
+    ) -> EsResult<BTreeMap<String, (Key, Vec<&'m Match<'m>>)>> {
+        let mut buckets: BTreeMap<String, (Key, Vec<&Match>)> = BTreeMap::new();
+        for m in ms {
+            let (_, mut vals) = values(targets, self.field, m)?;
+            if vals.is_empty()
+                && let Some(mv) = &self.missing
+            {
+                vals.push(match mv {
+                    Value::String(s) => Key::S(s.clone()),
+                    other => Key::N(other.as_f64().unwrap_or(0.0)),
+                });
+            }
+            let mut seen = HashSet::new();
+            for k in vals {
+                let id = match &k {
+                    Key::N(n) => format!("n{n:?}"),
+                    Key::S(s) => format!("s{s}"),
+                };
+                if seen.insert(id.clone()) {
+                    buckets.entry(id).or_insert_with(|| (k, vec![])).1.push(*m);
+                }
+            }
+        }
+        Ok(buckets)
+    }
+}
+
+/// The value a bucket is ordered by on a sub-aggregation's metric.
+fn metric_of(subs: &Value, agg: &str, metric: &Option<String>) -> EsResult<f64> {
+    let a = subs.get(agg).ok_or_else(|| {
+        EsError::new(
+            400,
+            "aggregation_execution_exception",
+            format!("Invalid aggregation order path [{agg}]. The provided aggregation [{agg}] either does not exist, or is a pipeline aggregation and cannot be used to sort the buckets."),
+        )
+    })?;
+    let v = match metric {
+        Some(m) => a.get(m),
+        None => a.get("value").or_else(|| a.get("doc_count")),
     };
+    Ok(v.and_then(Value::as_f64).unwrap_or(f64::NEG_INFINITY))
+}
+
+/// Orders the buckets by `orders`, the first deciding.
+fn sort_buckets(rendered: &mut [TermsBucket], orders: &[OrderBy]) -> EsResult<()> {
     // Validate sub-aggregation order paths up front.
-    for ob in &orders {
+    for ob in orders {
         if let OrderBy::Sub(agg, metric, _) = ob
             && let Some((_, _, subs)) = rendered.first()
         {
@@ -395,7 +453,7 @@ fn terms(spec: &Value, sub: Option<&Value>, targets: &[Target], ms: &[&Match]) -
     }
     let mut err = None;
     rendered.sort_by(|a, b| {
-        for ob in &orders {
+        for ob in orders {
             let o = match ob {
                 OrderBy::Count(desc) => {
                     let o = a.1.cmp(&b.1);
@@ -424,26 +482,8 @@ fn terms(spec: &Value, sub: Option<&Value>, targets: &[Target], ms: &[&Match]) -
         }
         Ordering::Equal
     });
-    if let Some(e) = err {
-        return Err(e);
+    match err {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    let other: usize = rendered.iter().skip(size).map(|r| r.1).sum();
-    let buckets: Vec<Value> = rendered
-        .into_iter()
-        .take(size)
-        .map(|(k, n, subs)| {
-            let mut b = Map::new();
-            let (kj, ks) = key_json(&k, ty);
-            b.insert("key".into(), kj);
-            if let Some(s) = ks {
-                b.insert("key_as_string".into(), json!(s));
-            }
-            b.insert("doc_count".into(), json!(n));
-            if let Value::Object(s) = subs {
-                b.extend(s);
-            }
-            Value::Object(b)
-        })
-        .collect();
-    Ok(json!({"doc_count_error_upper_bound": 0, "sum_other_doc_count": other, "buckets": buckets}))
 }

@@ -418,56 +418,92 @@ async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>
         return render(r, &params, head);
     }
     if sh.journaling.load(Ordering::Relaxed) {
-        sh.journal.lock().push(Logged {
-            method: method.clone(),
-            path: percent_encoding::percent_decode_str(&path)
-                .decode_utf8_lossy()
-                .into_owned(),
-            opaque_id: req
-                .headers()
-                .get("x-opaque-id")
-                .and_then(|v| v.to_str().ok())
-                .map(String::from),
-        });
+        log_request(&sh, &method, &path, &req);
     }
+    if let Some(r) = faults(&sh).await {
+        return render(r, &params, head);
+    }
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(Refusal::TooLarge) => return too_large(),
+        Err(Refusal::Answer(r)) => return render(r, &params, head),
+    };
+    let segs = match decode_segments(&path) {
+        Ok(s) => s,
+        Err(r) => return render(r, &params, head),
+    };
+    let api_req = Req {
+        method,
+        path,
+        segs,
+        params: params.clone(),
+        body,
+    };
+    render(call_api(&sh, api_req).await, &params, head)
+}
+
+/// The journal's record of a request.
+fn log_request(sh: &Shared, method: &str, path: &str, req: &Request<Incoming>) {
+    sh.journal.lock().push(Logged {
+        method: method.to_string(),
+        path: percent_encoding::percent_decode_str(path)
+            .decode_utf8_lossy()
+            .into_owned(),
+        opaque_id: req
+            .headers()
+            .get("x-opaque-id")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from),
+    });
+}
+
+/// The faults a test asked for: the added latency, then an injected error
+/// (the answer, if one is due).
+async fn faults(sh: &Shared) -> Option<Resp> {
     let latency = *sh.latency.lock();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    {
-        let mut inj = sh.inject.lock();
-        if inj.remaining > 0 {
-            inj.remaining -= 1;
-            let status = inj.status;
-            drop(inj);
-            return render(error_resp(error::injected(status)), &params, head);
-        }
+    let mut inj = sh.inject.lock();
+    if inj.remaining > 0 {
+        inj.remaining -= 1;
+        return Some(error_resp(error::injected(inj.status)));
     }
-    // Body: size limit, content type.
-    let too_big = req
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
+    None
+}
+
+/// Why a request is answered before the API sees it.
+enum Refusal {
+    /// Its body is over the size limit: 413, and the connection closes.
+    TooLarge,
+    Answer(Resp),
+}
+
+fn too_large() -> Response<Full<Bytes>> {
+    let mut r = response(413, Bytes::new(), true);
+    r.headers_mut().insert(
+        "connection",
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
+/// The request's body, within the size limit, of a type the API reads.
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, Refusal> {
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let too_big = header(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.parse::<usize>().ok())
         .is_some_and(|n| n > MAX_CONTENT_LENGTH);
     if too_big {
-        let mut r = response(413, Bytes::new(), true);
-        r.headers_mut().insert(
-            "connection",
-            hyper::header::HeaderValue::from_static("close"),
-        );
-        return r;
+        return Err(Refusal::TooLarge);
     }
-    let content_type = req
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let encoding = req
-        .headers()
-        .get(hyper::header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let content_type = header(hyper::header::CONTENT_TYPE);
+    let encoding = header(hyper::header::CONTENT_ENCODING);
     let body = match Limited::new(req.into_body(), MAX_CONTENT_LENGTH)
         .collect()
         .await
@@ -477,90 +513,73 @@ async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
             {
-                let mut r = response(413, Bytes::new(), true);
-                r.headers_mut().insert(
-                    "connection",
-                    hyper::header::HeaderValue::from_static("close"),
-                );
-                return r;
+                return Err(Refusal::TooLarge);
             }
-            return render(
-                error_resp(EsError::bad_request("failed to read the request body")),
-                &params,
-                head,
-            );
+            return Err(Refusal::Answer(error_resp(EsError::bad_request(
+                "failed to read the request body",
+            ))));
         }
     };
     if !body.is_empty() {
-        if let Some(enc) = encoding.filter(|e| e != "identity") {
-            return render(
-                error_resp(EsError::unsupported(&format!(
-                    "Content-Encoding [{enc}] request bodies"
-                ))),
-                &params,
-                head,
-            );
-        }
-        match content_type.as_deref() {
-            None => {
-                return render(
-                    Resp::json(
-                        406,
-                        json!({"error": "Content-Type header is missing", "status": 406}),
-                    ),
-                    &params,
-                    head,
-                );
-            }
-            Some(ct) => {
-                let base = ct
-                    .split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase();
-                let ok = matches!(
-                    base.as_str(),
-                    "application/json"
-                        | "application/x-ndjson"
-                        | "application/vnd.elasticsearch+json"
-                        | "application/vnd.elasticsearch+x-ndjson"
-                );
-                if !ok {
-                    return render(
-                        Resp::json(
-                            406,
-                            json!({"error": format!("Content-Type header [{ct}] is not supported"), "status": 406}),
-                        ),
-                        &params,
-                        head,
-                    );
-                }
-            }
-        }
+        check_body_type(encoding, content_type.as_deref()).map_err(Refusal::Answer)?;
     }
+    Ok(body)
+}
+
+/// A body must be plain (no Content-Encoding) JSON or NDJSON.
+fn check_body_type(encoding: Option<String>, content_type: Option<&str>) -> Result<(), Resp> {
+    if let Some(enc) = encoding.filter(|e| e != "identity") {
+        return Err(error_resp(EsError::unsupported(&format!(
+            "Content-Encoding [{enc}] request bodies"
+        ))));
+    }
+    let Some(ct) = content_type else {
+        return Err(Resp::json(
+            406,
+            json!({"error": "Content-Type header is missing", "status": 406}),
+        ));
+    };
+    let base = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let ok = matches!(
+        base.as_str(),
+        "application/json"
+            | "application/x-ndjson"
+            | "application/vnd.elasticsearch+json"
+            | "application/vnd.elasticsearch+x-ndjson"
+    );
+    if !ok {
+        return Err(Resp::json(
+            406,
+            json!({"error": format!("Content-Type header [{ct}] is not supported"), "status": 406}),
+        ));
+    }
+    Ok(())
+}
+
+/// The path's segments, percent-decoded.
+fn decode_segments(path: &str) -> Result<Vec<String>, Resp> {
     let mut segs = Vec::new();
     for s in path.split('/').filter(|s| !s.is_empty()) {
         match percent_encoding::percent_decode_str(s).decode_utf8() {
             Ok(d) => segs.push(d.into_owned()),
             Err(_) => {
-                return render(
-                    error_resp(EsError::bad_request(format!(
-                        "unable to decode [{s}] as UTF-8"
-                    ))),
-                    &params,
-                    head,
-                );
+                return Err(error_resp(EsError::bad_request(format!(
+                    "unable to decode [{s}] as UTF-8"
+                ))));
             }
         }
     }
-    let api_req = Req {
-        method,
-        path,
-        segs,
-        params: params.clone(),
-        body,
-    };
+    Ok(segs)
+}
+
+/// The API's answer (on a blocking thread), once any delay or wait it
+/// asks for is over.
+async fn call_api(sh: &Arc<Shared>, api_req: Req) -> Resp {
     let sh2 = sh.clone();
     let outcome = tokio::task::spawn_blocking(move || api::dispatch(&sh2, &api_req)).await;
     let outcome = match outcome {
@@ -572,7 +591,7 @@ async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>
             "es-test-server: handler panicked",
         ))),
     };
-    let resp = match outcome {
+    match outcome {
         Outcome::Done(r) => r,
         Outcome::Delay(d, r) => {
             tokio::time::sleep(d).await;
@@ -584,8 +603,7 @@ async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>
             }
             r
         }
-    };
-    render(resp, &params, head)
+    }
 }
 
 /// `/_test/...` administration for process mode.

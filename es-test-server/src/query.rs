@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use serde_json::{Map, Value, json};
 
 use crate::error::{EsError, EsResult};
-use crate::mapping::{FType, FV, FieldInfo, Mapping};
+use crate::mapping::{FType, FV, FieldInfo, Mapping, TextField};
 use crate::store::{Doc, Snapshot, TermKey};
 use crate::time;
 
@@ -540,104 +540,19 @@ impl Ctx<'_> {
             .map(|v| (v, false))
             .or(lte.map(|v| (v, true)))
             .filter(|(v, _)| !v.is_null());
-        let text = |v: &Value| {
-            v.as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| v.to_string())
-        };
         let range = match f.ty {
-            FType::Keyword | FType::Text => {
-                Range::Str(lo.map(|(v, i)| (text(v), i)), hi.map(|(v, i)| (text(v), i)))
-            }
-            t if t.is_integer() || t == FType::Boolean => {
-                let conv = |v: &Value| -> EsResult<f64> {
-                    if t == FType::Boolean {
-                        return match text(v).as_str() {
-                            "true" => Ok(1.0),
-                            "false" => Ok(0.0),
-                            s => Err(qse(format!(
-                                "failed to create query: Can't parse boolean value [{s}], expected [true] or [false]"
-                            ))),
-                        };
-                    }
-                    text(v).parse::<f64>().map_err(|_| number_format(&text(v)))
-                };
-                let lo_v = match lo {
-                    None => i64::MIN,
-                    Some((v, incl)) => {
-                        let x = conv(v)?;
-                        if incl {
-                            x.ceil() as i64
-                        } else {
-                            x.floor() as i64 + 1
-                        }
-                    }
-                };
-                let hi_v = match hi {
-                    None => i64::MAX,
-                    Some((v, incl)) => {
-                        let x = conv(v)?;
-                        if incl {
-                            x.floor() as i64
-                        } else {
-                            x.ceil() as i64 - 1
-                        }
-                    }
-                };
-                Range::Long(lo_v, hi_v)
-            }
-            t if t.is_float() => {
-                let conv = |v: &Value| -> EsResult<f64> {
-                    text(v).parse::<f64>().map_err(|_| number_format(&text(v)))
-                };
-                Range::Dbl(
-                    lo.map(|(v, i)| conv(v).map(|x| (x, i))).transpose()?,
-                    hi.map(|(v, i)| conv(v).map(|x| (x, i))).transpose()?,
-                )
-            }
-            FType::Date | FType::DateNanos => {
-                let fmt = format
-                    .map(str::to_string)
-                    .unwrap_or_else(|| f.format.clone());
-                let conv = |v: &Value, round_up: bool| -> EsResult<i64> {
-                    let ns = match v {
-                        Value::Number(n) if format.is_none() || fmt.contains("epoch_millis") => {
-                            n.as_f64().map(|x| (x * 1e6) as i128)
-                        }
-                        _ => time::parse_date_math_nanos(&text(v), &fmt, round_up),
-                    }
-                    .ok_or_else(|| {
-                        EsError::new(
-                            400,
-                            "parse_exception",
-                            format!(
-                                "failed to parse date field [{}] with format [{fmt}]",
-                                text(v)
-                            ),
-                        )
-                    })?;
-                    Ok(if f.ty == FType::DateNanos {
-                        ns.max(0) as i64
-                    } else {
-                        ns.div_euclid(1_000_000) as i64
-                    })
-                };
-                let lo_v = match lo {
-                    None => i64::MIN,
-                    Some((v, incl)) => {
-                        let x = conv(v, !incl)?;
-                        if incl { x } else { x.saturating_add(1) }
-                    }
-                };
-                let hi_v = match hi {
-                    None => i64::MAX,
-                    Some((v, incl)) => {
-                        let x = conv(v, incl)?;
-                        if incl { x } else { x.saturating_sub(1) }
-                    }
-                };
-                Range::Long(lo_v, hi_v)
-            }
+            FType::Keyword | FType::Text => Range::Str(
+                lo.map(|(v, i)| (bound_text(v), i)),
+                hi.map(|(v, i)| (bound_text(v), i)),
+            ),
+            t if t.is_integer() || t == FType::Boolean => integer_range(t, lo, hi)?,
+            t if t.is_float() => Range::Dbl(
+                lo.map(|(v, i)| number_bound(v).map(|x| (x, i)))
+                    .transpose()?,
+                hi.map(|(v, i)| number_bound(v).map(|x| (x, i)))
+                    .transpose()?,
+            ),
+            FType::Date | FType::DateNanos => date_range(f, format, lo, hi)?,
             _ => return Ok(Q::None),
         };
         Ok(Q::Range {
@@ -875,6 +790,109 @@ pub fn wildcard_match(p: &[u8], s: &[u8], ci: bool) -> bool {
     pi == p.len()
 }
 
+/// A range bound: its value, and whether it is inclusive.
+type Bound<'a> = Option<(&'a Value, bool)>;
+
+/// A bound's text (a string as it is, anything else as JSON).
+fn bound_text(v: &Value) -> String {
+    v.as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| v.to_string())
+}
+
+/// A numeric bound.
+fn number_bound(v: &Value) -> EsResult<f64> {
+    bound_text(v)
+        .parse::<f64>()
+        .map_err(|_| number_format(&bound_text(v)))
+}
+
+/// A range on an integer or boolean field (of type `t`): inclusive integer
+/// bounds.
+fn integer_range(t: FType, lo: Bound, hi: Bound) -> EsResult<Range> {
+    let conv = |v: &Value| -> EsResult<f64> {
+        if t == FType::Boolean {
+            return match bound_text(v).as_str() {
+                "true" => Ok(1.0),
+                "false" => Ok(0.0),
+                s => Err(qse(format!(
+                    "failed to create query: Can't parse boolean value [{s}], expected [true] or [false]"
+                ))),
+            };
+        }
+        number_bound(v)
+    };
+    let lo_v = match lo {
+        None => i64::MIN,
+        Some((v, incl)) => {
+            let x = conv(v)?;
+            if incl {
+                x.ceil() as i64
+            } else {
+                x.floor() as i64 + 1
+            }
+        }
+    };
+    let hi_v = match hi {
+        None => i64::MAX,
+        Some((v, incl)) => {
+            let x = conv(v)?;
+            if incl {
+                x.floor() as i64
+            } else {
+                x.ceil() as i64 - 1
+            }
+        }
+    };
+    Ok(Range::Long(lo_v, hi_v))
+}
+
+/// A range on a date field: inclusive bounds in its unit (millis, or nanos
+/// for date_nanos), date math rounded as Elasticsearch rounds it.
+fn date_range(f: &FieldInfo, format: Option<&str>, lo: Bound, hi: Bound) -> EsResult<Range> {
+    let fmt = format
+        .map(str::to_string)
+        .unwrap_or_else(|| f.format.clone());
+    let conv = |v: &Value, round_up: bool| -> EsResult<i64> {
+        let ns = match v {
+            Value::Number(n) if format.is_none() || fmt.contains("epoch_millis") => {
+                n.as_f64().map(|x| (x * 1e6) as i128)
+            }
+            _ => time::parse_date_math_nanos(&bound_text(v), &fmt, round_up),
+        }
+        .ok_or_else(|| {
+            EsError::new(
+                400,
+                "parse_exception",
+                format!(
+                    "failed to parse date field [{}] with format [{fmt}]",
+                    bound_text(v)
+                ),
+            )
+        })?;
+        Ok(if f.ty == FType::DateNanos {
+            ns.max(0) as i64
+        } else {
+            ns.div_euclid(1_000_000) as i64
+        })
+    };
+    let lo_v = match lo {
+        None => i64::MIN,
+        Some((v, incl)) => {
+            let x = conv(v, !incl)?;
+            if incl { x } else { x.saturating_add(1) }
+        }
+    };
+    let hi_v = match hi {
+        None => i64::MAX,
+        Some((v, incl)) => {
+            let x = conv(v, incl)?;
+            if incl { x } else { x.saturating_sub(1) }
+        }
+    };
+    Ok(Range::Long(lo_v, hi_v))
+}
+
 fn str_values(fv: &FV) -> Box<dyn Iterator<Item = &str> + '_> {
     match fv {
         FV::Kw(v) => Box::new(v.iter().map(|s| &**s)),
@@ -1002,80 +1020,37 @@ impl Q {
                 vals,
                 ci,
                 boost,
-            } => {
-                let fv = doc.indexed.get(*fid)?;
-                let hit = vals.iter().any(|tv| match (tv, fv) {
-                    (TV::Str(s), FV::Text(t)) if !*ci => t.positions(s).is_some(),
-                    (TV::Str(s), fv @ (FV::Kw(_) | FV::Text(_))) => {
-                        str_values(fv).any(|x| if *ci { x.to_lowercase() == *s } else { x == s })
-                    }
-                    (TV::Long(n), FV::Long(v)) => v.contains(n),
-                    (TV::Dbl(d), FV::Double(v)) => v.contains(d),
-                    (TV::Long(n), FV::Double(v)) => v.contains(&(*n as f64)),
-                    _ => false,
-                });
-                hit.then_some(*boost)
-            }
+            } => term_hit(doc.indexed.get(*fid)?, vals, *ci).then_some(*boost),
             Q::Prefix {
                 fid,
                 prefix,
                 ci,
                 boost,
-            } => {
-                let fv = doc.indexed.get(*fid)?;
-                str_values(fv)
-                    .any(|x| {
-                        if *ci {
-                            x.to_lowercase().starts_with(prefix.as_str())
-                        } else {
-                            x.starts_with(prefix.as_str())
-                        }
-                    })
-                    .then_some(*boost)
-            }
+            } => str_values(doc.indexed.get(*fid)?)
+                .any(|x| {
+                    if *ci {
+                        x.to_lowercase().starts_with(prefix.as_str())
+                    } else {
+                        x.starts_with(prefix.as_str())
+                    }
+                })
+                .then_some(*boost),
             Q::Wildcard {
                 fid,
                 pat,
                 ci,
                 boost,
-            } => {
-                let fv = doc.indexed.get(*fid)?;
-                str_values(fv)
-                    .any(|x| {
-                        if *ci {
-                            wildcard_match(pat.as_bytes(), x.to_lowercase().as_bytes(), false)
-                        } else {
-                            wildcard_match(pat.as_bytes(), x.as_bytes(), false)
-                        }
-                    })
-                    .then_some(*boost)
-            }
+            } => str_values(doc.indexed.get(*fid)?)
+                .any(|x| {
+                    if *ci {
+                        wildcard_match(pat.as_bytes(), x.to_lowercase().as_bytes(), false)
+                    } else {
+                        wildcard_match(pat.as_bytes(), x.as_bytes(), false)
+                    }
+                })
+                .then_some(*boost),
             Q::Range { fid, range, boost } => {
-                let fv = doc.indexed.get(*fid)?;
-                let hit = match (range, fv) {
-                    (Range::Long(lo, hi), FV::Long(v)) => v.iter().any(|x| x >= lo && x <= hi),
-                    (Range::Dbl(lo, hi), FV::Double(v)) => v.iter().any(|x| {
-                        lo.is_none_or(|(l, incl)| if incl { *x >= l } else { *x > l })
-                            && hi.is_none_or(|(h, incl)| if incl { *x <= h } else { *x < h })
-                    }),
-                    (Range::Str(lo, hi), fv) => str_values(fv).any(|x| {
-                        lo.as_ref().is_none_or(|(l, incl)| {
-                            if *incl {
-                                x >= l.as_str()
-                            } else {
-                                x > l.as_str()
-                            }
-                        }) && hi.as_ref().is_none_or(|(h, incl)| {
-                            if *incl {
-                                x <= h.as_str()
-                            } else {
-                                x < h.as_str()
-                            }
-                        })
-                    }),
-                    _ => false,
-                };
-                hit.then_some(*boost)
+                range_hit(range, doc.indexed.get(*fid)?).then_some(*boost)
             }
             Q::Match {
                 fid,
@@ -1086,15 +1061,7 @@ impl Q {
                 let Some(FV::Text(v)) = doc.indexed.get(*fid) else {
                     return None;
                 };
-                let mut matched = 0;
-                let mut score = 0.0;
-                for t in toks {
-                    if let Some(ps) = v.positions(t) {
-                        matched += 1;
-                        score += tf_score(ps.len(), v.len as usize);
-                    }
-                }
-                (matched >= *min).then_some(score * boost)
+                match_score(v, toks, *min).map(|s| s * boost)
             }
             Q::Phrase {
                 fid,
@@ -1105,36 +1072,7 @@ impl Q {
                 let Some(FV::Text(v)) = doc.indexed.get(*fid) else {
                     return None;
                 };
-                let mut lists: Vec<&[u32]> = Vec::with_capacity(toks.len());
-                for t in toks {
-                    lists.push(v.positions(t)?);
-                }
-                let mut count = 0;
-                for &start in lists[0] {
-                    let mut prev = start;
-                    let mut budget = *slop;
-                    let mut ok = true;
-                    for l in lists[1..].iter() {
-                        match l
-                            .iter()
-                            .filter(|&&p| p > prev && p - prev - 1 <= budget)
-                            .min()
-                        {
-                            Some(&p) => {
-                                budget -= p - prev - 1;
-                                prev = p;
-                            }
-                            None => {
-                                ok = false;
-                                break;
-                            }
-                        }
-                    }
-                    if ok {
-                        count += 1;
-                    }
-                }
-                (count > 0).then(|| tf_score(count, v.len as usize) * toks.len() as f32 * boost)
+                phrase_score(v, toks, *slop).map(|s| s * boost)
             }
             Q::Bool {
                 must,
@@ -1144,38 +1082,152 @@ impl Q {
                 msm,
                 boost,
             } => {
-                let mut score = 0.0;
-                for q in must {
-                    score += q.eval(doc, index)?;
-                }
-                for q in filter {
-                    q.eval(doc, index)?;
-                }
-                for q in must_not {
-                    if q.eval(doc, index).is_some() {
-                        return None;
-                    }
-                }
-                let mut matched = 0;
-                for q in should {
-                    if let Some(s) = q.eval(doc, index) {
-                        matched += 1;
-                        score += s;
-                    }
-                }
-                if matched < *msm {
-                    return None;
-                }
-                if must.is_empty() && should.is_empty() && !filter.is_empty() {
-                    return Some(0.0);
-                }
-                if must.is_empty() && should.is_empty() && filter.is_empty() {
-                    // Only must_not (or nothing): a match_all base.
-                    return Some(*boost);
-                }
-                Some(score * boost)
+                let b = BoolQ {
+                    must,
+                    filter,
+                    should,
+                    must_not,
+                    msm: *msm,
+                    boost: *boost,
+                };
+                b.eval(doc, index)
             }
             Q::Const(q, b) => q.eval(doc, index).map(|_| *b),
         }
+    }
+}
+
+/// Whether a field value holds any of the terms (`ci`: case-insensitively).
+fn term_hit(fv: &FV, vals: &[TV], ci: bool) -> bool {
+    vals.iter().any(|tv| match (tv, fv) {
+        (TV::Str(s), FV::Text(t)) if !ci => t.positions(s).is_some(),
+        (TV::Str(s), fv @ (FV::Kw(_) | FV::Text(_))) => {
+            str_values(fv).any(|x| if ci { x.to_lowercase() == *s } else { x == s })
+        }
+        (TV::Long(n), FV::Long(v)) => v.contains(n),
+        (TV::Dbl(d), FV::Double(v)) => v.contains(d),
+        (TV::Long(n), FV::Double(v)) => v.contains(&(*n as f64)),
+        _ => false,
+    })
+}
+
+/// Whether any value of a field falls in the range.
+fn range_hit(range: &Range, fv: &FV) -> bool {
+    match (range, fv) {
+        (Range::Long(lo, hi), FV::Long(v)) => v.iter().any(|x| x >= lo && x <= hi),
+        (Range::Dbl(lo, hi), FV::Double(v)) => v.iter().any(|x| {
+            lo.is_none_or(|(l, incl)| if incl { *x >= l } else { *x > l })
+                && hi.is_none_or(|(h, incl)| if incl { *x <= h } else { *x < h })
+        }),
+        (Range::Str(lo, hi), fv) => str_values(fv).any(|x| {
+            lo.as_ref().is_none_or(|(l, incl)| {
+                if *incl {
+                    x >= l.as_str()
+                } else {
+                    x > l.as_str()
+                }
+            }) && hi.as_ref().is_none_or(|(h, incl)| {
+                if *incl {
+                    x <= h.as_str()
+                } else {
+                    x < h.as_str()
+                }
+            })
+        }),
+        _ => false,
+    }
+}
+
+/// A match query's score on a text field (before the boost), if at least
+/// `min` of the tokens occur.
+fn match_score(v: &TextField, toks: &[String], min: usize) -> Option<f32> {
+    let mut matched = 0;
+    let mut score = 0.0;
+    for t in toks {
+        if let Some(ps) = v.positions(t) {
+            matched += 1;
+            score += tf_score(ps.len(), v.len as usize);
+        }
+    }
+    (matched >= min).then_some(score)
+}
+
+/// A phrase query's score on a text field (before the boost), if the
+/// tokens occur in order with at most `slop` positions between them.
+fn phrase_score(v: &TextField, toks: &[String], slop: u32) -> Option<f32> {
+    let mut lists: Vec<&[u32]> = Vec::with_capacity(toks.len());
+    for t in toks {
+        lists.push(v.positions(t)?);
+    }
+    let mut count = 0;
+    for &start in lists[0] {
+        let mut prev = start;
+        let mut budget = slop;
+        let mut ok = true;
+        for l in lists[1..].iter() {
+            match l
+                .iter()
+                .filter(|&&p| p > prev && p - prev - 1 <= budget)
+                .min()
+            {
+                Some(&p) => {
+                    budget -= p - prev - 1;
+                    prev = p;
+                }
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            count += 1;
+        }
+    }
+    (count > 0).then(|| tf_score(count, v.len as usize) * toks.len() as f32)
+}
+
+/// The clauses of a bool query, borrowed for evaluation.
+struct BoolQ<'a> {
+    must: &'a [Q],
+    filter: &'a [Q],
+    should: &'a [Q],
+    must_not: &'a [Q],
+    msm: usize,
+    boost: f32,
+}
+
+impl BoolQ<'_> {
+    fn eval(&self, doc: &Doc, index: &str) -> Option<f32> {
+        let mut score = 0.0;
+        for q in self.must {
+            score += q.eval(doc, index)?;
+        }
+        for q in self.filter {
+            q.eval(doc, index)?;
+        }
+        for q in self.must_not {
+            if q.eval(doc, index).is_some() {
+                return None;
+            }
+        }
+        let mut matched = 0;
+        for q in self.should {
+            if let Some(s) = q.eval(doc, index) {
+                matched += 1;
+                score += s;
+            }
+        }
+        if matched < self.msm {
+            return None;
+        }
+        if self.must.is_empty() && self.should.is_empty() && !self.filter.is_empty() {
+            return Some(0.0);
+        }
+        if self.must.is_empty() && self.should.is_empty() && self.filter.is_empty() {
+            // Only must_not (or nothing): a match_all base.
+            return Some(self.boost);
+        }
+        Some(score * self.boost)
     }
 }

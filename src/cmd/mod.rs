@@ -28,6 +28,8 @@ pub enum CmdError {
     #[error(transparent)]
     Umount(#[from] UmountError),
     #[error(transparent)]
+    Search(#[from] crate::search::SearchError),
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("corrupt document: {0}")]
     Json(#[from] serde_json::Error),

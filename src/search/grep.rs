@@ -104,6 +104,24 @@ impl Grep {
         c
     }
 
+    /// `grep -r` over `path` (a PATH off any esfs mount), printing straight
+    /// to our stdout; its exit code.
+    pub fn recursive(&self, path: &OsStr, quiet: bool) -> std::io::Result<Option<i32>> {
+        let mut c = Command::new("grep");
+        c.arg("-r").args(&self.match_flags);
+        if quiet {
+            c.arg("-q");
+        } else {
+            c.args(&self.output_flags);
+            c.arg(if self.with_names { "-H" } else { "-h" });
+        }
+        for p in &self.patterns {
+            c.arg("-e").arg(p);
+        }
+        c.arg("--").arg(path);
+        Ok(c.status()?.code())
+    }
+
     /// Whether grep accepts the pattern (it prints its own error if not).
     pub fn validate(&self) -> bool {
         let mut c = self.command(Mode::Files);

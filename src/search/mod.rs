@@ -2,10 +2,14 @@
 //!
 //! - [`indexer`]: the mount side, putting file text into entry documents in
 //!   the background ([`SearchHook`] is the filesystem's `ContentHook`).
+//! - [`run`]: one search, from its [`run::Options`] to its output and exit
+//!   status; the command `crate::cmd::search` parses its arguments into them.
+//! - [`operand`]: where each PATH is searched (a mount's store, a store
+//!   named directly, or plain `grep -r`), and the output paths under it.
 //! - [`pattern`]: which literals every match of a grep pattern contains.
 //! - [`query`]: the store query for the candidate files.
 //! - [`grep`]: the exact answer, from the real `grep` over the candidates.
-//! - the command itself is `crate::cmd::search`.
+//! - [`output`]: what is printed beyond grep's own output (JSON, groups, counts).
 //!
 //! How a search stays identical to `grep -r`: the index only *narrows*. The
 //! candidates are every regular file under the PATHs whose indexed text
@@ -17,13 +21,46 @@
 pub mod glob;
 pub mod grep;
 pub mod indexer;
+pub mod operand;
+pub mod output;
 pub mod pattern;
 pub mod query;
+pub mod run;
 
 use crate::hook::ContentHook;
+use crate::open::OpenError;
+use crate::store::StoreError;
 use indexer::Indexer;
 use serde_json::{Value, json};
 use std::sync::Arc;
+
+/// A search's failure (worded as `esfs search: MESSAGE`).
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("corrupt document: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A failure the search words itself.
+    #[error("{0}")]
+    Msg(String),
+}
+
+impl From<String> for SearchError {
+    fn from(m: String) -> Self {
+        SearchError::Msg(m)
+    }
+}
+
+impl From<&str> for SearchError {
+    fn from(m: &str) -> Self {
+        SearchError::Msg(m.to_string())
+    }
+}
 
 /// What a mount's filesystem holds for search: its indexer and description.
 pub struct SearchHook {

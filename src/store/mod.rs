@@ -19,7 +19,6 @@ pub mod es;
 #[cfg(test)]
 pub(crate) mod gated;
 pub mod listing;
-pub mod redo;
 pub mod schema;
 
 use serde_json::Value;

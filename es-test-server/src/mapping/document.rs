@@ -214,172 +214,184 @@ pub(super) fn convert_leaf(
     out: &mut Vec<Pending>,
 ) -> EsResult<()> {
     let fail = |cause: EsError| parse_failure(info, v, doc_id, cause);
-    match info.ty {
-        FType::Keyword => {
-            let s = match v {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                Value::Bool(b) => b.to_string(),
-                _ => {
-                    return Err(fail(EsError::bad_request(format!(
-                        "Can't get text on a {} at 1:1",
-                        token_name(v)
-                    ))));
-                }
-            };
-            if let Some(limit) = info.ignore_above
-                && s.chars().count() > limit
-            {
-                return Ok(());
-            }
-            let s = match &info.normalizer {
-                Some(f) => apply_filters(f, &s),
-                None => s,
-            };
-            if s.len() > MAX_TERM_BYTES && (info.index || info.doc_values) {
-                return Err(immense(&info.name, &s));
-            }
-            out.push(Pending::Kw(vec![s.into_boxed_str()]));
-        }
-        FType::Text => {
-            let s = match v {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                Value::Bool(b) => b.to_string(),
-                _ => {
-                    return Err(fail(EsError::bad_request(format!(
-                        "Can't get text on a {} at 1:1",
-                        token_name(v)
-                    ))));
-                }
-            };
-            let toks = info.analyzer.analyze(&s);
-            if let Some(t) = toks.iter().find(|t| t.len() > MAX_TERM_BYTES) {
-                return Err(immense(&info.name, t));
-            }
-            let n = toks.len() as u32;
-            out.push(Pending::Text(
-                toks.into_iter()
-                    .enumerate()
-                    .map(|(i, t)| (t.into_boxed_str(), i as u32))
-                    .collect(),
-                n,
-            ));
-        }
+    let pending = match info.ty {
+        FType::Keyword => keyword(info, v, &fail)?,
+        FType::Text => text(info, v, &fail)?,
         t if t.is_integer() => match number_as_i64(v, info) {
-            Ok(n) => out.push(Pending::Long(vec![n])),
+            Ok(n) => Some(Pending::Long(vec![n])),
             Err(e) if !info.ignore_malformed => return Err(fail(e)),
-            Err(_) => {}
+            Err(_) => None,
         },
-        t if t.is_float() => {
-            let r = match v {
-                Value::Number(n) => n
-                    .as_f64()
-                    .ok_or_else(|| EsError::bad_request("not a number")),
-                Value::String(s) if info.coerce => s.trim().parse::<f64>().map_err(|_| {
-                    EsError::new(
-                        400,
-                        "number_format_exception",
-                        format!("For input string: \"{s}\""),
-                    )
-                }),
-                _ => Err(EsError::bad_request(format!(
-                    "Current token ({}) not numeric",
-                    token_name(v)
-                ))),
-            };
-            match r {
-                Ok(f) if f.is_finite() => {
-                    let f = if t == FType::Float {
-                        f as f32 as f64
-                    } else {
-                        f
-                    };
-                    out.push(Pending::Double(vec![f]));
-                }
-                Ok(f) if !info.ignore_malformed => {
-                    return Err(fail(EsError::bad_request(format!(
-                        "[{}] supports only finite values, but got [{f}]",
-                        t.name()
-                    ))));
-                }
-                Err(e) if !info.ignore_malformed => return Err(fail(e)),
-                _ => {}
-            }
-        }
-        FType::Date | FType::DateNanos => {
-            // A number is read as its text with the field's formats, as Elasticsearch does:
-            // with the default format, 2024 is a year and 1700000000000 epoch milliseconds.
-            let nanos = match v {
-                Value::Number(n) => time::parse_date_nanos(&n.to_string(), &info.format),
-                Value::String(s) => time::parse_date_nanos(s, &info.format),
-                _ => None,
-            };
-            match nanos {
-                Some(ns) => {
-                    let val = if info.ty == FType::DateNanos {
-                        if ns < 0 {
-                            if info.ignore_malformed {
-                                return Ok(());
-                            }
-                            return Err(fail(EsError::bad_request(format!(
-                                "date[{}] is before the epoch in 1970 and cannot be stored in nanosecond resolution",
-                                preview(v)
-                            ))));
-                        }
-                        ns as i64
-                    } else {
-                        ns.div_euclid(1_000_000) as i64
-                    };
-                    out.push(Pending::Long(vec![val]));
-                }
-                None if info.ignore_malformed => {}
-                None => {
-                    return Err(fail(EsError::bad_request(format!(
-                        "failed to parse date field [{}] with format [{}]",
-                        preview(v),
-                        info.format
-                    ))));
-                }
-            }
-        }
-        FType::Boolean => {
-            let b = match v {
-                Value::Bool(b) => Some(*b),
-                Value::String(s) if s == "true" => Some(true),
-                Value::String(s) if s == "false" || s.is_empty() => Some(false),
-                _ => None,
-            };
-            match b {
-                Some(b) => out.push(Pending::Long(vec![b as i64])),
-                None if info.ignore_malformed => {}
-                None => {
-                    return Err(fail(EsError::bad_request(format!(
-                        "Failed to parse value [{}] as only [true] or [false] are allowed.",
-                        preview(v)
-                    ))));
-                }
-            }
-        }
+        t if t.is_float() => float(info, t, v, &fail)?,
+        FType::Date | FType::DateNanos => date(info, v, &fail)?,
+        FType::Boolean => boolean(info, v, &fail)?,
         FType::Binary => {
-            if let Value::String(s) = v {
-                use base64::Engine;
-                if base64::engine::general_purpose::STANDARD
-                    .decode(s.trim())
-                    .is_err()
-                {
-                    return Err(fail(EsError::bad_request(
-                        "Failed to decode VALUE_STRING as base64",
-                    )));
-                }
-            } else {
-                return Err(fail(EsError::bad_request(format!(
-                    "Current token ({}) not binary",
-                    token_name(v)
-                ))));
-            }
+            binary(v, &fail)?;
+            None
         }
         _ => unreachable!(),
+    };
+    out.extend(pending);
+    Ok(())
+}
+
+/// Turns the cause of a value's rejection into the document's parse failure.
+type Fail<'a> = dyn Fn(EsError) -> EsError + 'a;
+
+/// The text of a scalar value (strings, numbers and booleans have one).
+fn text_of(v: &Value, fail: &Fail) -> EsResult<String> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(b.to_string()),
+        _ => Err(fail(EsError::bad_request(format!(
+            "Can't get text on a {} at 1:1",
+            token_name(v)
+        )))),
+    }
+}
+
+/// A keyword's term, normalized (none above `ignore_above`).
+fn keyword(info: &FieldInfo, v: &Value, fail: &Fail) -> EsResult<Option<Pending>> {
+    let s = text_of(v, fail)?;
+    if let Some(limit) = info.ignore_above
+        && s.chars().count() > limit
+    {
+        return Ok(None);
+    }
+    let s = match &info.normalizer {
+        Some(f) => apply_filters(f, &s),
+        None => s,
+    };
+    if s.len() > MAX_TERM_BYTES && (info.index || info.doc_values) {
+        return Err(immense(&info.name, &s));
+    }
+    Ok(Some(Pending::Kw(vec![s.into_boxed_str()])))
+}
+
+/// A text's tokens with their positions, and their number.
+fn text(info: &FieldInfo, v: &Value, fail: &Fail) -> EsResult<Option<Pending>> {
+    let s = text_of(v, fail)?;
+    let toks = info.analyzer.analyze(&s);
+    if let Some(t) = toks.iter().find(|t| t.len() > MAX_TERM_BYTES) {
+        return Err(immense(&info.name, t));
+    }
+    let n = toks.len() as u32;
+    Ok(Some(Pending::Text(
+        toks.into_iter()
+            .enumerate()
+            .map(|(i, t)| (t.into_boxed_str(), i as u32))
+            .collect(),
+        n,
+    )))
+}
+
+/// A float, half float, scaled float or double (of type `t`).
+fn float(info: &FieldInfo, t: FType, v: &Value, fail: &Fail) -> EsResult<Option<Pending>> {
+    let r = match v {
+        Value::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| EsError::bad_request("not a number")),
+        Value::String(s) if info.coerce => s.trim().parse::<f64>().map_err(|_| {
+            EsError::new(
+                400,
+                "number_format_exception",
+                format!("For input string: \"{s}\""),
+            )
+        }),
+        _ => Err(EsError::bad_request(format!(
+            "Current token ({}) not numeric",
+            token_name(v)
+        ))),
+    };
+    match r {
+        Ok(f) if f.is_finite() => {
+            let f = if t == FType::Float {
+                f as f32 as f64
+            } else {
+                f
+            };
+            Ok(Some(Pending::Double(vec![f])))
+        }
+        Ok(f) if !info.ignore_malformed => Err(fail(EsError::bad_request(format!(
+            "[{}] supports only finite values, but got [{f}]",
+            t.name()
+        )))),
+        Err(e) if !info.ignore_malformed => Err(fail(e)),
+        _ => Ok(None),
+    }
+}
+
+/// A date (millis) or date_nanos (nanos, never before the epoch).
+fn date(info: &FieldInfo, v: &Value, fail: &Fail) -> EsResult<Option<Pending>> {
+    // A number is read as its text with the field's formats, as Elasticsearch does:
+    // with the default format, 2024 is a year and 1700000000000 epoch milliseconds.
+    let nanos = match v {
+        Value::Number(n) => time::parse_date_nanos(&n.to_string(), &info.format),
+        Value::String(s) => time::parse_date_nanos(s, &info.format),
+        _ => None,
+    };
+    let Some(ns) = nanos else {
+        if info.ignore_malformed {
+            return Ok(None);
+        }
+        return Err(fail(EsError::bad_request(format!(
+            "failed to parse date field [{}] with format [{}]",
+            preview(v),
+            info.format
+        ))));
+    };
+    let val = if info.ty == FType::DateNanos {
+        if ns < 0 {
+            if info.ignore_malformed {
+                return Ok(None);
+            }
+            return Err(fail(EsError::bad_request(format!(
+                "date[{}] is before the epoch in 1970 and cannot be stored in nanosecond resolution",
+                preview(v)
+            ))));
+        }
+        ns as i64
+    } else {
+        ns.div_euclid(1_000_000) as i64
+    };
+    Ok(Some(Pending::Long(vec![val])))
+}
+
+/// A boolean, as 0 or 1.
+fn boolean(info: &FieldInfo, v: &Value, fail: &Fail) -> EsResult<Option<Pending>> {
+    let b = match v {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) if s == "true" => Some(true),
+        Value::String(s) if s == "false" || s.is_empty() => Some(false),
+        _ => None,
+    };
+    match b {
+        Some(b) => Ok(Some(Pending::Long(vec![b as i64]))),
+        None if info.ignore_malformed => Ok(None),
+        None => Err(fail(EsError::bad_request(format!(
+            "Failed to parse value [{}] as only [true] or [false] are allowed.",
+            preview(v)
+        )))),
+    }
+}
+
+/// A binary value must be base64 (it is stored, never indexed).
+fn binary(v: &Value, fail: &Fail) -> EsResult<()> {
+    let Value::String(s) = v else {
+        return Err(fail(EsError::bad_request(format!(
+            "Current token ({}) not binary",
+            token_name(v)
+        ))));
+    };
+    use base64::Engine;
+    if base64::engine::general_purpose::STANDARD
+        .decode(s.trim())
+        .is_err()
+    {
+        return Err(fail(EsError::bad_request(
+            "Failed to decode VALUE_STRING as base64",
+        )));
     }
     Ok(())
 }

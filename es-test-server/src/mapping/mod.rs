@@ -6,7 +6,7 @@ mod definition;
 mod document;
 mod stored;
 
-pub use self::document::{DocCtx, FV, IndexOutcome, Indexed};
+pub use self::document::{DocCtx, FV, IndexOutcome, Indexed, TextField};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

@@ -31,11 +31,12 @@
 //! (batches, commits, the committer thread, the redo log's recovery) and the
 //! [`MetaStore`] implementation; `tables` the database's layout, `encode`
 //! documents to rows, `write` the writes, `read` the reader pool and gets,
-//! `query` the query compiler and searches.
+//! `query` the query compiler and searches, `redo` the redo log.
 
 mod encode;
 mod query;
 mod read;
+mod redo;
 mod tables;
 mod write;
 
@@ -50,7 +51,6 @@ use parking_lot::{Condvar, Mutex};
 use rusqlite::{Connection, ErrorCode};
 use serde_json::Value;
 
-use crate::store::redo::{self, RedoLog};
 use crate::store::schema::Field;
 use crate::store::{
     Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MAX_ID_BYTES, MetaStore, Query,
@@ -58,6 +58,7 @@ use crate::store::{
 };
 use encode::{has_text, json_of};
 use read::{Pool, Readers, check_get_id, get_doc};
+use redo::RedoLog;
 use tables::{TableSql, columnar, configure, init_schema, purge_dead_text};
 use write::{SeqState, Write, Writer, apply, bulk_tx, rebase_tx, replay};
 

@@ -81,214 +81,248 @@ pub(super) fn prefix_end(prefix: &str) -> Option<String> {
 /// missing column (treated as false by WHERE); negations use `IS NOT TRUE`
 /// so that a missing field does satisfy `must_not`, as in Elasticsearch.
 pub(super) fn compile(idx: Idx, q: &Query, s: &mut Sql) -> StoreResult<()> {
+    // Fields kept in a side table (keyword lists, full text) are queried
+    // there, whatever the query kind.
+    if let Some(f) = side_field(idx, q)? {
+        return compile_side(idx, f, q, s);
+    }
     match q {
         Query::MatchAll => {
             s.push("1");
+            Ok(())
         }
-        Query::Text { field, text } => {
-            let f = field_of(idx, field)?;
-            if f.ty != FieldType::Text {
-                return Err(invalid(format!("text query on non-text field {field:?}")));
-            }
-            if text.chars().count() < 3 {
-                return Err(invalid(format!(
-                    "text query {text:?} has fewer than 3 characters"
-                )));
-            }
-            // A trigram phrase: the folded text as a substring.
-            let st = side_table(idx, f);
-            s.push(&format!(
-                "rid IN (SELECT rowid FROM \"{st}\" WHERE \"{st}\" MATCH "
-            ))
-            .bind(SqlValue::Text(fts_phrase(text)))
-            .push(")");
-        }
-        Query::Term { .. } | Query::Terms { .. } | Query::Prefix { .. } | Query::Exists { .. }
-            if side_field(idx, q)?.is_some() =>
-        {
-            let f = side_field(idx, q)?.expect("side field");
-            let st = side_table(idx, f);
-            if f.ty == FieldType::Text {
-                let Query::Exists { .. } = q else {
-                    return Err(invalid(format!(
-                        "field {:?} is full text: use a text query",
-                        f.name
-                    )));
-                };
-                s.push(&format!("rid IN (SELECT rid FROM \"{}\")", text_table(&st)));
-                return Ok(());
-            }
-            s.push(&format!("rid IN (SELECT rid FROM \"{st}\" WHERE "));
-            match q {
-                Query::Term { value, .. } => {
-                    s.push("v = ").bind(param(f, value)?);
-                }
-                Query::Terms { values, .. } => {
-                    s.push("v IN (");
-                    for (i, v) in values.iter().enumerate() {
-                        if i > 0 {
-                            s.push(", ");
-                        }
-                        s.bind(param(f, v)?);
-                    }
-                    if values.is_empty() {
-                        s.push("NULL");
-                    }
-                    s.push(")");
-                }
-                Query::Prefix { value, .. } => {
-                    s.push("v >= ").bind(SqlValue::Text(value.clone()));
-                    if let Some(end) = prefix_end(value) {
-                        s.push(" AND v < ").bind(SqlValue::Text(end));
-                    }
-                }
-                _ => {
-                    s.push("1");
-                }
-            }
-            s.push(")");
-        }
+        Query::Text { field, text } => compile_text(idx, field_of(idx, field)?, text, s),
         Query::Term { field, value } => {
             let f = field_of(idx, field)?;
             let v = param(f, value)?;
             s.col(f).push(" = ").bind(v);
+            Ok(())
         }
-        Query::Terms { field, values } => {
-            let f = field_of(idx, field)?;
-            if values.is_empty() {
-                s.push("0");
-                return Ok(());
-            }
-            s.col(f).push(" IN (");
-            for (i, v) in values.iter().enumerate() {
-                if i > 0 {
-                    s.push(", ");
-                }
-                let v = param(f, v)?;
-                s.bind(v);
-            }
-            s.push(")");
-        }
-        Query::Prefix { field, value } => {
-            let f = field_of(idx, field)?;
-            if !is_text(f) {
-                return Err(invalid(format!(
-                    "prefix query on non-keyword field {field:?}"
-                )));
-            }
-            // A byte range, not LIKE (case-insensitive, `%`/`_` wildcards).
-            s.push("(")
-                .col(f)
-                .push(" >= ")
-                .bind(SqlValue::Text(value.clone()));
-            if let Some(end) = prefix_end(value) {
-                s.push(" AND ").col(f).push(" < ").bind(SqlValue::Text(end));
-            }
-            s.push(")");
-        }
-        Query::Tree { field, path } => {
-            let f = field_of(idx, field)?;
-            if f.ty != FieldType::Path {
-                return Err(invalid(format!("tree query on non-path field {field:?}")));
-            }
-            let text = |s: &str| SqlValue::Text(s.to_string());
-            if path == "/" {
-                // Every absolute path; '0' is the byte after '/'.
-                s.push("(").col(f).push(" >= ").bind(text("/"));
-                s.push(" AND ").col(f).push(" < ").bind(text("0")).push(")");
-            } else {
-                // One index range [path, path + "0") holding the path and its
-                // subtree, minus siblings such as `path-x` or `path.x`.
-                s.push("(").col(f).push(" >= ").bind(text(path));
-                s.push(" AND ")
-                    .col(f)
-                    .push(" < ")
-                    .bind(text(&format!("{path}0")));
-                s.push(" AND (").col(f).push(" = ").bind(text(path));
-                s.push(" OR ")
-                    .col(f)
-                    .push(" >= ")
-                    .bind(text(&format!("{path}/")));
-                s.push("))");
-            }
-        }
+        Query::Terms { field, values } => compile_terms(field_of(idx, field)?, values, s),
+        Query::Prefix { field, value } => compile_prefix(field_of(idx, field)?, value, s),
+        Query::Tree { field, path } => compile_tree(field_of(idx, field)?, path, s),
         Query::Range {
             field,
             gte,
             gt,
             lte,
             lt,
-        } => {
-            let f = field_of(idx, field)?;
-            if !columnar(f) {
-                return Err(invalid(format!("range query on field {field:?}")));
-            }
-            let mut any = false;
-            s.push("(");
-            for (op, bound) in [(" >= ", gte), (" > ", gt), (" <= ", lte), (" < ", lt)] {
-                // A null bound is unbounded, as in Elasticsearch.
-                let Some(v) = bound.as_ref().filter(|v| !v.is_null()) else {
-                    continue;
-                };
-                if any {
-                    s.push(" AND ");
-                }
-                any = true;
-                let v = param(f, v)?;
-                s.col(f).push(op).bind(v);
-            }
-            if !any {
-                s.col(f).push(" IS NOT NULL");
-            }
-            s.push(")");
-        }
+        } => compile_range(field_of(idx, field)?, [gte, gt, lte, lt], s),
         Query::Exists { field } => {
-            let f = field_of(idx, field)?;
-            s.col(f).push(" IS NOT NULL");
+            s.col(field_of(idx, field)?).push(" IS NOT NULL");
+            Ok(())
         }
         Query::Bool {
             must,
             must_not,
             should,
-        } => {
-            let mut first = true;
-            let mut sep = |s: &mut Sql| {
-                if !std::mem::take(&mut first) {
-                    s.push(" AND ");
-                }
-            };
-            s.push("(");
-            for q in must {
-                sep(s);
-                s.push("(");
-                compile(idx, q, s)?;
-                s.push(")");
-            }
-            for q in must_not {
-                sep(s);
-                s.push("(");
-                compile(idx, q, s)?;
-                s.push(") IS NOT TRUE");
-            }
-            if !should.is_empty() {
-                sep(s);
-                s.push("(");
-                for (i, q) in should.iter().enumerate() {
-                    if i > 0 {
-                        s.push(" OR ");
-                    }
-                    s.push("(");
-                    compile(idx, q, s)?;
-                    s.push(")");
-                }
-                s.push(")");
-            }
-            if first {
-                s.push("1");
+        } => compile_bool(idx, must, must_not, should, s),
+    }
+}
+
+/// A full-text query: a trigram phrase, the folded text as a substring.
+fn compile_text(idx: Idx, f: &Field, text: &str, s: &mut Sql) -> StoreResult<()> {
+    if f.ty != FieldType::Text {
+        return Err(invalid(format!(
+            "text query on non-text field {:?}",
+            f.name
+        )));
+    }
+    if text.chars().count() < 3 {
+        return Err(invalid(format!(
+            "text query {text:?} has fewer than 3 characters"
+        )));
+    }
+    let st = side_table(idx, f);
+    s.push(&format!(
+        "rid IN (SELECT rowid FROM \"{st}\" WHERE \"{st}\" MATCH "
+    ))
+    .bind(SqlValue::Text(fts_phrase(text)))
+    .push(")");
+    Ok(())
+}
+
+/// A term, terms, prefix or exists query on a field kept in a side table:
+/// the rows that have a matching value there.
+fn compile_side(idx: Idx, f: &Field, q: &Query, s: &mut Sql) -> StoreResult<()> {
+    let st = side_table(idx, f);
+    if f.ty == FieldType::Text {
+        let Query::Exists { .. } = q else {
+            return Err(invalid(format!(
+                "field {:?} is full text: use a text query",
+                f.name
+            )));
+        };
+        s.push(&format!("rid IN (SELECT rid FROM \"{}\")", text_table(&st)));
+        return Ok(());
+    }
+    s.push(&format!("rid IN (SELECT rid FROM \"{st}\" WHERE "));
+    match q {
+        Query::Term { value, .. } => {
+            s.push("v = ").bind(param(f, value)?);
+        }
+        Query::Terms { values, .. } => {
+            s.push("v IN (");
+            bind_each(f, values, s)?;
+            if values.is_empty() {
+                s.push("NULL");
             }
             s.push(")");
         }
+        Query::Prefix { value, .. } => {
+            s.push("v >= ").bind(SqlValue::Text(value.clone()));
+            if let Some(end) = prefix_end(value) {
+                s.push(" AND v < ").bind(SqlValue::Text(end));
+            }
+        }
+        _ => {
+            s.push("1");
+        }
     }
+    s.push(")");
+    Ok(())
+}
+
+/// `values` bound as `f`'s type, separated by commas.
+fn bind_each(f: &Field, values: &[Value], s: &mut Sql) -> StoreResult<()> {
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            s.push(", ");
+        }
+        s.bind(param(f, v)?);
+    }
+    Ok(())
+}
+
+fn compile_terms(f: &Field, values: &[Value], s: &mut Sql) -> StoreResult<()> {
+    if values.is_empty() {
+        s.push("0");
+        return Ok(());
+    }
+    s.col(f).push(" IN (");
+    bind_each(f, values, s)?;
+    s.push(")");
+    Ok(())
+}
+
+fn compile_prefix(f: &Field, value: &str, s: &mut Sql) -> StoreResult<()> {
+    if !is_text(f) {
+        return Err(invalid(format!(
+            "prefix query on non-keyword field {:?}",
+            f.name
+        )));
+    }
+    // A byte range, not LIKE (case-insensitive, `%`/`_` wildcards).
+    s.push("(")
+        .col(f)
+        .push(" >= ")
+        .bind(SqlValue::Text(value.to_string()));
+    if let Some(end) = prefix_end(value) {
+        s.push(" AND ").col(f).push(" < ").bind(SqlValue::Text(end));
+    }
+    s.push(")");
+    Ok(())
+}
+
+fn compile_tree(f: &Field, path: &str, s: &mut Sql) -> StoreResult<()> {
+    if f.ty != FieldType::Path {
+        return Err(invalid(format!(
+            "tree query on non-path field {:?}",
+            f.name
+        )));
+    }
+    let text = |s: &str| SqlValue::Text(s.to_string());
+    if path == "/" {
+        // Every absolute path; '0' is the byte after '/'.
+        s.push("(").col(f).push(" >= ").bind(text("/"));
+        s.push(" AND ").col(f).push(" < ").bind(text("0")).push(")");
+    } else {
+        // One index range [path, path + "0") holding the path and its
+        // subtree, minus siblings such as `path-x` or `path.x`.
+        s.push("(").col(f).push(" >= ").bind(text(path));
+        s.push(" AND ")
+            .col(f)
+            .push(" < ")
+            .bind(text(&format!("{path}0")));
+        s.push(" AND (").col(f).push(" = ").bind(text(path));
+        s.push(" OR ")
+            .col(f)
+            .push(" >= ")
+            .bind(text(&format!("{path}/")));
+        s.push("))");
+    }
+    Ok(())
+}
+
+/// A range; `bounds` are gte, gt, lte and lt.
+fn compile_range(f: &Field, bounds: [&Option<Value>; 4], s: &mut Sql) -> StoreResult<()> {
+    if !columnar(f) {
+        return Err(invalid(format!("range query on field {:?}", f.name)));
+    }
+    let mut any = false;
+    s.push("(");
+    for (op, bound) in [" >= ", " > ", " <= ", " < "].into_iter().zip(bounds) {
+        // A null bound is unbounded, as in Elasticsearch.
+        let Some(v) = bound.as_ref().filter(|v| !v.is_null()) else {
+            continue;
+        };
+        if any {
+            s.push(" AND ");
+        }
+        any = true;
+        let v = param(f, v)?;
+        s.col(f).push(op).bind(v);
+    }
+    if !any {
+        s.col(f).push(" IS NOT NULL");
+    }
+    s.push(")");
+    Ok(())
+}
+
+fn compile_bool(
+    idx: Idx,
+    must: &[Query],
+    must_not: &[Query],
+    should: &[Query],
+    s: &mut Sql,
+) -> StoreResult<()> {
+    let mut first = true;
+    let mut sep = |s: &mut Sql| {
+        if !std::mem::take(&mut first) {
+            s.push(" AND ");
+        }
+    };
+    s.push("(");
+    for q in must {
+        sep(s);
+        s.push("(");
+        compile(idx, q, s)?;
+        s.push(")");
+    }
+    for q in must_not {
+        sep(s);
+        s.push("(");
+        compile(idx, q, s)?;
+        s.push(") IS NOT TRUE");
+    }
+    if !should.is_empty() {
+        sep(s);
+        s.push("(");
+        for (i, q) in should.iter().enumerate() {
+            if i > 0 {
+                s.push(" OR ");
+            }
+            s.push("(");
+            compile(idx, q, s)?;
+            s.push(")");
+        }
+        s.push(")");
+    }
+    if first {
+        s.push("1");
+    }
+    s.push(")");
     Ok(())
 }
 

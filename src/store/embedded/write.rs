@@ -11,9 +11,9 @@ use serde_json::Value;
 
 use super::encode::{Col, Encoded, Side, encode, has_text, write_side};
 use super::read::parse_source;
+use super::redo::{self, RedoLog};
 use super::tables::{TableSql, side_fields, side_table, text_table};
 use super::{SEQ_BLOCK, SEQ_KEY, check_id, expected_seq, invalid, sql_err, version};
-use crate::store::redo::{self, RedoLog};
 use crate::store::schema::FieldType;
 use crate::store::{BulkItemResult, BulkOp, Idx, StoreError, StoreResult, Version};
 

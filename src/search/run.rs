@@ -1,0 +1,512 @@
+//! One search, from its options to its output and exit status: the
+//! operands' stores are asked for the candidates, grep gives the exact
+//! answer, and it is printed as asked (grep's own output, `--json`, `-c`,
+//! `--group-by`, or `--find`'s list of entries).
+//!
+//! Exit status as grep's: 0 something found, 1 nothing, 2 an error.
+
+use super::SearchError;
+use super::grep::{FileResult, Grep, Mode, Status};
+use super::operand::{
+    self, EsConfigOf, Operand, Root, Target, display_dir, display_path, read_contents,
+};
+use super::output::{self, GroupHit, lossy};
+use super::pattern::{self, Req, Syntax};
+use super::query::{self, Filters};
+use crate::model::{Entry, decode_bytes};
+use crate::open::Backend;
+use crate::store::{GroupRequest, Idx, Query};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What a search looks for, where, and how it prints what it finds.
+pub struct Options {
+    /// The PATHs; none means the current directory (or the store's root).
+    pub operands: Vec<OsString>,
+    /// List the entries passing the filters, without reading contents.
+    pub find: bool,
+    /// grep's patterns (any may match) and their syntax.
+    pub patterns: Vec<String>,
+    pub syntax: Syntax,
+    pub matching: Matching,
+    pub filters: Filters,
+    pub output: Output,
+    pub place: Place,
+}
+
+/// grep's flags that change which lines match.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Matching {
+    /// -i
+    pub ignore_case: bool,
+    /// -w
+    pub word: bool,
+    /// -x
+    pub line: bool,
+    /// -a
+    pub text: bool,
+}
+
+/// How the results are printed.
+#[derive(Clone, Debug, Default)]
+pub struct Output {
+    /// -l: only the names of files with matches.
+    pub files: bool,
+    /// -c: the number of matching lines per file.
+    pub count: bool,
+    /// -n
+    pub line_number: bool,
+    /// -q: nothing; the exit status only.
+    pub quiet: bool,
+    /// -s: no messages about unreadable files.
+    pub no_messages: bool,
+    /// Print file names (-H: Some(true); -h: Some(false)); by default when
+    /// there are several operands or a directory, as grep does.
+    pub names: Option<bool>,
+    /// At most this many files (or groups).
+    pub limit: Option<usize>,
+    /// One JSON object per file (or group, or entry) per line.
+    pub json: bool,
+    pub group_by: Option<GroupBy>,
+    /// Hits shown per group.
+    pub top: usize,
+}
+
+/// What `--group-by` groups by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    Dir,
+    Owner,
+}
+
+/// Where the operands are.
+pub enum Place {
+    /// Paths on the esfs mounts they are on (plain `grep -r` elsewhere);
+    /// `es` configures an Elasticsearch mount's cluster from its URL and
+    /// index name.
+    Mounts { es: Box<EsConfigOf> },
+    /// Paths inside this store, with its contents in `data`.
+    Store {
+        backend: Backend,
+        data: Option<PathBuf>,
+    },
+}
+
+/// Runs the search; returns grep's exit status.
+pub fn search(o: Options) -> Result<i32, SearchError> {
+    Search::new(o).run()
+}
+
+/// One file or entry to report.
+#[derive(Clone)]
+struct Item {
+    entry: Entry,
+    display: Vec<u8>,
+}
+
+struct Search {
+    o: Options,
+    req: Req,
+    grep: Grep,
+    status: Status,
+    /// Files (or entries) printed so far, for --limit.
+    printed: usize,
+    out: std::io::BufWriter<std::io::Stdout>,
+}
+
+impl Search {
+    fn new(o: Options) -> Search {
+        let req = if o.find {
+            Req::All
+        } else {
+            pattern::required(&o.patterns, o.syntax).for_index(o.matching.ignore_case)
+        };
+        let grep = grep_of(&o);
+        Search {
+            o,
+            req,
+            grep,
+            status: Status::default(),
+            printed: 0,
+            out: std::io::BufWriter::new(std::io::stdout()),
+        }
+    }
+
+    fn direct(&self) -> bool {
+        matches!(self.o.place, Place::Store { .. })
+    }
+
+    fn limit_reached(&self) -> bool {
+        self.o.output.limit.is_some_and(|l| self.printed >= l)
+    }
+
+    fn run(&mut self) -> Result<i32, SearchError> {
+        if !self.o.find && !self.grep.validate() {
+            return Ok(2); // grep said why
+        }
+        let operands = self.o.operands.clone();
+        let (targets, ops) = match &self.o.place {
+            Place::Store { backend, data } => {
+                operand::in_store(backend, data.as_deref(), &operands)?
+            }
+            Place::Mounts { es } => operand::on_mounts(&operands, es.as_ref())?,
+        };
+        // grep names files when there are several operands or a directory.
+        let names = match operands.as_slice() {
+            [] => true,
+            [one] => self.direct() || Path::new(one).is_dir(),
+            _ => true,
+        };
+        self.grep.with_names = self.o.output.names.unwrap_or(names);
+        for op in ops {
+            if self.limit_reached() && self.o.output.group_by.is_none() {
+                break;
+            }
+            match op {
+                Operand::Failed(msg) => {
+                    // grep's own words, so messages match `grep -r`'s too.
+                    if !self.o.output.no_messages {
+                        eprintln!("grep: {msg}");
+                    }
+                    self.status.error = true;
+                }
+                Operand::Plain(p) => self.plain_grep(&p)?,
+                Operand::Indexed(i, root) => self.search_root(&targets[i], &root)?,
+            }
+        }
+        self.out.flush()?;
+        Ok(
+            if self.status.error && !(self.o.output.quiet && self.status.found) {
+                2
+            } else if self.status.found {
+                0
+            } else {
+                1
+            },
+        )
+    }
+
+    /// An operand outside any esfs mount: plain `grep -r`.
+    fn plain_grep(&mut self, op: &OsString) -> Result<(), SearchError> {
+        let f = &self.o.filters;
+        let out = &self.o.output;
+        if f.name.is_some()
+            || f.size.is_some()
+            || f.newer_ns.is_some()
+            || !f.xattrs.is_empty()
+            || self.o.find
+            || out.group_by.is_some()
+            || out.json
+            || out.limit.is_some()
+        {
+            eprintln!(
+                "esfs search: {}: not on an esfs mount (only plain grep options work there)",
+                Path::new(op).display()
+            );
+            self.status.error = true;
+            return Ok(());
+        }
+        self.out.flush()?;
+        let code = self
+            .grep
+            .recursive(op, out.quiet)
+            .map_err(|e| format!("grep: {e}"))?;
+        self.status.add(code);
+        Ok(())
+    }
+
+    /// The entries of `q` under `root` that pass every filter, with their output paths.
+    fn items(&self, t: &Target, root: &Root, q: &Query) -> Result<Vec<Item>, SearchError> {
+        let mut items = Vec::new();
+        for entry in t.list(q)? {
+            let name = decode_bytes(&entry.name);
+            if !query::name_matches(&self.o.filters, &name) {
+                continue;
+            }
+            let display = display_path(root, &entry.path);
+            if let Some(ns) = self.o.filters.newer_ns
+                && t.mtime_ns(&entry, &display) <= ns
+            {
+                continue;
+            }
+            items.push(Item { entry, display });
+        }
+        Ok(items)
+    }
+
+    fn search_root(&mut self, t: &Target, root: &Root) -> Result<(), SearchError> {
+        let scope = query::scope(&root.tree, &self.o.filters);
+        if self.o.find {
+            let items = self.items(t, root, &scope)?;
+            return self.print_entries(items);
+        }
+        let text = query::text_query(&self.req);
+        let cands_q = query::candidates(scope.clone(), text.clone(), &t.open);
+        let cands = self.items(t, root, &cands_q)?;
+        let out = &self.o.output;
+        if out.quiet {
+            let (st, _) = self.verify(t, &cands, Mode::Files, Some(1))?;
+            self.status.merge(st);
+            Ok(())
+        } else if let Some(by) = out.group_by {
+            let (st, res) = self.verify(t, &cands, Mode::Counts, None)?;
+            self.status.merge(st);
+            self.print_groups(t, root, &cands, res, text, by)
+        } else if out.json {
+            self.print_json(t, &cands)
+        } else if out.count && !out.files {
+            // grep -c prints every file, matching or not: the ones the index
+            // ruled out have 0 without being read.
+            let all = self.items(t, root, &scope)?;
+            self.print_counts(t, &cands, all)
+        } else {
+            self.print_grep(t, &cands)
+        }
+    }
+
+    /// `--find`: the entries themselves.
+    fn print_entries(&mut self, items: Vec<Item>) -> Result<(), SearchError> {
+        for it in items {
+            if self.limit_reached() {
+                break;
+            }
+            self.status.found = true;
+            self.printed += 1;
+            if self.o.output.quiet {
+                break;
+            }
+            if self.o.output.json {
+                writeln!(self.out, "{}", output::entry_json(&it.display, &it.entry))?;
+            } else {
+                self.out.write_all(&it.display)?;
+                self.out.write_all(b"\n")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `--json`: a JSON line per matching file.
+    fn print_json(&mut self, t: &Target, cands: &[Item]) -> Result<(), SearchError> {
+        let left = self.left();
+        let out = &self.o.output;
+        let mode = if out.files {
+            Mode::Files
+        } else if out.count {
+            Mode::Counts
+        } else {
+            Mode::Lines
+        };
+        let (st, res) = self.verify(t, cands, mode, left)?;
+        self.status.merge(st);
+        for r in in_order(cands, res) {
+            let Some(j) = output::file_json(&r, mode) else {
+                continue;
+            };
+            self.printed += 1;
+            writeln!(self.out, "{j}")?;
+        }
+        Ok(())
+    }
+
+    /// `-c`: a count for every file in scope (`all`); only the candidates are read.
+    fn print_counts(
+        &mut self,
+        t: &Target,
+        cands: &[Item],
+        all: Vec<Item>,
+    ) -> Result<(), SearchError> {
+        let (st, res) = self.verify(t, cands, Mode::Counts, None)?;
+        self.status.merge(st);
+        let counts: HashMap<Vec<u8>, u64> = res
+            .into_iter()
+            .map(|r| (r.path, r.count.unwrap_or(0)))
+            .collect();
+        for it in all {
+            if self.limit_reached() {
+                break;
+            }
+            let n = counts.get(&it.display).copied().unwrap_or(0);
+            output::write_count(&mut self.out, &it.display, n, self.grep.with_names)?;
+            self.printed += 1;
+        }
+        Ok(())
+    }
+
+    /// grep's own output. With --limit, first find which files match.
+    fn print_grep(&mut self, t: &Target, cands: &[Item]) -> Result<(), SearchError> {
+        let files: Vec<Item> = match self.left() {
+            Some(n) => {
+                let (st, res) = self.verify(t, cands, Mode::Files, Some(n))?;
+                if st.error {
+                    self.status.error = true;
+                }
+                let keep: HashSet<Vec<u8>> = res.into_iter().map(|r| r.path).collect();
+                cands
+                    .iter()
+                    .filter(|c| keep.contains(&c.display))
+                    .cloned()
+                    .collect()
+            }
+            None => cands.to_vec(),
+        };
+        self.printed += files.len();
+        let (st, _) = self.verify(t, &files, Mode::Passthrough, None)?;
+        self.status.merge(st);
+        Ok(())
+    }
+
+    /// How many more files --limit lets through.
+    fn left(&self) -> Option<usize> {
+        self.o.output.limit.map(|l| l.saturating_sub(self.printed))
+    }
+
+    /// grep over the items: through the mount, or from the data store.
+    fn verify(
+        &mut self,
+        t: &Target,
+        items: &[Item],
+        mode: Mode,
+        stop_after: Option<usize>,
+    ) -> Result<(Status, Vec<FileResult>), SearchError> {
+        self.out.flush()?;
+        let Some(data) = &t.data else {
+            let files: Vec<Vec<u8>> = items.iter().map(|i| i.display.clone()).collect();
+            return self
+                .grep
+                .run(&files, mode, stop_after)
+                .map_err(|e| format!("grep: {e}").into());
+        };
+        let mut status = Status::default();
+        let mut out = Vec::new();
+        for it in items {
+            if stop_after.is_some_and(|n| out.len() >= n) {
+                break;
+            }
+            let contents = read_contents(&*t.store, &**data, it.entry.ino)
+                .map_err(|e| format!("{}: {e}", lossy(&it.display)))?;
+            let (st, res) = self
+                .grep
+                .run_stdin(&it.display, &contents, mode)
+                .map_err(|e| format!("grep: {e}"))?;
+            status.merge(st);
+            out.extend(res);
+        }
+        Ok((status, out))
+    }
+
+    /// `--group-by`: the verified matches, grouped by the store (terms +
+    /// top_hits on Elasticsearch, window functions on SQLite).
+    fn print_groups(
+        &mut self,
+        t: &Target,
+        root: &Root,
+        cands: &[Item],
+        res: Vec<FileResult>,
+        text: Option<Query>,
+        by: GroupBy,
+    ) -> Result<(), SearchError> {
+        let counts: HashMap<Vec<u8>, u64> = res
+            .into_iter()
+            .filter(|r| r.count.unwrap_or(0) > 0)
+            .map(|r| (r.path, r.count.unwrap_or(0)))
+            .collect();
+        let matched: Vec<&Item> = cands
+            .iter()
+            .filter(|c| counts.contains_key(&c.display))
+            .collect();
+        if matched.is_empty() {
+            return Ok(());
+        }
+        let by_path: HashMap<&str, &Item> = matched
+            .iter()
+            .map(|i| (i.entry.path.as_str(), *i))
+            .collect();
+        let buckets = t.store.group(&GroupRequest {
+            index: Idx::Entries,
+            query: Query::Terms {
+                field: "path".into(),
+                values: matched.iter().map(|i| json!(i.entry.path)).collect(),
+            },
+            score: text,
+            field: match by {
+                GroupBy::Owner => "uid",
+                GroupBy::Dir => "dir",
+            }
+            .into(),
+            buckets: self.o.output.limit.unwrap_or(10_000).max(1),
+            per_bucket: self.o.output.top.max(1),
+        })?;
+        for b in buckets {
+            let label = match by {
+                GroupBy::Owner => output::owner_label(b.key.as_u64().unwrap_or(u64::MAX)),
+                GroupBy::Dir => lossy(&display_dir(root, b.key.as_str().unwrap_or_default())),
+            };
+            let hits: Vec<GroupHit> = b
+                .hits
+                .iter()
+                .filter_map(|(doc, score)| {
+                    let p = doc.source["path"].as_str()?;
+                    let it = by_path.get(p)?;
+                    Some((it.display.clone(), *score, counts[&it.display]))
+                })
+                .collect();
+            self.printed += 1;
+            if self.o.output.json {
+                writeln!(self.out, "{}", output::group_json(&label, &b, &hits))?;
+            } else {
+                output::write_group(&mut self.out, &label, &b, &hits)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The grep invocation of a search: the user's matching and output flags.
+fn grep_of(o: &Options) -> Grep {
+    let m = o.matching;
+    let mut match_flags = vec![];
+    for (on, f) in [
+        (m.ignore_case, "-i"),
+        (m.word, "-w"),
+        (m.line, "-x"),
+        (o.syntax == Syntax::Fixed, "-F"),
+        (o.syntax == Syntax::Extended, "-E"),
+        (o.output.no_messages, "-s"),
+        (m.text, "-a"),
+    ] {
+        if on {
+            match_flags.push(f);
+        }
+    }
+    let mut output_flags = vec![];
+    if o.output.files {
+        output_flags.push("-l");
+    } else if o.output.count {
+        output_flags.push("-c");
+    }
+    if o.output.line_number {
+        output_flags.push("-n");
+    }
+    Grep {
+        match_flags,
+        output_flags,
+        patterns: o.patterns.clone(),
+        with_names: true,
+    }
+}
+
+/// Captured results in the order of the items (grep may report binary
+/// matches after the lines of a batch).
+fn in_order(items: &[Item], res: Vec<FileResult>) -> Vec<FileResult> {
+    let pos: HashMap<&[u8], usize> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| (it.display.as_slice(), i))
+        .collect();
+    let mut res = res;
+    res.sort_by_key(|r| pos.get(r.path.as_slice()).copied().unwrap_or(usize::MAX));
+    res
+}
