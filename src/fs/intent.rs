@@ -109,7 +109,7 @@ impl Fs {
 
     /// A new intent's id (this mount's, unique).
     pub(super) fn intent_id(&self) -> FsResult<String> {
-        Ok(format!("intent/{}-{}", self.lm.owner(), self.alloc()?))
+        Ok(format!("intent/{}-{}", self.lm.owner(), self.ids.alloc()?))
     }
 
     /// Intent `id` written (or rewritten) as a bulk item: a put, so the
@@ -162,18 +162,20 @@ impl Fs {
     /// back-link (the bulk's new entry refused, its link written).
     pub(super) fn move_state(&self, m: &MoveIntent) -> FsResult<MoveState> {
         let e = &m.entry;
-        let dst = self.get_entry_fresh(e.parent, &decode_bytes(&e.name))?;
+        let dst = self.docs.entry_fresh(e.parent, &decode_bytes(&e.name))?;
         let dst_ino = dst.as_ref().map(|(d, _)| d.ino);
         if dst_ino == Some(e.ino) {
             return Ok(MoveState::Landed);
         }
-        if let Some((src, _)) = self.get_entry_fresh(m.src_parent, &decode_bytes(&m.src_name))?
+        if let Some((src, _)) = self
+            .docs
+            .entry_fresh(m.src_parent, &decode_bytes(&m.src_name))?
             && src.ino == e.ino
             && dst_ino == m.replaced
         {
             return Ok(MoveState::Pending(Box::new(src)));
         }
-        match self.get_inode_fresh(e.ino) {
+        match self.docs.inode_fresh(e.ino) {
             Ok((i, _)) if i.links.iter().any(|l| l.p == e.parent && l.n == e.name) => {
                 Ok(MoveState::Landed)
             }
@@ -291,7 +293,7 @@ impl Fs {
         }
         // 1. The new name points at the moved inode.
         for _ in 0..MAX_RETRIES {
-            let r = match self.get_entry(e.parent, &decode_bytes(&e.name))? {
+            let r = match self.docs.entry(e.parent, &decode_bytes(&e.name))? {
                 Some((cur, _)) if cur.ino == e.ino => break,
                 Some((_, v)) => self.store.put(Idx::Entries, &new_id, &to_doc(e), Some(v)),
                 None => self.store.create(Idx::Entries, &new_id, &to_doc(e)),
@@ -304,7 +306,7 @@ impl Fs {
         }
         // 2. The old name no longer does.
         for _ in 0..MAX_RETRIES {
-            match self.get_entry(it.src_parent, &old)? {
+            match self.docs.entry(it.src_parent, &old)? {
                 Some((cur, v))
                     if cur.ino == e.ino && (it.src_parent, &it.src_name) != (e.parent, &e.name) =>
                 {
@@ -334,7 +336,7 @@ impl Fs {
         to: (u64, &str),
         now: i64,
     ) -> FsResult<()> {
-        self.update_inode(ino, |i| {
+        self.docs.update(ino, |i| {
             relink(i, from.0, from.1, to.0, to.1);
             i.ctime_ns = now;
             Ok(())
@@ -425,7 +427,7 @@ impl Fs {
                 (true, true) => {
                     // Swap through a path no real document can have (a
                     // crash in between is why a roll-forward does not).
-                    let tmp = format!("/\0swap{}", self.alloc()?);
+                    let tmp = format!("/\0swap{}", self.ids.alloc()?);
                     self.rebase_paths(&a.path, &tmp)?;
                     self.rebase_paths(&b.path, &a.path)?;
                     self.rebase_paths(&tmp, &b.path)?;
@@ -502,7 +504,7 @@ impl Fs {
         for (pos, other) in [(a, b), (b, a)] {
             let raw = decode_bytes(&pos.name);
             for _ in 0..MAX_RETRIES {
-                let Some((cur, v)) = self.get_entry(pos.parent, &raw)? else {
+                let Some((cur, v)) = self.docs.entry(pos.parent, &raw)? else {
                     break;
                 };
                 if cur.ino != pos.ino {
@@ -535,7 +537,7 @@ impl Fs {
     /// store: one SQL statement) does so. Idempotent as long as nothing
     /// but the moved subtree is below `old`.
     fn rebase_paths(&self, old: &str, new: &str) -> FsResult<()> {
-        self.see_other_mounts()?;
+        self.docs.see_other_mounts()?;
         // A backend that rewrites the subtree itself does it in one request.
         if self.store.rebase_paths(Idx::Entries, old, new)?.is_some() {
             return Ok(());
@@ -613,7 +615,7 @@ impl Fs {
     /// fsck repairs). Returns how many changed.
     pub fn fix_paths(&self, ino: u64) -> FsResult<u64> {
         // The listing below is a search: see what other mounts finished.
-        self.see_other_mounts()?;
+        self.docs.see_other_mounts()?;
         let mut fixed = 0;
         let mut queue = vec![ino];
         while let Some(dir) = queue.pop() {

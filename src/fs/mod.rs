@@ -7,14 +7,20 @@
 //! is also what keeps several mounts of one Elasticsearch index safe.
 //!
 //! Layout: this file holds [`Fs`], its configuration and the helpers every
-//! call shares (documents, paths, tree locks); `ops/` the calls, one file
-//! per family; [`intent`] the rename plan and its idempotent steps;
+//! call shares (paths, tree locks); [`ids`] the id allocator; [`docs`]
+//! inodes and entries as types and their optimistic read-modify-write;
+//! [`pending`] what waits in memory for the store (directory times, stale
+//! entries, atimes) and the unflushed [`journal`]; `ops/` the calls, one
+//! file per family; [`intent`] the rename plan and its idempotent steps;
 //! [`recovery`] the janitor's roll-forward and fsck's repairs; `writeback`
-//! lazy close and directory times; [`journal`] the unflushed-files journal.
+//! lazy close and its batches.
 
+mod docs;
+mod ids;
 pub mod intent;
 pub mod journal;
 mod ops;
+mod pending;
 pub mod recovery;
 mod writeback;
 
@@ -28,7 +34,10 @@ use crate::error::{FsError, FsResult};
 use crate::locks::{LockError, LockManager, NamespaceLocks, TreeGuard, manager::ancestors};
 use crate::model::*;
 use crate::store::{BulkOp, Capabilities, Idx, MetaStore, StoreError, Version};
+use docs::{Docs, Fate, Found, MAX_RETRIES, bulk_check, stale, to_doc};
+use ids::Ids;
 use parking_lot::{Mutex, RwLock};
+use pending::Pending;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -87,13 +96,6 @@ pub enum TimeSpec {
     At(i64),
 }
 
-/// What a read-modify-write of an inode does with its document.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Fate {
-    Keep,
-    Delete,
-}
-
 #[derive(Clone, Copy, Debug)]
 pub struct StatFs {
     pub blocks: u64,
@@ -106,10 +108,6 @@ pub struct StatFs {
 }
 
 pub const BLOCK_SIZE: u64 = 4096;
-/// Optimistic updates retry this often before reporting EAGAIN.
-const MAX_RETRIES: usize = 200;
-/// Ids are reserved from the store in batches (one store write per batch).
-const ID_BATCH: u64 = 1024;
 const FORMAT_VERSION: u64 = 1;
 
 pub struct Fs {
@@ -123,7 +121,12 @@ pub struct Fs {
     locks: NamespaceLocks,
     /// Store-level locks, shared with every other mount of the store.
     lm: Arc<LockManager>,
-    ids: Mutex<(u64, u64)>,
+    ids: Arc<Ids>,
+    /// Directory times, stale entries and atimes waiting in memory, and
+    /// the journal.
+    pending: Arc<Pending>,
+    /// Inodes and entries as types; the optimistic read-modify-write.
+    docs: Arc<Docs>,
     /// Directory inode -> (parent inode, encoded name): paths are composed
     /// from this. Only a rename of that directory changes its row.
     dirs: RwLock<HashMap<u64, (u64, String)>>,
@@ -151,8 +154,6 @@ pub struct Fs {
     /// The kernel keeps files' sizes and times (its writeback-cache mode):
     /// writes leave mtime/ctime to the SETATTR it sends at close.
     kernel_times: std::sync::atomic::AtomicBool,
-    /// atime updates from reads not yet in the store (see `write_back_atimes`).
-    atimes: Mutex<HashMap<u64, i64>>,
     /// Inodes on which this mount holds advisory locks.
     plocked: Mutex<std::collections::HashSet<u64>>,
     /// Kernel lookup counts: an inode whose last name is gone stays until
@@ -163,31 +164,12 @@ pub struct Fs {
     next_fh: AtomicU64,
     /// Content indexing for `esfs search` (set by the mount).
     search: std::sync::OnceLock<Box<dyn crate::hook::ContentHook>>,
-    /// Files written but not yet persisted (lazy close; see [`journal`]).
-    journal: Option<journal::Journal>,
     /// Inodes the kernel forgot, for the write-back to finish (lazy close).
     forgotten: Mutex<Vec<u64>>,
-    /// Directories whose entry documents' copies of their attributes (for
-    /// searches) the write-back is to refresh (lazy close).
-    stale_dirs: Mutex<std::collections::HashSet<u64>>,
-    /// Directory mtime/ctime moved by a name made or removed in it and not
-    /// yet in the store (lazy close): written back with the file sizes,
-    /// overlaid by `getattr`, absorbed by any write of the directory, and
-    /// covered by the journal (see `touch_dir`).
-    dir_times: Mutex<HashMap<u64, i64>>,
     /// Set by `shutdown`: the background write-back stops.
     closing: std::sync::atomic::AtomicBool,
     /// Held by a background write-back pass (`shutdown` waits for it).
     write_back_pass: Mutex<()>,
-}
-
-thread_local! {
-    /// `Fs::batch`es open on this thread.
-    static BATCH_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    /// Directory inodes written in this thread's open batch, with the
-    /// deferred time each write took along (see `Fs::dirs_written`).
-    static WRITTEN_DIRS: std::cell::RefCell<Vec<(u64, Option<i64>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn encode_name(name: &[u8]) -> FsResult<String> {
@@ -200,31 +182,24 @@ fn encode_name(name: &[u8]) -> FsResult<String> {
     Ok(encode_bytes(name))
 }
 
-fn to_doc<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).expect("documents serialize")
-}
-
-/// A stored document as its type, with its version.
-fn typed<T: serde::de::DeserializeOwned>(
-    doc: Option<crate::store::Doc>,
-) -> FsResult<Option<(T, Version)>> {
-    doc.map(|d| Ok((serde_json::from_value(d.source)?, d.version)))
-        .transpose()
-}
-
 impl Fs {
     pub fn new(store: Arc<dyn MetaStore>, data: Arc<dyn DataStore>, cfg: FsConfig) -> FsResult<Fs> {
         let owner = session_id();
         let lm = LockManager::new(store.clone(), &owner, &cfg.label)?;
         lm.spawn_heartbeat();
-        let mut fs = Fs {
+        let pending = Arc::new(Pending::default());
+        let docs = Arc::new(Docs::new(store.clone(), data.clone(), pending.clone()));
+        let ids = Arc::new(Ids::new(store.clone()));
+        let fs = Fs {
             caps: store.capabilities(),
             store,
             data,
             cfg,
             locks: NamespaceLocks::default(),
             lm,
-            ids: Mutex::new((0, 0)),
+            ids,
+            pending,
+            docs,
             dirs: RwLock::new(HashMap::new()),
             open: Mutex::new(HashMap::new()),
             dying: Mutex::new(HashSet::new()),
@@ -232,17 +207,13 @@ impl Fs {
             orphans: Mutex::new(HashSet::new()),
             settled: Default::default(),
             kernel_times: Default::default(),
-            atimes: Mutex::new(HashMap::new()),
             plocked: Mutex::new(Default::default()),
             lookups: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             search: std::sync::OnceLock::new(),
-            journal: None,
             forgotten: Mutex::new(Vec::new()),
-            stale_dirs: Mutex::new(Default::default()),
-            dir_times: Mutex::new(HashMap::new()),
             closing: Default::default(),
             write_back_pass: Mutex::new(()),
         };
@@ -264,7 +235,7 @@ impl Fs {
                     .map_err(|e| FsError::Io(format!("journal {}: {e}", path.display())))?;
                 fs.replay_journal(&left)?;
                 j.settle(|_| true)?;
-                fs.journal = Some(j);
+                fs.pending.start_journal(j);
             }
         }
         fs.recover_intents()?;
@@ -274,39 +245,7 @@ impl Fs {
     /// Run one filesystem call with its store writes in one batch (one
     /// commit on the embedded store), acknowledged before it returns.
     pub fn batch<T>(&self, f: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
-        struct Guard<'a>(&'a dyn MetaStore, bool);
-        impl Drop for Guard<'_> {
-            // A panic still ends the batch (and commits what it wrote).
-            fn drop(&mut self) {
-                BATCH_DEPTH.with(|d| d.set(d.get() - 1));
-                if !self.1 {
-                    let _ = self.0.end_batch();
-                }
-            }
-        }
-        self.store.begin_batch();
-        BATCH_DEPTH.with(|d| d.set(d.get() + 1));
-        let mut g = Guard(&*self.store, false);
-        let r = f();
-        g.1 = true;
-        let end = self.store.end_batch();
-        drop(g);
-        let outermost = BATCH_DEPTH.with(|d| d.get()) == 0;
-        match end {
-            Ok(()) => {
-                if outermost {
-                    self.dirs_written(None);
-                }
-                r
-            }
-            Err(e) => {
-                if outermost {
-                    // Not acknowledged: their times stay pending.
-                    WRITTEN_DIRS.with(|w| w.borrow_mut().clear());
-                }
-                Err(e.into())
-            }
-        }
+        self.docs.batch(f)
     }
 
     pub fn lock_manager(&self) -> &Arc<LockManager> {
@@ -388,264 +327,19 @@ impl Fs {
         }
     }
 
-    /// A fresh id (inode numbers and readdir cookies share the sequence).
-    fn alloc(&self) -> FsResult<u64> {
-        let mut ids = self.ids.lock();
-        if ids.0 >= ids.1 {
-            for _ in 0..MAX_RETRIES {
-                let doc = self
-                    .store
-                    .get(Idx::Meta, "ids")?
-                    .ok_or_else(|| FsError::Io("id allocator missing".into()))?;
-                let next = doc.source["next"].as_u64().unwrap_or(16);
-                let end = next + ID_BATCH;
-                match self
-                    .store
-                    .put(Idx::Meta, "ids", &json!({ "next": end }), Some(doc.version))
-                {
-                    Ok(_) => {
-                        *ids = (next, end);
-                        break;
-                    }
-                    Err(StoreError::Conflict(_)) => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if ids.0 >= ids.1 {
-                return Err(FsError::Again);
-            }
-        }
-        ids.0 += 1;
-        Ok(ids.0 - 1)
-    }
-
-    // ---- documents ----
-
-    fn get_inode(&self, ino: u64) -> FsResult<(Inode, Version)> {
-        typed(self.store.get(Idx::Inodes, &inode_id(ino))?)?.ok_or(FsError::NotFound)
-    }
-
-    /// [`Fs::get_inode`] from the store itself, not a cache in front of a
-    /// shared one (see `MetaStore::get_fresh`).
-    fn get_inode_fresh(&self, ino: u64) -> FsResult<(Inode, Version)> {
-        typed(self.store.get_fresh(Idx::Inodes, &inode_id(ino))?)?.ok_or(FsError::NotFound)
-    }
-
-    /// Read-modify-write of an inode with optimistic concurrency.
-    fn update_inode(
-        &self,
-        ino: u64,
-        mut f: impl FnMut(&mut Inode) -> FsResult<()>,
-    ) -> FsResult<Inode> {
-        let (inode, _) = self.change_inode(ino, |i| f(i).map(|()| Fate::Keep))?;
-        Ok(inode)
-    }
-
-    /// Read-modify-write of an inode document under its version, retried
-    /// when another call changed it in between: `f` changes the inode and
-    /// says whether the document is written back or deleted.
-    pub(super) fn change_inode(
-        &self,
-        ino: u64,
-        f: impl FnMut(&mut Inode) -> FsResult<Fate>,
-    ) -> FsResult<(Inode, Fate)> {
-        self.change_inode_seen(ino, None, f)
-    }
-
-    /// [`Fs::change_inode`] starting from a copy the caller read (and its
-    /// version), saving a read: a conflict re-reads as usual.
-    pub(super) fn change_inode_seen(
-        &self,
-        ino: u64,
-        mut seen: Option<(Inode, Version)>,
-        mut f: impl FnMut(&mut Inode) -> FsResult<Fate>,
-    ) -> FsResult<(Inode, Fate)> {
-        let id = inode_id(ino);
-        for _ in 0..MAX_RETRIES {
-            let (mut inode, ver) = match seen.take() {
-                Some(s) => s,
-                None => self.get_inode(ino)?,
-            };
-            // A directory's times waiting in memory go in with this write
-            // (before `f`, which may set them explicitly).
-            let pending = self.pending_dir_time(&inode);
-            if let Some(t) = pending {
-                inode.mtime_ns = inode.mtime_ns.max(t);
-                inode.ctime_ns = inode.ctime_ns.max(t);
-            }
-            let fate = f(&mut inode)?;
-            let r = match fate {
-                Fate::Keep => self
-                    .store
-                    .put(Idx::Inodes, &id, &to_doc(&inode), Some(ver))
-                    .map(|_| ()),
-                Fate::Delete => self.delete_inode_doc(&inode, Some(ver)),
-            };
-            match r {
-                Ok(()) => {
-                    if inode.kind == Kind::Dir && self.journal.is_some() {
-                        self.dirs_written(Some((ino, pending)));
-                    }
-                    return Ok((inode, fate));
-                }
-                Err(StoreError::Conflict(_)) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(FsError::Again)
-    }
-
-    fn get_entry(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
-        typed(self.store.get(Idx::Entries, &entry_id(parent, name))?)
-    }
-
-    /// [`Fs::get_entry`] from the store itself: for a name read under an
-    /// exclusive tree lock to decide a change of several documents.
-    fn get_entry_fresh(&self, parent: u64, name: &[u8]) -> FsResult<Option<(Entry, Version)>> {
-        typed(
-            self.store
-                .get_fresh(Idx::Entries, &entry_id(parent, name))?,
-        )
-    }
-
-    /// [`Fs::update_inode`] then [`Fs::sync_entries`], in one bulk where
-    /// they were two writes or more: the inode conditional on the version
-    /// read, each entry's attribute copy on its own. The inode's conflict
-    /// retries (an entry written ahead of it is written again); an entry's
-    /// (a rename or text refresh meanwhile) is synced the re-reading way.
-    fn update_inode_synced(
-        &self,
-        ino: u64,
-        mut f: impl FnMut(&mut Inode) -> FsResult<()>,
-    ) -> FsResult<Inode> {
-        for _ in 0..MAX_RETRIES {
-            let (mut inode, ver) = self.get_inode(ino)?;
-            f(&mut inode)?;
-            let mut ops = vec![BulkOp::Index {
-                index: Idx::Inodes,
-                id: inode_id(ino),
-                source: to_doc(&inode),
-                if_version: Some(ver),
-            }];
-            for link in &inode.links {
-                let id = entry_id(link.p, &decode_bytes(&link.n));
-                let Some(doc) = self.store.get(Idx::Entries, &id)? else {
-                    continue;
-                };
-                let mut entry: Entry = serde_json::from_value(doc.source)?;
-                if entry.ino == ino && entry.refresh_attrs(&inode) {
-                    ops.push(BulkOp::Index {
-                        index: Idx::Entries,
-                        id,
-                        source: to_doc(&entry),
-                        if_version: Some(doc.version),
-                    });
-                }
-            }
-            let mut results = self.store.bulk(ops)?.into_iter();
-            match results.next().expect("one result per op") {
-                Ok(_) => {}
-                Err(StoreError::Conflict(_)) => continue,
-                Err(e) => return Err(e.into()),
-            }
-            if results.any(|r| r.is_err()) {
-                self.sync_entries(&inode)?;
-            }
-            return Ok(inode);
-        }
-        Err(FsError::Again)
-    }
-
-    /// Copy the inode's searchable attributes into each of its entry documents.
-    fn sync_entries(&self, inode: &Inode) -> FsResult<()> {
-        for link in &inode.links {
-            let id = entry_id(link.p, &decode_bytes(&link.n));
-            for _ in 0..MAX_RETRIES {
-                let Some(doc) = self.store.get(Idx::Entries, &id)? else {
-                    break;
-                };
-                let mut entry: Entry = serde_json::from_value(doc.source)?;
-                if entry.ino != inode.ino || !entry.refresh_attrs(inode) {
-                    break;
-                }
-                match self
-                    .store
-                    .put(Idx::Entries, &id, &to_doc(&entry), Some(doc.version))
-                {
-                    Ok(_) => break,
-                    Err(StoreError::Conflict(_)) => continue,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Delete an inode's document and contents (its last name is gone and
     /// nothing has it open).
     fn destroy_inode(&self, inode: &Inode) -> FsResult<()> {
-        self.delete_inode_doc(inode, None)?;
+        self.docs
+            .delete_inode(inode, None, self.open_size(inode.ino))?;
         self.orphans.lock().remove(&inode.ino);
         self.forget_inode_state(inode.ino);
         Ok(())
     }
 
-    /// An inode's document deleted (conditional on `ver`) with its
-    /// contents: in one bulk where they are documents of the store (the
-    /// chunks by id, then the inode), else the contents first. Either way
-    /// a crash never leaves contents without an inode that owns them.
-    fn delete_inode_doc(
-        &self,
-        inode: &Inode,
-        ver: Option<Version>,
-    ) -> crate::store::StoreResult<()> {
-        let mut ops = Vec::new();
-        if let Some(key) = &inode.content {
-            // What this mount knows of its size: the stored figure, or an
-            // open state's if it grew since.
-            let size = self.open_size(inode.ino).unwrap_or(0).max(inode.size);
-            match self.data.removal_ops(key, size) {
-                Some(chunks) => ops = chunks,
-                None => self
-                    .data
-                    .remove_sized(key, size)
-                    .map_err(|e| StoreError::Other(e.to_string()))?,
-            }
-        }
-        ops.push(BulkOp::Delete {
-            index: Idx::Inodes,
-            id: inode_id(inode.ino),
-            if_version: ver,
-        });
-        let mut results = self.store.bulk(ops)?;
-        let own = results.pop().expect("one result per op");
-        for r in results {
-            match r {
-                Ok(_) | Err(StoreError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        match own {
-            Ok(_) => Ok(()),
-            Err(StoreError::NotFound(_)) if ver.is_none() => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
     fn forget_inode_state(&self, ino: u64) {
         self.dirs.write().remove(&ino);
-        self.dir_times.lock().remove(&ino);
-        self.atimes.lock().remove(&ino);
-    }
-
-    /// Searches are near-real-time on Elasticsearch: under an exclusive
-    /// lock, make the changes other mounts finished before it visible.
-    /// (A mount's own writes are always visible to its searches.)
-    fn see_other_mounts(&self) -> FsResult<()> {
-        if !self.caps.realtime_search {
-            self.store.refresh(Idx::Entries)?;
-        }
-        Ok(())
+        self.pending.forget(ino);
     }
 
     // ---- paths ----
@@ -655,7 +349,7 @@ impl Fs {
         if let Some(l) = self.dirs.read().get(&ino) {
             return Ok(l.clone());
         }
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         if inode.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -824,7 +518,7 @@ impl Fs {
         for d in dirs {
             for (ino, _) in self.ancestors(*d)? {
                 let cached = self.dirs.read().get(&ino).cloned();
-                let (inode, _) = self.get_inode_fresh(ino)?;
+                let (inode, _) = self.docs.inode_fresh(ino)?;
                 let now = inode.links.first().map(|l| (l.p, l.n.clone()));
                 if now != cached {
                     valid = false;
@@ -852,29 +546,4 @@ pub fn in_group(ctx: Ctx, gid: u32) -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("Groups:"))
         .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
-}
-
-/// Every item of a bulk must have succeeded. A version conflict there means
-/// another writer changed the same document meanwhile: EAGAIN, not EIO.
-pub(crate) fn bulk_check(results: Vec<crate::store::BulkItemResult>) -> FsResult<()> {
-    for r in results {
-        match r {
-            Ok(_) => {}
-            Err(StoreError::Conflict(_)) => return Err(FsError::Again),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-/// For calls on an inode number the kernel holds: its document being gone
-/// means the kernel's name for it is stale, not that the path is missing
-/// (see [`FsError::Stale`]). On shared stores an unlinked file only the
-/// kernel remembers is deleted at once, so a rename over a file can race
-/// an open(2) of its old inode.
-pub(crate) fn stale(e: FsError) -> FsError {
-    match e {
-        FsError::NotFound => FsError::Stale,
-        e => e,
-    }
 }

@@ -170,7 +170,7 @@ impl Fs {
 
     /// Set an inode's link count and back-links (fsck repair).
     pub fn set_links(&self, ino: u64, nlink: u32, links: Vec<Link>) -> FsResult<()> {
-        self.update_inode(ino, |i| {
+        self.docs.update(ino, |i| {
             i.nlink = nlink;
             if ino != ROOT_INO {
                 i.links = links.clone();
@@ -187,7 +187,7 @@ impl Fs {
             &Query::and(vec![Query::term("parent", ino), Query::term("kind", "dir")]),
         )?;
         let now = now_ns();
-        match self.update_inode(ino, |i| {
+        match self.docs.update(ino, |i| {
             i.nlink = 2 + subdirs as u32;
             i.mtime_ns = now;
             i.ctime_ns = now;

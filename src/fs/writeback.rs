@@ -3,80 +3,24 @@
 //! unmount, with the unflushed journal (see [`super::journal`]) covering a
 //! crash before that.
 
+use super::pending::WRITE_BACK_BATCH;
 use super::*;
 use std::sync::atomic::Ordering;
 
-/// How long an atime moved by reads alone may wait in memory. As Linux's
-/// `lazytime` (whose bound is 12 h), it is written sooner with any other
-/// change of its inode, by fsync, at unmount, or with a full batch
-/// ([`WRITE_BACK_BATCH`] waiting): a read costs no write of its own.
-const ATIME_MAX_WAIT_NS: i64 = 3600 * 1_000_000_000;
 /// How long a closed file's size and times may wait in memory (lazy close).
 const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
-/// States persisted per transaction by the write-back.
-const WRITE_BACK_BATCH: usize = 256;
 
 impl Fs {
-    /// The directory time of `inode` waiting in memory, if any.
-    pub(super) fn pending_dir_time(&self, inode: &Inode) -> Option<i64> {
-        if inode.kind != Kind::Dir {
-            return None;
-        }
-        self.dir_times.lock().get(&inode.ino).copied()
-    }
-
-    /// `t` reached the store: drop it, unless a later time came meanwhile.
-    fn settle_dir_time(&self, ino: u64, t: i64) {
-        let mut times = self.dir_times.lock();
-        if times.get(&ino) == Some(&t) {
-            times.remove(&ino);
-        }
-    }
-
-    /// A directory's inode was written (`Some`, with the deferred time the
-    /// write took along), or this thread's batch was acknowledged (`None`).
-    /// Only an acknowledged write settles: until then the time stays
-    /// pending (a crash could still lose the write), and then the journal
-    /// unmarks the directory if nothing newer waits, so that recovery does
-    /// not move a time set afterwards (`touch -d`, `cp -a`) to its start.
-    pub(super) fn dirs_written(&self, wrote: Option<(u64, Option<i64>)>) {
-        let in_batch = BATCH_DEPTH.with(|d| d.get()) > 0;
-        let done = WRITTEN_DIRS.with(|w| {
-            let mut w = w.borrow_mut();
-            w.extend(wrote);
-            if in_batch {
-                return Vec::new();
-            }
-            std::mem::take(&mut *w)
-        });
-        let Some(j) = &self.journal else { return };
-        if done.is_empty() {
-            return;
-        }
-        for &(ino, t) in &done {
-            if let Some(t) = t {
-                self.settle_dir_time(ino, t);
-            }
-        }
-        let inos: Vec<u64> = done.iter().map(|(ino, _)| *ino).collect();
-        if let Err(e) = j.unmark(&inos, |ino| self.dir_times.lock().contains_key(&ino)) {
-            // The marks stay: recovery would move those times to its start.
-            log::warn!("unflushed journal: {e}");
-        }
-    }
-
     /// Write the directory times waiting in memory to their inodes, many
     /// per transaction (each write absorbs its directory's time).
     pub(super) fn write_back_dir_times(&self) -> FsResult<()> {
-        let dirs: Vec<u64> = self.dir_times.lock().keys().copied().collect();
+        let dirs = self.pending.waiting_dirs();
         for chunk in dirs.chunks(256) {
             self.batch(|| {
                 for &ino in chunk {
-                    match self.update_inode(ino, |_| Ok(())) {
+                    match self.docs.update(ino, |_| Ok(())) {
                         Ok(_) => {}
-                        Err(FsError::NotFound) => {
-                            self.dir_times.lock().remove(&ino);
-                        }
+                        Err(FsError::NotFound) => self.pending.drop_dir_time(ino),
                         Err(e) => return Err(e),
                     }
                 }
@@ -88,8 +32,8 @@ impl Fs {
 
     /// fsync of a directory: its times waiting in memory are written first.
     pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
-        if self.dir_times.lock().contains_key(&ino) {
-            self.batch(|| self.update_inode(ino, |_| Ok(())).map(|_| ()))?;
+        if self.pending.dir_time_waits(ino) {
+            self.batch(|| self.docs.update(ino, |_| Ok(())).map(|_| ()))?;
         }
         self.store.sync()?;
         Ok(())
@@ -112,26 +56,13 @@ impl Fs {
         if let Some(h) = self.search.get() {
             h.activity();
         }
-        if nlink == 0
-            && let Some(j) = &self.journal
-        {
-            // Lazy close: only the times change, so they wait in memory for
-            // the write-back like a closed file's size (a read-modify-write
-            // of the directory was a sixth of an unlink or a rename). The
-            // journal names the directory first (the time goes in before
-            // the mark, so a settle in between keeps the mark): after a
-            // crash the next mount moves its times to its own start.
-            self.dir_times
-                .lock()
-                .entry(ino)
-                .and_modify(|t| *t = (*t).max(now))
-                .or_insert(now);
-            j.mark(ino)
-                .map_err(|e| FsError::Io(format!("unflushed journal: {e}")))?;
-            self.stale_dirs.lock().insert(ino);
+        // Lazy close: only the times change, so they wait in memory for
+        // the write-back like a closed file's size (a read-modify-write
+        // of the directory was a sixth of an unlink or a rename).
+        if nlink == 0 && self.pending.wait_dir_time(ino, now)? {
             return Ok(());
         }
-        self.change_inode_seen(ino, seen, |i| {
+        self.docs.change_seen(ino, seen, |i| {
             touch(i, nlink, now);
             Ok(Fate::Keep)
         })?;
@@ -139,7 +70,7 @@ impl Fs {
         // the write-back refreshes it, once a second at most instead of
         // once per name created in the directory (a write of its own per
         // call). A crash leaves it stale until the next change.
-        self.stale_dirs.lock().insert(ino);
+        self.pending.stale_dir(ino);
         Ok(())
     }
 
@@ -155,12 +86,12 @@ impl Fs {
         nlink: i32,
         seen: Option<(Inode, Version)>,
     ) -> FsResult<Option<BulkOp>> {
-        if self.journal.is_some() {
+        if self.pending.lazy() {
             return Ok(None);
         }
         let (mut i, ver) = match seen {
             Some(s) => s,
-            None => match self.get_inode(ino) {
+            None => match self.docs.inode(ino) {
                 Ok(s) => s,
                 Err(FsError::NotFound) => return Ok(None),
                 Err(e) => return Err(e),
@@ -183,7 +114,7 @@ impl Fs {
                 if let Some(h) = self.search.get() {
                     h.activity();
                 }
-                self.stale_dirs.lock().insert(ino);
+                self.pending.stale_dir(ino);
                 Ok(())
             }
             _ => self.touch_dir(ino, nlink),
@@ -192,12 +123,12 @@ impl Fs {
 
     /// Refreshes the entry documents of the directories `touch_dir` left stale.
     fn sync_stale_dirs(&self) -> FsResult<()> {
-        let dirs: Vec<u64> = self.stale_dirs.lock().drain().collect();
+        let dirs = self.pending.take_stale_dirs();
         for chunk in dirs.chunks(256) {
             self.batch(|| {
                 for &ino in chunk {
-                    match self.get_inode(ino) {
-                        Ok((inode, _)) => self.sync_entries(&inode)?,
+                    match self.docs.inode(ino) {
+                        Ok((inode, _)) => self.docs.sync_entries(&inode)?,
                         Err(FsError::NotFound) => {}
                         Err(e) => return Err(e),
                     }
@@ -208,21 +139,11 @@ impl Fs {
         Ok(())
     }
 
-    /// Whether the atimes waiting in memory are due: a full batch, or one
-    /// waiting for [`ATIME_MAX_WAIT_NS`] (the values are the reads' times).
-    fn atimes_due(&self) -> bool {
-        let a = self.atimes.lock();
-        a.len() >= WRITE_BACK_BATCH
-            || a.values()
-                .min()
-                .is_some_and(|&t| now_ns() - t >= ATIME_MAX_WAIT_NS)
-    }
-
     /// Write the pending atime updates to their inodes (when due, and at
     /// unmount; a `kill -9` loses at most the atimes of that wait, never
     /// anything else).
     pub fn write_back_atimes(&self) -> FsResult<usize> {
-        let pending: Vec<(u64, i64)> = self.atimes.lock().drain().collect();
+        let pending = self.pending.take_atimes();
         let set = |i: &mut Inode, a: i64| {
             i.atime_ns = i.atime_ns.max(a);
             Ok(())
@@ -231,7 +152,7 @@ impl Fs {
             if self.caps.batches {
                 self.batch(|| {
                     for &(ino, a) in chunk {
-                        match self.update_inode(ino, |i| set(i, a)) {
+                        match self.docs.update(ino, |i| set(i, a)) {
                             Ok(_) | Err(FsError::NotFound) => {}
                             Err(e) => return Err(e),
                         }
@@ -265,7 +186,7 @@ impl Fs {
                 if r.is_ok() {
                     continue;
                 }
-                match self.update_inode(ino, |i| set(i, a)) {
+                match self.docs.update(ino, |i| set(i, a)) {
                     Ok(_) | Err(FsError::NotFound) => {}
                     Err(e) => return Err(e),
                 }
@@ -278,7 +199,7 @@ impl Fs {
     /// are then written back by [`Fs::write_back`], and the journal covers
     /// a crash before that.
     pub fn lazy_close(&self) -> bool {
-        self.journal.is_some()
+        self.pending.lazy()
     }
 
     /// Lazy close: delete the unlinked inodes the kernel forgot, refresh
@@ -310,13 +231,8 @@ impl Fs {
                 Ok(())
             })?;
         }
-        if let Some(j) = &self.journal {
-            j.settle(|ino| {
-                self.open.lock().get(&ino).is_none_or(|st| !st.wrote)
-                    && !self.dir_times.lock().contains_key(&ino)
-            })?;
-        }
-        Ok(())
+        self.pending
+            .settle_journal(|ino| self.open.lock().get(&ino).is_none_or(|st| !st.wrote))
     }
 
     /// Finish the forgets left to the write-back: unlinked inodes the
@@ -371,19 +287,20 @@ impl Fs {
     /// `touch_dir`): they move to now, which is no earlier than what was
     /// lost. False if `ino` is not a directory.
     fn catch_up_dir(&self, ino: u64) -> FsResult<bool> {
-        match self.get_inode(ino) {
+        match self.docs.inode(ino) {
             Ok((i, _)) if i.kind == Kind::Dir => {}
             Ok(_) | Err(FsError::NotFound) => return Ok(false),
             Err(e) => return Err(e),
         }
         let now = now_ns();
         self.batch(|| {
-            self.update_inode(ino, |i| {
-                i.mtime_ns = i.mtime_ns.max(now);
-                i.ctime_ns = i.ctime_ns.max(now);
-                Ok(())
-            })
-            .and_then(|i| self.sync_entries(&i))
+            self.docs
+                .update(ino, |i| {
+                    i.mtime_ns = i.mtime_ns.max(now);
+                    i.ctime_ns = i.ctime_ns.max(now);
+                    Ok(())
+                })
+                .and_then(|i| self.docs.sync_entries(&i))
         })?;
         Ok(true)
     }
@@ -391,7 +308,7 @@ impl Fs {
     /// A journaled file whose stored size or mtime lags its data (written
     /// just before a crash): the data's length and mtime.
     pub fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
-        let inode = match self.get_inode(ino) {
+        let inode = match self.docs.inode(ino) {
             Ok((i, _)) => i,
             Err(FsError::NotFound) => return Ok(None),
             Err(e) => return Err(e),
@@ -413,16 +330,17 @@ impl Fs {
     /// Bring a file's stored size and mtime up to its data's.
     pub fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
         self.batch(|| {
-            self.update_inode(ino, |i| {
-                i.size = i.size.max(len);
-                i.mtime_ns = mtime;
-                i.ctime_ns = i.ctime_ns.max(mtime);
-                if let Some(k) = &i.content {
-                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
-                }
-                Ok(())
-            })
-            .and_then(|i| self.sync_entries(&i))
+            self.docs
+                .update(ino, |i| {
+                    i.size = i.size.max(len);
+                    i.mtime_ns = mtime;
+                    i.ctime_ns = i.ctime_ns.max(mtime);
+                    if let Some(k) = &i.content {
+                        i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+                    }
+                    Ok(())
+                })
+                .and_then(|i| self.docs.sync_entries(&i))
         })
     }
 
@@ -451,7 +369,7 @@ impl Fs {
                     {
                         log::warn!("refreshing directories' entries: {e}");
                     }
-                    if fs.atimes_due()
+                    if fs.pending.atimes_due()
                         && let Err(e) = fs.write_back_atimes()
                     {
                         log::warn!("writing back access times: {e}");

@@ -13,7 +13,7 @@ impl Fs {
     pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
         loop {
             let mark = self.settle_mark(ino);
-            let (mut inode, _) = self.get_inode(ino).map_err(stale)?;
+            let (mut inode, _) = self.docs.inode(ino).map_err(stale)?;
             if self.overlay(&mut inode, mark) {
                 return Ok(inode);
             }
@@ -106,7 +106,7 @@ impl Fs {
         self.persist(ino)?;
         let now = now_ns();
         if let Some(size) = set.size {
-            let (inode, _) = self.get_inode(ino)?;
+            let (inode, _) = self.docs.inode(ino)?;
             match inode.kind {
                 Kind::File => {}
                 Kind::Dir => return Err(FsError::IsDir),
@@ -117,8 +117,8 @@ impl Fs {
             }
         }
         // A pending atime goes in with this write, unless this sets atime.
-        let pending = self.atimes.lock().remove(&ino);
-        let inode = self.update_inode(ino, |i| {
+        let pending = self.pending.take_atime(ino);
+        let inode = self.docs.update(ino, |i| {
             if let Some(m) = set.mode {
                 i.mode = m & 0o7777;
             }
@@ -150,15 +150,15 @@ impl Fs {
             Ok(())
         })?;
         self.refresh_open(&inode);
-        if let (Some(_), Some(key), true) = (
-            &self.journal,
+        if let (true, Some(key), true) = (
+            self.pending.lazy(),
             &inode.content,
             set.size.is_some() || set.mtime.is_some(),
         ) {
             // Keep the data's mtime the file's (see `replay_journal`).
             self.data.set_mtime(key, inode.mtime_ns)?;
         }
-        self.sync_entries(&inode)?;
+        self.docs.sync_entries(&inode)?;
         if (set.size.is_some() || set.mtime.is_some()) && inode.kind == Kind::File {
             self.content_changed(ino);
         }
@@ -166,7 +166,7 @@ impl Fs {
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         match (&inode.kind, &inode.target) {
             (Kind::Symlink, Some(t)) => Ok(decode_bytes(t)),
             _ => Err(FsError::Invalid),

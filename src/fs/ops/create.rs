@@ -31,7 +31,7 @@ impl Fs {
         // another mount cannot slip in between the check and the create.
         let (_t, paths) = self.tree_lock(&[parent], &[])?;
         let dir = paths[0].clone();
-        let (pinode, pver) = self.get_inode(parent)?;
+        let (pinode, pver) = self.docs.inode(parent)?;
         if pinode.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -41,7 +41,7 @@ impl Fs {
         // No look for the name first: the entry's create is put-if-absent,
         // and an existing name fails it (EEXIST below), which a read
         // before would only repeat.
-        let (ino, cookie) = (self.alloc()?, self.alloc()?);
+        let (ino, cookie) = (self.ids.alloc()?, self.ids.alloc()?);
         let (kind, rdev, target) = match node {
             NewNode::File => (Kind::File, 0, None),
             NewNode::Dir => (Kind::Dir, 0, None),

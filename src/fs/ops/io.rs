@@ -89,7 +89,7 @@ const RELATIME_NS: i64 = 24 * 3600 * 1_000_000_000;
 
 impl Fs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
-        let (inode, version) = self.get_inode(ino).map_err(stale)?;
+        let (inode, version) = self.docs.inode(ino).map_err(stale)?;
         if inode.kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(FsError::IsDir);
         }
@@ -176,7 +176,7 @@ impl Fs {
                 }
                 self.settle_mark(ino)
             };
-            let (inode, version) = self.get_inode(ino)?;
+            let (inode, version) = self.docs.inode(ino)?;
             if inode.kind == Kind::Dir {
                 return Err(FsError::IsDir);
             }
@@ -249,7 +249,7 @@ impl Fs {
         };
         // With the journal, the data's own mtime is what a crash recovery
         // will read.
-        put(self.journal.is_some().then_some(now))?;
+        put(self.pending.lazy().then_some(now))?;
         self.note_write(ino, |st| {
             st.size = st.size.max(end);
             if !kernel_times {
@@ -304,10 +304,7 @@ impl Fs {
         // After the state turned dirty, before the reply: a write-back
         // that settles the journal in between sees the state dirty and
         // keeps the mark, or already persisted this write.
-        if let Some(j) = &self.journal {
-            j.mark(ino)?;
-        }
-        Ok(())
+        self.pending.mark_file(ino)
     }
 
     /// A setattr of a write's times alone, with lazy close: kept in the
@@ -342,7 +339,7 @@ impl Fs {
             return Ok(None);
         }
         let mark = self.settle_mark(ino);
-        let (mut inode, _) = self.get_inode(ino)?;
+        let (mut inode, _) = self.docs.inode(ino)?;
         let Some(key) = inode.content.clone() else {
             return Ok(None);
         };
@@ -405,22 +402,21 @@ impl Fs {
         self.check_handle(ino, fh)?;
         let key = match self.open.lock().get(&ino) {
             Some(st) => st.key.clone(),
-            None => self.get_inode(ino)?.0.content,
+            None => self.docs.inode(ino)?.0.content,
         };
         if let Some(key) = key {
             self.data.sync(&key)?;
         }
         self.persist(ino)?;
         // fsync writes a pending atime too, as under `lazytime`.
-        let pending = self.atimes.lock().remove(&ino);
-        if let Some(a) = pending {
-            match self.update_inode(ino, |i| {
+        if let Some(a) = self.pending.take_atime(ino) {
+            match self.docs.update(ino, |i| {
                 i.atime_ns = i.atime_ns.max(a);
                 Ok(())
             }) {
                 Ok(_) | Err(FsError::NotFound) => {}
                 Err(e) => {
-                    self.atimes.lock().entry(ino).or_insert(a);
+                    self.pending.restore_atime(ino, a);
                     return Err(e);
                 }
             }
@@ -470,7 +466,7 @@ impl Fs {
             if !self.orphans.lock().contains(&ino) {
                 return Ok(()); // it has a name (see `Fs::orphans`)
             }
-            match self.get_inode(ino) {
+            match self.docs.inode(ino) {
                 Ok((inode, _)) if inode.nlink == 0 && !self.in_use(ino) => {
                     self.destroy_inode(&inode)?
                 }
@@ -491,11 +487,7 @@ impl Fs {
         if !wrote {
             // Only atime moved (a read): written back lazily, as Linux's
             // lazytime does, not with a transaction on every close.
-            self.atimes
-                .lock()
-                .entry(ino)
-                .and_modify(|a| *a = (*a).max(atime))
-                .or_insert(atime);
+            self.pending.wait_atime(ino, atime);
             if let Some(st) = self.open.lock().get_mut(&ino)
                 && st.epoch == epoch
             {
@@ -506,9 +498,9 @@ impl Fs {
         if let Some(key) = key {
             self.data.flush(&key)?;
         }
-        let pending = self.atimes.lock().remove(&ino);
+        let pending = self.pending.take_atime(ino);
         let (mut changed, mut written) = (false, None);
-        self.update_inode_synced(ino, |i| {
+        self.docs.update_synced(ino, |i| {
             // The state as of this attempt, not of the call: a persist
             // overtaken by a later one (closes racing a writer) fails its
             // version check, retries and writes the newer state, so the
@@ -588,12 +580,12 @@ impl Fs {
                 inode.stored = Some(b);
             }
         }
-        if let Some(t) = self.pending_dir_time(inode) {
+        if let Some(t) = self.pending.dir_time(inode) {
             inode.mtime_ns = inode.mtime_ns.max(t);
             inode.ctime_ns = inode.ctime_ns.max(t);
         }
-        if let Some(a) = self.atimes.lock().get(&inode.ino) {
-            inode.atime_ns = inode.atime_ns.max(*a);
+        if let Some(a) = self.pending.atime(inode.ino) {
+            inode.atime_ns = inode.atime_ns.max(a);
         }
         true
     }

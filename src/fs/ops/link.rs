@@ -8,14 +8,14 @@ impl Fs {
         let _g = self.locks.dirs(&[newparent]);
         let (_t, paths) = self.tree_lock(&[newparent], &[])?;
         let dir = paths[0].clone();
-        let (target, _) = self.get_inode(ino)?;
+        let (target, _) = self.docs.inode(ino)?;
         if target.kind == Kind::Dir {
             return Err(FsError::NotPermitted);
         }
         if target.nlink == 0 {
             return Err(FsError::NotFound);
         }
-        let (pinode, _) = self.get_inode(newparent)?;
+        let (pinode, _) = self.docs.inode(newparent)?;
         if pinode.kind != Kind::Dir || pinode.nlink == 0 {
             return Err(if pinode.kind != Kind::Dir {
                 FsError::NotDir
@@ -33,7 +33,7 @@ impl Fs {
             dir,
             ino,
             kind: target.kind,
-            cookie: self.alloc()?,
+            cookie: self.ids.alloc()?,
             size: 0,
             mtime: 0,
             mode: 0,
@@ -55,7 +55,7 @@ impl Fs {
         }
         let now = now_ns();
         let mark = self.settle_mark(ino);
-        let inode = self.update_inode(ino, |i| {
+        let inode = self.docs.update(ino, |i| {
             i.nlink += 1;
             i.ctime_ns = now;
             i.links.push(Link {

@@ -137,7 +137,7 @@ const PAGE: usize = 1024;
 
 impl Fs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         if inode.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -303,7 +303,7 @@ impl Fs {
         gather: &mut Option<Gather>,
     ) -> FsResult<(Vec<DirItem>, bool)> {
         let mark = self.settle_mark(ino);
-        let (dir, _) = self.get_inode(ino)?;
+        let (dir, _) = self.docs.inode(ino)?;
         if dir.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }

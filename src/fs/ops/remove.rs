@@ -22,8 +22,8 @@ impl Fs {
         let mut fresh = false;
         loop {
             let (entry, ver) = match fresh {
-                false => self.get_entry(parent, name)?,
-                true => self.get_entry_fresh(parent, name)?,
+                false => self.docs.entry(parent, name)?,
+                true => self.docs.entry_fresh(parent, name)?,
             }
             .ok_or(FsError::NotFound)?;
             if entry.kind == Kind::Dir {
@@ -54,13 +54,14 @@ impl Fs {
         loop {
             // Lock the parent and the directory itself (creates inside it
             // lock it), in a deadlock-free sorted order, then re-check.
-            let (peek, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
+            let (peek, _) = self.docs.entry(parent, name)?.ok_or(FsError::NotFound)?;
             let _g = self.locks.dirs(&[parent, peek.ino]);
             // Exclusive on the directory itself: no other mount can create
             // in it (creates hold it shared) while we check it is empty.
             let (_t, _) = self.tree_lock(&[parent], &[(parent, &peek.name)])?;
             let (entry, ver) = self
-                .get_entry_fresh(parent, name)?
+                .docs
+                .entry_fresh(parent, name)?
                 .ok_or(FsError::NotFound)?;
             if entry.ino != peek.ino {
                 continue;
@@ -68,7 +69,7 @@ impl Fs {
             if entry.kind != Kind::Dir {
                 return Err(FsError::NotDir);
             }
-            self.see_other_mounts()?;
+            self.docs.see_other_mounts()?;
             if !self.dir_is_empty(entry.ino)? {
                 return Err(FsError::NotEmpty);
             }
@@ -110,7 +111,7 @@ impl Fs {
                 Err(StoreError::Conflict(_)) => {}
                 Err(e) => return Err(e.into()),
             }
-            let Some((cur, v)) = self.get_entry(parent, name)? else {
+            let Some((cur, v)) = self.docs.entry(parent, name)? else {
                 return Err(FsError::NotFound);
             };
             if cur.ino != ino {
@@ -155,7 +156,7 @@ impl Fs {
             // Under the open lock, as the mark was made: an open that read
             // the inode before its deletion sees it in `gone` instead.
             let _states = self.open.lock();
-            if matches!(r, Ok(Fate::Delete)) {
+            if matches!(r, Ok(Fate::Delete { .. })) {
                 let mut gone = self.gone.lock();
                 if gone.0.len() >= GONE_MAX
                     && let Some(old) = gone.0.pop_front()
@@ -189,7 +190,7 @@ impl Fs {
         if referenced {
             self.orphans.lock().insert(ino);
         }
-        let (i, fate) = self.change_inode(ino, |i| {
+        let (i, fate) = self.docs.change(ino, |i| {
             // Idempotent (crash recovery re-runs it): only a present link counts.
             if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
                 i.links.remove(pos);
@@ -209,17 +210,19 @@ impl Fs {
             // The last name of an unused inode: delete the document at once
             // (writing its zero link count first would be a wasted write).
             if i.nlink == 0 && !i.orphan {
-                // Its contents go with it (see `delete_inode_doc`).
-                return Ok(Fate::Delete);
+                // Its contents go with it (see `Docs::delete_inode`).
+                return Ok(Fate::Delete {
+                    open_size: self.open_size(ino),
+                });
             }
             Ok(Fate::Keep)
         })?;
-        if fate == Fate::Delete || !i.orphan {
+        if matches!(fate, Fate::Delete { .. }) || !i.orphan {
             self.orphans.lock().remove(&ino);
         }
         match fate {
-            Fate::Delete => self.forget_inode_state(ino),
-            Fate::Keep => self.sync_entries(&i)?,
+            Fate::Delete { .. } => self.forget_inode_state(ino),
+            Fate::Keep => self.docs.sync_entries(&i)?,
         }
         Ok(fate)
     }
@@ -276,7 +279,7 @@ impl Fs {
         if !self.orphans.lock().contains(&ino) {
             return;
         }
-        match self.get_inode(ino) {
+        match self.docs.inode(ino) {
             Ok((inode, _)) if inode.nlink == 0 => {
                 if let Err(e) = self.destroy_inode(&inode) {
                     log::error!("deleting unlinked inode {ino}: {e}");
@@ -297,7 +300,7 @@ impl Fs {
             if open.is_some_and(|h| h > 0) || self.lookups.lock().contains_key(&ino) {
                 continue;
             }
-            if let Ok((inode, _)) = self.get_inode(ino)
+            if let Ok((inode, _)) = self.docs.inode(ino)
                 && inode.nlink == 0
             {
                 n += 1;

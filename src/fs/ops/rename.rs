@@ -11,9 +11,6 @@ use crate::fs::*;
 pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
 pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
 
-/// An entry read, with its version; None: the name is free.
-type Found = Option<(Entry, Version)>;
-
 /// What a move read and decided before writing anything.
 struct Prepared {
     /// The new name held an (empty) directory.
@@ -59,7 +56,8 @@ impl Fs {
         loop {
             // Peek without locks to pick the lock scope, then re-read under it.
             let (peek, peek_dst) =
-                self.get_two_entries((parent, name), (newparent, newname), false)?;
+                self.docs
+                    .two_entries((parent, name), (newparent, newname), false)?;
             let (peek, _) = peek.ok_or(FsError::NotFound)?;
             let moves_dir = |s: &Entry, d: &Option<(Entry, Version)>| {
                 s.kind == Kind::Dir
@@ -79,8 +77,12 @@ impl Fs {
             let early = match !exchange && !whole_tree && self.tree_locks_stored() {
                 true => {
                     let replaced = peek_dst.as_ref().map(|(d, _)| d.ino);
-                    let plan =
-                        self.plan_move(&peek, (newparent, &new_ename), replaced, self.alloc()?)?;
+                    let plan = self.plan_move(
+                        &peek,
+                        (newparent, &new_ename),
+                        replaced,
+                        self.ids.alloc()?,
+                    )?;
                     Some((self.intent_id()?, plan))
                 }
                 false => None,
@@ -113,7 +115,9 @@ impl Fs {
             }
             let early = early.filter(|_| landed);
             // Fresh: the intent is written (or confirmed) from these.
-            let (src, dst) = match self.get_two_entries((parent, name), (newparent, newname), true)
+            let (src, dst) = match self
+                .docs
+                .two_entries((parent, name), (newparent, newname), true)
             {
                 Ok(two) => two,
                 Err(e) => {
@@ -172,42 +176,6 @@ impl Fs {
         })
     }
 
-    /// Two entries in one request (`a` and `b` may be the same): from the
-    /// store (`fresh`), or a hint from whatever copies a cache holds.
-    fn get_two_entries(
-        &self,
-        a: (u64, &[u8]),
-        b: (u64, &[u8]),
-        fresh: bool,
-    ) -> FsResult<(Found, Found)> {
-        let ids = [entry_id(a.0, a.1), entry_id(b.0, b.1)];
-        let docs = match fresh {
-            true => self.store.mget_fresh(Idx::Entries, &ids)?,
-            false => self.store.mget_hint(Idx::Entries, &ids)?,
-        };
-        let mut docs = docs.into_iter();
-        let mut next = || -> FsResult<Found> {
-            match docs.next().flatten() {
-                Some(d) => Ok(Some((serde_json::from_value(d.source)?, d.version))),
-                None => Ok(None),
-            }
-        };
-        Ok((next()?, next()?))
-    }
-
-    /// Inodes in one request, each with its version; NotFound if any is gone.
-    fn get_inodes(&self, inos: &[u64]) -> FsResult<Vec<(Inode, Version)>> {
-        let ids: Vec<String> = inos.iter().map(|i| inode_id(*i)).collect();
-        self.store
-            .mget(Idx::Inodes, &ids)?
-            .into_iter()
-            .map(|d| {
-                let d = d.ok_or(FsError::NotFound)?;
-                Ok((serde_json::from_value(d.source)?, d.version))
-            })
-            .collect()
-    }
-
     /// A move of `src` to `to` (new parent, encoded name) under the
     /// rename's tree locks `t`, released when it is done.
     /// `early`: the intent written with the locks, from the peek.
@@ -222,7 +190,7 @@ impl Fs {
     ) -> FsResult<()> {
         let cookie = match &early {
             Some((_, plan)) => plan.entry.cookie,
-            None => self.alloc()?,
+            None => self.ids.alloc()?,
         };
         // Nothing is written until the checks pass: a refusal (or a move
         // that changes nothing) takes the early intent along with the locks.
@@ -357,11 +325,11 @@ impl Fs {
         if src.parent != newparent {
             ids.push(src.parent);
         }
-        let link_in_bulk = !src_is_dir || self.journal.is_none();
+        let link_in_bulk = !src_is_dir || !self.pending.lazy();
         if link_in_bulk {
             ids.push(src.ino);
         }
-        let mut parents = self.get_inodes(&ids)?;
+        let mut parents = self.docs.inodes(&ids)?;
         let moved_inode = link_in_bulk.then(|| parents.pop().expect("read"));
         if parents[0].0.kind != Kind::Dir {
             return Err(FsError::NotDir);
@@ -407,7 +375,7 @@ impl Fs {
         let inodes = if files.is_empty() {
             Vec::new()
         } else {
-            self.get_inodes(&files)?
+            self.docs.inodes(&files)?
         };
         let iid = self.write_intent(&Intent::Exchange {
             a: a.clone(),

@@ -35,7 +35,7 @@ impl Fs {
         }
         let now = now_ns();
         let encoded = B64.encode(value);
-        let inode = self.update_inode(ino, |i| {
+        let inode = self.docs.update(ino, |i| {
             let exists = i.xattrs.contains_key(&key);
             if flags & libc::XATTR_CREATE != 0 && exists {
                 return Err(FsError::Exists);
@@ -48,7 +48,7 @@ impl Fs {
             Ok(())
         })?;
         // Entries carry the xattrs as search keywords.
-        self.sync_entries(&inode)
+        self.docs.sync_entries(&inode)
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
@@ -75,7 +75,7 @@ impl Fs {
             return Err(FsError::NoXattr);
         }
         let key = xattr_key(name)?;
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         let v = inode.xattrs.get(&key).ok_or(FsError::NoXattr)?;
         B64.decode(v)
             .map_err(|e| FsError::Io(format!("corrupt xattr {key:?} on inode {ino}: {e}")))
@@ -83,7 +83,7 @@ impl Fs {
 
     /// NUL-terminated names, as listxattr(2) returns them.
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<u8>> {
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         let mut out = Vec::new();
         for k in inode.xattrs.keys() {
             out.extend_from_slice(&decode_bytes(k));
@@ -95,11 +95,11 @@ impl Fs {
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
         let key = xattr_key(name)?;
         let now = now_ns();
-        let inode = self.update_inode(ino, |i| {
+        let inode = self.docs.update(ino, |i| {
             i.xattrs.remove(&key).ok_or(FsError::NoXattr)?;
             i.ctime_ns = now;
             Ok(())
         })?;
-        self.sync_entries(&inode)
+        self.docs.sync_entries(&inode)
     }
 }
