@@ -20,13 +20,13 @@
 //!   (`exchange_entries`);
 //! - link: the inode's back-link, and a directory's cached parent, follow
 //!   the name (`move_link`);
-//! - the inode a move replaces loses that name (`drop_link`);
+//! - the inode a move replaces loses that name (`OpenFiles::drop_link`);
 //! - paths: the entries below a moved directory get its new path, by
 //!   prefix where the state is known (`rebase_paths`: a move, or the live
 //!   exchange), else from the parent chain, the truth (`fix_paths`: an
 //!   exchange rolled forward, fsck);
 //! - counts: the live rename adjusts its parents' link counts and times
-//!   itself (`touch_dir`); a roll-forward recounts them (`recount_dir`).
+//!   itself (`Tree::touch`); a roll-forward recounts them (`Tree::recount`).
 //!
 //! The live rename passes the versions of the entries it read under its
 //! locks, and the moved files' inodes: its entry writes and those inodes'
@@ -136,16 +136,13 @@ impl Fs {
     /// under locks still held, for a roll-forward to take over; never the
     /// locks released with the intent left, which a roll-forward would
     /// replay over whatever other mounts changed meanwhile.
-    pub(super) fn finish_intent(&self, id: &str, mut t: TreeLock<'_>) -> FsResult<()> {
+    pub(super) fn finish_intent(&self, id: &str, t: TreeLock<'_>) -> FsResult<()> {
         let op = BulkOp::Delete {
             index: Idx::Locks,
             id: id.to_string(),
             if_version: None,
         };
-        let res = match t.guard.take() {
-            Some(g) => self.lm.release_with(g, vec![op])?,
-            None => self.store.bulk(vec![op])?,
-        };
+        let res = t.release_with(vec![op])?;
         match res.into_iter().next() {
             Some(Ok(_)) | Some(Err(StoreError::NotFound(_))) => Ok(()),
             Some(Err(e)) => Err(e.into()),
@@ -201,7 +198,7 @@ impl Fs {
         // 3. The inode's back-link follows (a directory's cached parent too).
         if bulked.linked.contains(&e.ino) {
             if e.kind == Kind::Dir {
-                self.dirs.write().insert(e.ino, (e.parent, e.name.clone()));
+                self.tree.placed(e.ino, e.parent, &e.name);
             }
         } else {
             self.move_link(
@@ -214,7 +211,7 @@ impl Fs {
         }
         // 4. The replaced inode loses that name.
         if let Some(r) = it.replaced.filter(|r| *r != e.ino) {
-            match self.drop_link(r, e.parent, &e.name) {
+            match self.files.drop_link(r, e.parent, &e.name) {
                 Ok(()) | Err(FsError::NotFound) => {}
                 Err(err) => return Err(err),
             }
@@ -226,8 +223,8 @@ impl Fs {
             self.rebase_paths(&it.old_path, &e.path)?;
         }
         if seen.is_none() {
-            self.recount_dir(it.src_parent)?;
-            self.recount_dir(e.parent)?;
+            self.tree.recount(it.src_parent)?;
+            self.tree.recount(e.parent)?;
         }
         Ok(bulked.also)
     }
@@ -342,7 +339,7 @@ impl Fs {
             Ok(())
         })?;
         if kind == Kind::Dir {
-            self.dirs.write().insert(ino, (to.0, to.1.to_string()));
+            self.tree.placed(ino, to.0, to.1);
         }
         Ok(())
     }
@@ -444,8 +441,8 @@ impl Fs {
             }
         }
         // 4. The parents' link counts.
-        self.recount_dir(a.parent)?;
-        self.recount_dir(b.parent)?;
+        self.tree.recount(a.parent)?;
+        self.tree.recount(b.parent)?;
         Ok(false)
     }
 
@@ -619,7 +616,7 @@ impl Fs {
         let mut fixed = 0;
         let mut queue = vec![ino];
         while let Some(dir) = queue.pop() {
-            let dpath = self.dir_path(dir)?;
+            let dpath = self.tree.dir_path(dir)?;
             let mut stale = Vec::new();
             scan(
                 &*self.store,

@@ -2,46 +2,53 @@
 //! above the [`MetaStore`] and [`DataStore`] traits. Every operation returns
 //! `FsResult`; the FUSE adapter (`crate::fuse`) only translates.
 //!
-//! Concurrency: namespace changes take [`NamespaceLocks`]; attribute updates
+//! Concurrency: namespace changes take the [`tree`]'s locks; attribute updates
 //! are optimistic (read, change, write-if-version, retry on conflict), which
 //! is also what keeps several mounts of one Elasticsearch index safe.
 //!
-//! Layout: this file holds [`Fs`], its configuration and the helpers every
-//! call shares (paths, tree locks); [`ids`] the id allocator; [`docs`]
-//! inodes and entries as types and their optimistic read-modify-write;
-//! [`pending`] what waits in memory for the store (directory times, stale
-//! entries, atimes) and the unflushed [`journal`]; `ops/` the calls, one
-//! file per family; [`intent`] the rename plan and its idempotent steps;
+//! Layout: this file holds [`Fs`] and its configuration; [`ids`] the id
+//! allocator; [`docs`] inodes and entries as types and their optimistic
+//! read-modify-write; [`pending`] what waits in memory for the store
+//! (directory times, stale entries, atimes) and the unflushed [`journal`];
+//! [`tree`] directories' places and paths, the namespace locks, a
+//! directory's times and link count; [`files`] open files and an inode's
+//! life past its last name ([`refs`]); `ops/` the calls, one file per
+//! family; [`intent`] the rename plan and its idempotent steps;
 //! [`recovery`] the janitor's roll-forward and fsck's repairs; `writeback`
 //! lazy close and its batches.
 
 mod docs;
+mod files;
 mod ids;
 pub mod intent;
 pub mod journal;
 mod ops;
 mod pending;
 pub mod recovery;
+mod refs;
+mod tree;
 mod writeback;
 
-pub use ops::create::NewNode;
 pub use ops::plock;
 pub use ops::readdir::{DirEnt, DirItem};
 pub use ops::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
-use crate::locks::{LockError, LockManager, NamespaceLocks, TreeGuard, manager::ancestors};
+use crate::hook::{ContentHook, HookSlot};
+use crate::locks::LockManager;
 use crate::model::*;
 use crate::store::{BulkOp, Capabilities, Idx, MetaStore, StoreError, Version};
-use docs::{Docs, Fate, Found, MAX_RETRIES, bulk_check, stale, to_doc};
+use docs::{Docs, Found, MAX_RETRIES, bulk_check, to_doc};
+use files::OpenFiles;
 use ids::Ids;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use pending::Pending;
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use tree::{Tree, TreeLock};
 
 /// The caller of an operation.
 #[derive(Clone, Copy, Debug)]
@@ -110,6 +117,14 @@ pub struct StatFs {
 pub const BLOCK_SIZE: u64 = 4096;
 const FORMAT_VERSION: u64 = 1;
 
+/// What kind of node to make, with its kind-specific payload.
+pub enum NewNode<'a> {
+    File,
+    Dir,
+    Symlink(&'a [u8]),
+    Special(Kind, u32),
+}
+
 pub struct Fs {
     store: Arc<dyn MetaStore>,
     /// What the store offers (read once): where it is this mount's alone,
@@ -118,52 +133,24 @@ pub struct Fs {
     caps: Capabilities,
     data: Arc<dyn DataStore>,
     cfg: FsConfig,
-    locks: NamespaceLocks,
     /// Store-level locks, shared with every other mount of the store.
     lm: Arc<LockManager>,
+    /// Content indexing for `esfs search` (set by the mount).
+    hook: Arc<HookSlot>,
     ids: Arc<Ids>,
     /// Directory times, stale entries and atimes waiting in memory, and
     /// the journal.
     pending: Arc<Pending>,
     /// Inodes and entries as types; the optimistic read-modify-write.
     docs: Arc<Docs>,
-    /// Directory inode -> (parent inode, encoded name): paths are composed
-    /// from this. Only a rename of that directory changes its row.
-    dirs: RwLock<HashMap<u64, (u64, String)>>,
-    open: Mutex<HashMap<u64, ops::io::OpenState>>,
-    /// Inodes whose last name is being removed and whose document goes with
-    /// it (shared stores): an open(2) of one answers ESTALE. Locked inside
-    /// `open`.
-    dying: Mutex<HashSet<u64>>,
-    /// Inodes this mount deleted lately (bounded, oldest forgotten first):
-    /// an open(2) that read the inode before the deletion and registers
-    /// after it must not serve the deleted contents (zeros) either.
-    gone: Mutex<(std::collections::VecDeque<u64>, HashSet<u64>)>,
-    /// Inodes this mount may have kept at zero links (orphans: unlinked
-    /// while open or referenced): only these are read again when the last
-    /// handle or kernel reference goes, to delete them. Every other inode
-    /// a mount lets go of is left alone without a read (on a shared store
-    /// another mount's orphans are that mount's to delete).
-    orphans: Mutex<HashSet<u64>>,
-    /// Per stripe of inode numbers (`ino % SETTLE_STRIPES`), bumped under
-    /// the `open` lock whenever a state's size and times went to the store
-    /// and left the overlay (a persist, setattr, drop): an inode read
-    /// before is older than what the kernel was told, so it is read again
-    /// (see [`Fs::overlay`]).
-    settled: [AtomicU64; ops::io::SETTLE_STRIPES],
-    /// The kernel keeps files' sizes and times (its writeback-cache mode):
-    /// writes leave mtime/ctime to the SETATTR it sends at close.
-    kernel_times: std::sync::atomic::AtomicBool,
+    /// Directories' places and paths, namespace locks, directory changes.
+    tree: Arc<Tree>,
+    /// Open files, the size/time overlay, kernel references and orphans.
+    files: Arc<OpenFiles>,
     /// Inodes on which this mount holds advisory locks.
     plocked: Mutex<std::collections::HashSet<u64>>,
-    /// Kernel lookup counts: an inode whose last name is gone stays until
-    /// the kernel forgets it (a process may still open it by a cached name).
-    lookups: Mutex<HashMap<u64, u64>>,
-    handles: Mutex<HashMap<u64, ops::io::Handle>>,
     dir_handles: Mutex<HashMap<u64, Arc<Mutex<ops::readdir::DirHandle>>>>,
     next_fh: AtomicU64,
-    /// Content indexing for `esfs search` (set by the mount).
-    search: std::sync::OnceLock<Box<dyn crate::hook::ContentHook>>,
     /// Inodes the kernel forgot, for the write-back to finish (lazy close).
     forgotten: Mutex<Vec<u64>>,
     /// Set by `shutdown`: the background write-back stops.
@@ -187,32 +174,45 @@ impl Fs {
         let owner = session_id();
         let lm = LockManager::new(store.clone(), &owner, &cfg.label)?;
         lm.spawn_heartbeat();
+        let caps = store.capabilities();
+        let hook = Arc::new(HookSlot::default());
         let pending = Arc::new(Pending::default());
         let docs = Arc::new(Docs::new(store.clone(), data.clone(), pending.clone()));
         let ids = Arc::new(Ids::new(store.clone()));
+        // Store-level tree locks: not where this mount is the store's only
+        // writer (see `Tree::lock_with`).
+        let stored_locks = !(cfg.no_tree_locks || caps.single_writer);
+        let tree = Arc::new(Tree::new(
+            store.clone(),
+            docs.clone(),
+            pending.clone(),
+            hook.clone(),
+            lm.clone(),
+            stored_locks,
+        ));
+        let files = Arc::new(OpenFiles::new(
+            store.clone(),
+            docs.clone(),
+            data.clone(),
+            pending.clone(),
+            tree.clone(),
+            hook.clone(),
+        ));
         let fs = Fs {
-            caps: store.capabilities(),
+            caps,
             store,
             data,
             cfg,
-            locks: NamespaceLocks::default(),
             lm,
+            hook,
             ids,
             pending,
             docs,
-            dirs: RwLock::new(HashMap::new()),
-            open: Mutex::new(HashMap::new()),
-            dying: Mutex::new(HashSet::new()),
-            gone: Mutex::new(Default::default()),
-            orphans: Mutex::new(HashSet::new()),
-            settled: Default::default(),
-            kernel_times: Default::default(),
+            tree,
+            files,
             plocked: Mutex::new(Default::default()),
-            lookups: Mutex::new(HashMap::new()),
-            handles: Mutex::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            search: std::sync::OnceLock::new(),
             forgotten: Mutex::new(Vec::new()),
             closing: Default::default(),
             write_back_pass: Mutex::new(()),
@@ -229,7 +229,7 @@ impl Fs {
         fs.format_if_new()?;
         if fs.caps.single_writer {
             fs.lm.become_sole_owner()?;
-            fs.reclaim_orphans()?;
+            fs.files.reclaim_orphans()?;
             if let Some(path) = fs.cfg.journal.clone() {
                 let (j, left) = journal::Journal::open(&path)
                     .map_err(|e| FsError::Io(format!("journal {}: {e}", path.display())))?;
@@ -266,16 +266,8 @@ impl Fs {
     }
 
     /// Index file contents for `esfs search` (see `crate::hook`).
-    pub fn set_content_hook(&self, hook: Box<dyn crate::hook::ContentHook>) {
-        let _ = self.search.set(hook);
-    }
-
-    /// The contents of `ino` may have changed (after a close that wrote,
-    /// an fsync, a truncate): queue it for indexing.
-    fn content_changed(&self, ino: u64) {
-        if let Some(h) = self.search.get() {
-            h.changed(ino);
-        }
+    pub fn set_content_hook(&self, hook: Box<dyn ContentHook>) {
+        self.hook.set(hook);
     }
 
     /// First mount of an empty store: root inode, id allocator, then the
@@ -327,83 +319,15 @@ impl Fs {
         }
     }
 
-    /// Delete an inode's document and contents (its last name is gone and
-    /// nothing has it open).
-    fn destroy_inode(&self, inode: &Inode) -> FsResult<()> {
-        self.docs
-            .delete_inode(inode, None, self.open_size(inode.ino))?;
-        self.orphans.lock().remove(&inode.ino);
-        self.forget_inode_state(inode.ino);
-        Ok(())
-    }
-
-    fn forget_inode_state(&self, ino: u64) {
-        self.dirs.write().remove(&ino);
-        self.pending.forget(ino);
-    }
-
-    // ---- paths ----
-
-    /// (parent, encoded name) of a directory.
-    fn dir_link(&self, ino: u64) -> FsResult<(u64, String)> {
-        if let Some(l) = self.dirs.read().get(&ino) {
-            return Ok(l.clone());
-        }
-        let (inode, _) = self.docs.inode(ino)?;
-        if inode.kind != Kind::Dir {
-            return Err(FsError::NotDir);
-        }
-        let link = inode
-            .links
-            .first()
-            .ok_or_else(|| FsError::Io(format!("directory {ino} has no parent link")))?;
-        let l = (link.p, link.n.clone());
-        self.dirs.write().insert(ino, l.clone());
-        Ok(l)
-    }
-
-    /// The directory's ancestors, itself first, the root last.
-    fn ancestors(&self, ino: u64) -> FsResult<Vec<(u64, String)>> {
-        let mut chain = Vec::new();
-        let mut cur = ino;
-        while cur != ROOT_INO {
-            let (parent, name) = self.dir_link(cur)?;
-            chain.push((cur, name));
-            if chain.len() > 8192 {
-                return Err(FsError::Io(format!("directory loop above inode {ino}")));
-            }
-            cur = parent;
-        }
-        Ok(chain)
-    }
-
     /// Full path of a directory, as stored in documents.
     pub fn dir_path(&self, ino: u64) -> FsResult<String> {
-        let chain = self.ancestors(ino)?;
-        if chain.is_empty() {
-            return Ok("/".to_string());
-        }
-        let mut p = String::new();
-        for (_, name) in chain.iter().rev() {
-            p.push('/');
-            p.push_str(name);
-        }
-        Ok(p)
+        self.tree.dir_path(ino)
     }
-}
 
-/// Store-level tree locks held for one namespace change; released (longest
-/// path first) when dropped.
-pub struct TreeLock<'a> {
-    lm: &'a LockManager,
-    guard: Option<TreeGuard>,
-}
-
-impl Drop for TreeLock<'_> {
-    fn drop(&mut self) {
-        if let Some(g) = self.guard.take() {
-            self.lm.release(g);
-        }
+    /// The kernel took over files' sizes and times (writeback-cache mode).
+    pub fn kernel_keeps_times(&self) {
+        self.files.kernel_keeps_times();
+        crate::model::use_kernel_clock();
     }
 }
 
@@ -422,115 +346,6 @@ fn session_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let rand: String = r.iter().map(|b| format!("{b:02x}")).collect();
     format!("{}-{}-{rand}", host.trim(), std::process::id())
-}
-
-impl Fs {
-    /// Take the tree locks a namespace change needs: shared on every
-    /// ancestor of each directory in `dirs` (themselves included), exclusive
-    /// on the full paths of `targets` (directory, encoded name). Returns the
-    /// directories' paths, valid while the lock is held: when a lock was
-    /// newly taken from the store, the cached paths are re-read first (a
-    /// rename by another mount may have changed them before we locked).
-    pub(crate) fn tree_lock(
-        &self,
-        dirs: &[u64],
-        targets: &[(u64, &str)],
-    ) -> FsResult<(TreeLock<'_>, Vec<String>)> {
-        self.tree_lock_with(dirs, targets, &[])
-            .map(|(t, paths, _)| (t, paths))
-    }
-
-    /// Whether tree locks are lock documents in the store (so writes can
-    /// ride in the request that takes them: see `tree_lock_with`).
-    pub(crate) fn tree_locks_stored(&self) -> bool {
-        !(self.cfg.no_tree_locks || self.caps.single_writer)
-    }
-
-    /// [`Fs::tree_lock`], with writes sent in the request that takes the
-    /// exclusive locks (idempotent ones: see `LockManager::lock_tree_with`).
-    /// The bool: they landed (never where tree locks are not stored).
-    pub(crate) fn tree_lock_with(
-        &self,
-        dirs: &[u64],
-        targets: &[(u64, &str)],
-        with: &[BulkOp],
-    ) -> FsResult<(TreeLock<'_>, Vec<String>, bool)> {
-        // This mount the store's only writer (the embedded store: its lock
-        // file keeps every other mount out), the in-process locks already
-        // exclude everything the store-level tree locks would; taking them
-        // there only costs lock-document writes per call.
-        if !self.tree_locks_stored() {
-            let paths = dirs
-                .iter()
-                .map(|d| self.dir_path(*d))
-                .collect::<FsResult<_>>()?;
-            return Ok((
-                TreeLock {
-                    lm: &self.lm,
-                    guard: None,
-                },
-                paths,
-                false,
-            ));
-        }
-        for _ in 0..20 {
-            let paths: Vec<String> = dirs
-                .iter()
-                .map(|d| self.dir_path(*d))
-                .collect::<FsResult<_>>()?;
-            let mut shared: Vec<String> = paths.iter().flat_map(|p| ancestors(p)).collect();
-            shared.sort_by(|a, b| a.len().cmp(&b.len()).then(a.cmp(b)));
-            shared.dedup();
-            let excl: Vec<String> = targets
-                .iter()
-                .map(|(d, n)| {
-                    Ok(join_path(
-                        &paths[dirs.iter().position(|x| x == d).expect("target dir listed")],
-                        n,
-                    ))
-                })
-                .collect::<FsResult<_>>()?;
-            let guard = match self.lm.lock_tree_with(&shared, &excl, with) {
-                Ok(g) => g,
-                Err(LockError::Store(e)) => return Err(e.into()),
-                Err(e) => {
-                    log::warn!("{e}");
-                    return Err(FsError::Busy);
-                }
-            };
-            let (fresh, landed) = (guard.fresh, guard.with_landed);
-            let lock = TreeLock {
-                lm: &self.lm,
-                guard: Some(guard),
-            };
-            if !fresh || self.chains_valid(dirs)? {
-                return Ok((lock, paths, landed));
-            }
-            // Stale cache: it was refreshed; lock again with the new paths.
-        }
-        Err(FsError::Busy)
-    }
-
-    /// Re-read the parent chain of each directory from the store; false (and
-    /// the cache corrected) if any cached link was stale.
-    fn chains_valid(&self, dirs: &[u64]) -> FsResult<bool> {
-        let mut valid = true;
-        for d in dirs {
-            for (ino, _) in self.ancestors(*d)? {
-                let cached = self.dirs.read().get(&ino).cloned();
-                let (inode, _) = self.docs.inode_fresh(ino)?;
-                let now = inode.links.first().map(|l| (l.p, l.n.clone()));
-                if now != cached {
-                    valid = false;
-                    match now {
-                        Some(l) => self.dirs.write().insert(ino, l),
-                        None => self.dirs.write().remove(&ino),
-                    };
-                }
-            }
-        }
-        Ok(valid)
-    }
 }
 
 /// Whether the caller is in `gid`: its primary group or, read from

@@ -4,31 +4,14 @@
 //!
 //! The janitor finds intents (see [`super::intent`]) whose owners' leases
 //! ran out and rolls them forward under the same tree locks; a mount's
-//! start does the same for its previous life and reclaims inodes unlinked
-//! while open. Also the repairs `esfs fsck` makes: link counts and paths
-//! recomputed from the truth.
+//! start does the same for its previous life. Also the repairs `esfs fsck`
+//! makes: link counts and paths recomputed from the truth.
 
 use super::intent::{Intent, MoveIntent, MoveState};
 use super::*;
 use crate::store::{Query, Sort, scan};
 
 impl Fs {
-    /// Inodes unlinked while open by a mount that then died.
-    pub(super) fn reclaim_orphans(&self) -> FsResult<()> {
-        let q = crate::store::Query::term("orphan", true);
-        let mut orphans = Vec::new();
-        crate::store::scan(&*self.store, Idx::Inodes, q, vec![], 1000, |hits| {
-            orphans.extend(hits.into_iter().map(|h| h.doc));
-            Ok(true)
-        })?;
-        for doc in orphans {
-            let inode: Inode = serde_json::from_value(doc.source)?;
-            log::info!("reclaiming inode {} unlinked while open", inode.ino);
-            self.destroy_inode(&inode)?;
-        }
-        Ok(())
-    }
-
     /// Shared stores (Elasticsearch): a mount that died while other mounts
     /// kept running leaves intents and locks no restart may come back for.
     /// Every lease period, roll forward and release those whose owners'
@@ -118,12 +101,12 @@ impl Fs {
     /// Roll intent `id` forward and delete it, under its locks.
     fn redo(&self, id: &str, intent: &Intent) -> FsResult<()> {
         // The change is ours now: take its locks like the dead owner did.
-        let _g = self.locks.exclusive();
+        let _g = self.tree.lock_all();
         self.store.refresh(Idx::Entries)?;
         let t = match intent {
             Intent::Move(m) => {
                 let e = &m.entry;
-                let (t, paths) = self.tree_lock(
+                let (t, paths) = self.tree.lock(
                     &[m.src_parent, e.parent],
                     &[(m.src_parent, &m.src_name), (e.parent, &e.name)],
                 )?;
@@ -157,7 +140,7 @@ impl Fs {
                 t
             }
             Intent::Exchange { a, b } => {
-                let (t, _) = self.tree_lock(
+                let (t, _) = self.tree.lock(
                     &[a.parent, b.parent],
                     &[(a.parent, &a.name), (b.parent, &b.name)],
                 )?;
@@ -178,23 +161,5 @@ impl Fs {
             Ok(())
         })?;
         Ok(())
-    }
-
-    /// Directory link count from the truth: 2 + its subdirectories.
-    pub fn recount_dir(&self, ino: u64) -> FsResult<()> {
-        let subdirs = self.store.count(
-            Idx::Entries,
-            &Query::and(vec![Query::term("parent", ino), Query::term("kind", "dir")]),
-        )?;
-        let now = now_ns();
-        match self.docs.update(ino, |i| {
-            i.nlink = 2 + subdirs as u32;
-            i.mtime_ns = now;
-            i.ctime_ns = now;
-            Ok(())
-        }) {
-            Ok(_) | Err(FsError::NotFound) => Ok(()),
-            Err(e) => Err(e),
-        }
     }
 }

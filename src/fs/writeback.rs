@@ -30,98 +30,8 @@ impl Fs {
         Ok(())
     }
 
-    /// fsync of a directory: its times waiting in memory are written first.
-    pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
-        if self.pending.dir_time_waits(ino) {
-            self.batch(|| self.docs.update(ino, |_| Ok(())).map(|_| ()))?;
-        }
-        self.store.sync()?;
-        Ok(())
-    }
-
-    /// Directory mtime/ctime to now and its link count changed by `nlink`.
-    pub(super) fn touch_dir(&self, ino: u64, nlink: i32) -> FsResult<()> {
-        self.touch_dir_seen(ino, nlink, None)
-    }
-
-    /// [`Fs::touch_dir`] from a copy of the directory's inode the caller
-    /// read under the call's locks (one read fewer on a shared store).
-    pub(super) fn touch_dir_seen(
-        &self,
-        ino: u64,
-        nlink: i32,
-        seen: Option<(Inode, Version)>,
-    ) -> FsResult<()> {
-        let now = now_ns();
-        if let Some(h) = self.search.get() {
-            h.activity();
-        }
-        // Lazy close: only the times change, so they wait in memory for
-        // the write-back like a closed file's size (a read-modify-write
-        // of the directory was a sixth of an unlink or a rename).
-        if nlink == 0 && self.pending.wait_dir_time(ino, now)? {
-            return Ok(());
-        }
-        self.docs.change_seen(ino, seen, |i| {
-            touch(i, nlink, now);
-            Ok(Fate::Keep)
-        })?;
-        // The entry's copy of the directory's times only serves searches:
-        // the write-back refreshes it, once a second at most instead of
-        // once per name created in the directory (a write of its own per
-        // call). A crash leaves it stale until the next change.
-        self.pending.stale_dir(ino);
-        Ok(())
-    }
-
-    /// [`Fs::touch_dir_seen`]'s write as a bulk item, for the bulk of the
-    /// change that moves the directory's times (a request fewer per call
-    /// on Elasticsearch), conditional on the copy read (`seen`, else the
-    /// cached one). None where the times wait in memory (lazy close) or
-    /// the directory is gone. The caller passes the item's result to
-    /// [`Fs::touched`].
-    pub(super) fn touch_op(
-        &self,
-        ino: u64,
-        nlink: i32,
-        seen: Option<(Inode, Version)>,
-    ) -> FsResult<Option<BulkOp>> {
-        if self.pending.lazy() {
-            return Ok(None);
-        }
-        let (mut i, ver) = match seen {
-            Some(s) => s,
-            None => match self.docs.inode(ino) {
-                Ok(s) => s,
-                Err(FsError::NotFound) => return Ok(None),
-                Err(e) => return Err(e),
-            },
-        };
-        touch(&mut i, nlink, now_ns());
-        Ok(Some(BulkOp::Index {
-            index: Idx::Inodes,
-            id: inode_id(ino),
-            source: to_doc(&i),
-            if_version: Some(ver),
-        }))
-    }
-
-    /// After a [`Fs::touch_op`] item: what follows its write if it
-    /// `landed`, else the touch the re-reading way.
-    pub(super) fn touched(&self, ino: u64, nlink: i32, landed: bool) -> FsResult<()> {
-        match landed {
-            true => {
-                if let Some(h) = self.search.get() {
-                    h.activity();
-                }
-                self.pending.stale_dir(ino);
-                Ok(())
-            }
-            _ => self.touch_dir(ino, nlink),
-        }
-    }
-
-    /// Refreshes the entry documents of the directories `touch_dir` left stale.
+    /// Refreshes the entry documents of the directories `Tree::touch` left
+    /// stale.
     fn sync_stale_dirs(&self) -> FsResult<()> {
         let dirs = self.pending.take_stale_dirs();
         for chunk in dirs.chunks(256) {
@@ -210,29 +120,23 @@ impl Fs {
         self.finish_forgotten()?;
         self.write_back_dir_times()?;
         self.sync_stale_dirs()?;
-        let dirty: Vec<u64> = {
-            let open = self.open.lock();
-            open.iter()
-                .filter(|(_, st)| st.dirty || st.count == 0)
-                .map(|(ino, _)| *ino)
-                .collect()
-        };
+        let dirty = self.files.to_write_back();
         for chunk in dirty.chunks(WRITE_BACK_BATCH) {
             self.batch(|| {
                 for &ino in chunk {
-                    match self.persist(ino) {
+                    match self.files.persist(ino) {
                         Ok(()) | Err(FsError::NotFound) => {}
                         Err(e) => return Err(e),
                     }
                     // Drops only a clean state without handles (made again
                     // from the inode on the next read or write).
-                    self.drop_state(ino)?;
+                    self.files.drop_state(ino)?;
                 }
                 Ok(())
             })?;
         }
         self.pending
-            .settle_journal(|ino| self.open.lock().get(&ino).is_none_or(|st| !st.wrote))
+            .settle_journal(|ino| self.files.settled_in_store(ino))
     }
 
     /// Finish the forgets left to the write-back: unlinked inodes the
@@ -242,7 +146,7 @@ impl Fs {
         for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
             self.batch(|| {
                 for &ino in chunk {
-                    self.finish_forget(ino);
+                    self.files.finish_forget(ino);
                 }
                 Ok(())
             })?;
@@ -388,7 +292,7 @@ impl Fs {
         self.closing.store(true, Ordering::Release);
         // Waits for a pass of the write-back thread in progress.
         drop(self.write_back_pass.lock());
-        if let Some(h) = self.search.get() {
+        if let Some(h) = self.hook.get() {
             h.stop();
         }
         self.write_back()?;
@@ -397,11 +301,4 @@ impl Fs {
         self.store.sync()?;
         Ok(())
     }
-}
-
-/// A directory's change: mtime and ctime `now`, link count moved by `nlink`.
-fn touch(i: &mut Inode, nlink: i32, now: i64) {
-    i.mtime_ns = now;
-    i.ctime_ns = now;
-    i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
 }

@@ -302,7 +302,7 @@ impl Fs {
         plus: bool,
         gather: &mut Option<Gather>,
     ) -> FsResult<(Vec<DirItem>, bool)> {
-        let mark = self.settle_mark(ino);
+        let mark = self.files.settle_mark(ino);
         let (dir, _) = self.docs.inode(ino)?;
         if dir.kind != Kind::Dir {
             return Err(FsError::NotDir);
@@ -317,15 +317,15 @@ impl Fs {
         };
         if offset < 1 {
             let mut d = dir.clone();
-            if !self.overlay(&mut d, mark) {
-                d = self.getattr(ino)?;
+            if !self.files.overlay(&mut d, mark) {
+                d = self.files.attr(ino)?;
             }
             items.push(dot(1, ino, b".", plus.then_some(d)));
         }
         if offset < 2 {
             let parent = dir.parent().unwrap_or(ROOT_INO);
             let attr = if plus {
-                Some(self.getattr(parent)?)
+                Some(self.files.attr(parent)?)
             } else {
                 None
             };
@@ -353,8 +353,7 @@ impl Fs {
             // such entry. With FUSE_READDIRPLUS_AUTO the kernel goes on with
             // plain READDIR and looks up only what it lacks. A page that
             // would be left empty keeps them all (empty means the end).
-            let held = self.lookups.lock();
-            if let Some(k) = entries.iter().position(|e| held.contains_key(&e.1))
+            if let Some(k) = self.files.first_held(entries.iter().map(|e| e.1))
                 && (k > 0 || !items.is_empty())
             {
                 entries.truncate(k);
@@ -362,7 +361,10 @@ impl Fs {
             }
         }
         let (attrs, marks) = if plus {
-            let marks: Vec<u64> = entries.iter().map(|e| self.settle_mark(e.1)).collect();
+            let marks: Vec<u64> = entries
+                .iter()
+                .map(|e| self.files.settle_mark(e.1))
+                .collect();
             let ids: Vec<String> = entries.iter().map(|e| inode_id(e.1)).collect();
             (self.store.mget(Idx::Inodes, &ids)?, marks)
         } else {
@@ -373,8 +375,8 @@ impl Fs {
                 match attrs.get(i).cloned().flatten() {
                     Some(doc) => {
                         let mut inode: Inode = serde_json::from_value(doc.source)?;
-                        if !self.overlay(&mut inode, marks[i]) {
-                            match self.getattr(ino) {
+                        if !self.files.overlay(&mut inode, marks[i]) {
+                            match self.files.attr(ino) {
                                 Ok(fresh) => inode = fresh,
                                 Err(FsError::NotFound) => continue,
                                 Err(e) => return Err(e),

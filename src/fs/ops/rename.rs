@@ -65,16 +65,16 @@ impl Fs {
             };
             let whole_tree = moves_dir(&peek, &peek_dst);
             let _g = if whole_tree {
-                self.locks.exclusive()
+                self.tree.lock_all()
             } else {
-                self.locks.dirs(&[parent, newparent])
+                self.tree.lock_dirs(&[parent, newparent])
             };
             // A file's move is planned from the peek, and its intent goes in
             // the request that takes the tree locks: the names read under
             // them confirm the plan (or it is written again). A plan never
             // confirmed is checked against the names by any roll-forward
             // (`Fs::move_state`), so a stale peek is never carried out.
-            let early = match !exchange && !whole_tree && self.tree_locks_stored() {
+            let early = match !exchange && !whole_tree && self.tree.locks_stored() {
                 true => {
                     let replaced = peek_dst.as_ref().map(|(d, _)| d.ino);
                     let plan = self.plan_move(
@@ -91,9 +91,8 @@ impl Fs {
                 .iter()
                 .map(|(id, plan)| self.intent_op(id, &Intent::Move(plan.clone())))
                 .collect();
-            // Across mounts: tree locking (Elasticsearch: The Definitive Guide,
-            // chapter "Handling Relationships", "Tree Locking"), exclusive on both names.
-            let locked = self.tree_lock_with(
+            // Across mounts: the guide's tree lock, exclusive on both names.
+            let locked = self.tree.lock_with(
                 &[parent, newparent],
                 &[(parent, &peek.name), (newparent, &new_ename)],
                 &with,
@@ -159,7 +158,7 @@ impl Fs {
         replaced: Option<u64>,
         cookie: u64,
     ) -> FsResult<MoveIntent> {
-        let new_dir = self.dir_path(newparent)?;
+        let new_dir = self.tree.dir_path(newparent)?;
         Ok(MoveIntent {
             src_parent: src.parent,
             src_name: src.name.clone(),
@@ -216,7 +215,7 @@ impl Fs {
             && self.move_at_once(&intent, sver, seen)?
         {
             for p in parents {
-                self.touch_dir_seen(p.0.ino, 0, Some(p))?;
+                self.tree.touch_seen(p.0.ino, 0, Some(p))?;
             }
             return Ok(());
         }
@@ -240,7 +239,10 @@ impl Fs {
         // is gone: its roll-forward recounts them).
         let touches = parents
             .iter()
-            .map(|p| self.touch_op(p.0.ino, dir_delta(p.0.ino), Some(p.clone())))
+            .map(|p| {
+                self.tree
+                    .touch_op(p.0.ino, dir_delta(p.0.ino), Some(p.clone()))
+            })
             .collect::<FsResult<Vec<Option<BulkOp>>>>();
         let touches = match touches {
             Ok(ops) => ops,
@@ -279,8 +281,10 @@ impl Fs {
             let ino = p.0.ino;
             match touch {
                 // Not landed: changed since read, or the bulk did not happen.
-                Some(_) => self.touched(ino, dir_delta(ino), touched.next() == Some(true))?,
-                None => self.touch_dir_seen(ino, dir_delta(ino), Some(p))?,
+                Some(_) => self
+                    .tree
+                    .touched(ino, dir_delta(ino), touched.next() == Some(true))?,
+                None => self.tree.touch_seen(ino, dir_delta(ino), Some(p))?,
             }
         }
         self.finish_intent(&iid, t)
@@ -309,7 +313,7 @@ impl Fs {
                 (true, false) => return Err(FsError::NotDir),
                 (false, true) => return Err(FsError::IsDir),
                 (true, true) => {
-                    if !self.dir_is_empty(d.ino)? {
+                    if !self.tree.is_empty(d.ino)? {
                         return Err(FsError::NotEmpty);
                     }
                     replaced_dir = true;
@@ -334,7 +338,7 @@ impl Fs {
         if parents[0].0.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
-        if src_is_dir && self.is_ancestor(src.ino, newparent)? {
+        if src_is_dir && self.tree.is_ancestor(src.ino, newparent)? {
             return Err(FsError::Invalid);
         }
         let intent = self.plan_move(
@@ -361,8 +365,8 @@ impl Fs {
         if a.ino == b.ino {
             return Ok(());
         }
-        if (a.kind == Kind::Dir && self.is_ancestor(a.ino, b.parent)?)
-            || (b.kind == Kind::Dir && self.is_ancestor(b.ino, a.parent)?)
+        if (a.kind == Kind::Dir && self.tree.is_ancestor(a.ino, b.parent)?)
+            || (b.kind == Kind::Dir && self.tree.is_ancestor(b.ino, a.parent)?)
         {
             return Err(FsError::Invalid);
         }
@@ -390,20 +394,15 @@ impl Fs {
             // Directory link counts: a directory's ".." changes parents.
             if a.parent != b.parent && (a.kind == Kind::Dir) != (b.kind == Kind::Dir) {
                 let d = if a.kind == Kind::Dir { 1 } else { -1 };
-                self.touch_dir(a.parent, -d)?;
-                self.touch_dir(b.parent, d)?;
+                self.tree.touch(a.parent, -d)?;
+                self.tree.touch(b.parent, d)?;
             } else {
-                self.touch_dir(a.parent, 0)?;
+                self.tree.touch(a.parent, 0)?;
                 if a.parent != b.parent {
-                    self.touch_dir(b.parent, 0)?;
+                    self.tree.touch(b.parent, 0)?;
                 }
             }
         }
         self.finish_intent(&iid, t)
-    }
-
-    /// Whether directory `dir` is `ino` or one of its ancestors is.
-    fn is_ancestor(&self, ino: u64, dir: u64) -> FsResult<bool> {
-        Ok(dir == ino || self.ancestors(dir)?.iter().any(|(a, _)| *a == ino))
     }
 }

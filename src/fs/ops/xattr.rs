@@ -6,7 +6,10 @@
 //! answer lets `ls -l` stop asking for every file (it remembers EOPNOTSUPP
 //! per device; ENODATA costs a round trip per name).
 
-use crate::fs::*;
+use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
+use crate::model::{ROOT_INO, decode_bytes, encode_bytes, now_ns};
+use crate::store::Idx;
 use base64::Engine;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -56,14 +59,14 @@ impl Fs {
         // files it must scan (see crate::hook); nothing waits for indexing.
         if ino == ROOT_INO
             && name == crate::hook::DESCRIBE_XATTR.as_bytes()
-            && let Some(h) = self.search.get()
+            && let Some(h) = self.hook.get()
         {
             // Sizes and times of closed files first, so the index agrees
             // with stat (lazy close leaves them in memory for a moment).
-            if self.lazy_close() {
+            if self.pending.lazy() {
                 self.write_back()?;
             }
-            let reply = h.describe(self.dirty_open_files());
+            let reply = h.describe(self.files.dirty());
             // The search reads the store from its own process, which sees
             // only committed state (the embedded store defers commits).
             if self.caps.single_writer {
