@@ -2,53 +2,62 @@
 //! above the [`MetaStore`] and [`DataStore`] traits. Every operation returns
 //! `FsResult`; the FUSE adapter (`crate::fuse`) only translates.
 //!
-//! Concurrency: namespace changes take the [`tree`]'s locks; attribute updates
-//! are optimistic (read, change, write-if-version, retry on conflict), which
-//! is also what keeps several mounts of one Elasticsearch index safe.
+//! [`Fs`] is a few named parts, each a file that owns its state, built
+//! bottom-up (each part holds the parts below it that it uses):
+//! - [`ids`] the id allocator; [`pending`] what waits in memory for the
+//!   store (directory times, stale entries, atimes) and the unflushed
+//!   [`journal`];
+//! - [`docs`] inodes and entries as types, the optimistic read-modify-write;
+//! - [`tree`] directories' places and paths, the namespace locks, a
+//!   directory's times and link count;
+//! - [`files`] open files (states, handles, the size/time overlay) and an
+//!   inode's life past its last name ([`refs`]: kernel references, orphans);
+//! - [`moves`] a rename's plan and its idempotent steps; [`intent`] the plan
+//!   as a document, rolled forward when its mount died;
+//! - [`writeback`] the batches that write what waits.
 //!
-//! Layout: this file holds [`Fs`] and its configuration; [`ids`] the id
-//! allocator; [`docs`] inodes and entries as types and their optimistic
-//! read-modify-write; [`pending`] what waits in memory for the store
-//! (directory times, stale entries, atimes) and the unflushed [`journal`];
-//! [`tree`] directories' places and paths, the namespace locks, a
-//! directory's times and link count; [`files`] open files and an inode's
-//! life past its last name ([`refs`]); `ops/` the calls, one file per
-//! family; [`intent`] the rename plan and its idempotent steps;
-//! [`recovery`] the janitor's roll-forward and fsck's repairs; `writeback`
-//! lazy close and its batches.
+//! The calls are `ops/`, one file per family, each an `impl Fs` block that
+//! uses the parts by name (no call goes from one op file to another).
+//!
+//! Concurrency: namespace changes take the tree's locks; attribute updates
+//! are optimistic, which is also what keeps several mounts of one
+//! Elasticsearch index safe.
 
 mod docs;
 mod files;
 mod ids;
 pub mod intent;
 pub mod journal;
+mod moves;
 mod ops;
 mod pending;
-pub mod recovery;
 mod refs;
 mod tree;
 mod writeback;
 
 pub use ops::plock;
 pub use ops::readdir::{DirEnt, DirItem};
-pub use ops::rename::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
 use crate::hook::{ContentHook, HookSlot};
 use crate::locks::LockManager;
-use crate::model::*;
-use crate::store::{BulkOp, Capabilities, Idx, MetaStore, StoreError, Version};
-use docs::{Docs, Found, MAX_RETRIES, bulk_check, to_doc};
+use crate::model::{Inode, Kind, Link, NAME_MAX, ROOT_INO, encode_bytes, inode_id, now_ns};
+use crate::store::{Capabilities, Idx, MetaStore, StoreError};
+use docs::{Docs, to_doc};
 use files::OpenFiles;
 use ids::Ids;
+use intent::Intents;
+use journal::Journal;
+use moves::Moves;
 use parking_lot::Mutex;
 use pending::Pending;
-use serde_json::{Value, json};
-use std::collections::HashMap;
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use tree::{Tree, TreeLock};
+use tree::Tree;
+use writeback::WriteBack;
 
 /// The caller of an operation.
 #[derive(Clone, Copy, Debug)]
@@ -125,6 +134,10 @@ pub enum NewNode<'a> {
     Special(Kind, u32),
 }
 
+/// renameat2(2)'s flags that esfs supports.
+pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
+pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
+
 pub struct Fs {
     store: Arc<dyn MetaStore>,
     /// What the store offers (read once): where it is this mount's alone,
@@ -132,53 +145,33 @@ pub struct Fs {
     /// once, and the kernel may keep its caches.
     caps: Capabilities,
     data: Arc<dyn DataStore>,
-    cfg: FsConfig,
     /// Store-level locks, shared with every other mount of the store.
     lm: Arc<LockManager>,
     /// Content indexing for `esfs search` (set by the mount).
     hook: Arc<HookSlot>,
     ids: Arc<Ids>,
-    /// Directory times, stale entries and atimes waiting in memory, and
-    /// the journal.
     pending: Arc<Pending>,
-    /// Inodes and entries as types; the optimistic read-modify-write.
     docs: Arc<Docs>,
-    /// Directories' places and paths, namespace locks, directory changes.
     tree: Arc<Tree>,
-    /// Open files, the size/time overlay, kernel references and orphans.
     files: Arc<OpenFiles>,
-    /// Inodes on which this mount holds advisory locks.
-    plocked: Mutex<std::collections::HashSet<u64>>,
+    moves: Arc<Moves>,
+    intents: Intents,
+    write_back: WriteBack,
     dir_handles: Mutex<HashMap<u64, Arc<Mutex<ops::readdir::DirHandle>>>>,
     next_fh: AtomicU64,
-    /// Inodes the kernel forgot, for the write-back to finish (lazy close).
-    forgotten: Mutex<Vec<u64>>,
-    /// Set by `shutdown`: the background write-back stops.
-    closing: std::sync::atomic::AtomicBool,
-    /// Held by a background write-back pass (`shutdown` waits for it).
-    write_back_pass: Mutex<()>,
-}
-
-fn encode_name(name: &[u8]) -> FsResult<String> {
-    if name.len() > NAME_MAX {
-        return Err(FsError::NameTooLong);
-    }
-    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-        return Err(FsError::Invalid);
-    }
-    Ok(encode_bytes(name))
+    /// Inodes on which this mount holds advisory locks.
+    plocked: Mutex<HashSet<u64>>,
 }
 
 impl Fs {
     pub fn new(store: Arc<dyn MetaStore>, data: Arc<dyn DataStore>, cfg: FsConfig) -> FsResult<Fs> {
-        let owner = session_id();
-        let lm = LockManager::new(store.clone(), &owner, &cfg.label)?;
+        let lm = LockManager::new(store.clone(), &session_id(), &cfg.label)?;
         lm.spawn_heartbeat();
         let caps = store.capabilities();
         let hook = Arc::new(HookSlot::default());
+        let ids = Arc::new(Ids::new(store.clone()));
         let pending = Arc::new(Pending::default());
         let docs = Arc::new(Docs::new(store.clone(), data.clone(), pending.clone()));
-        let ids = Arc::new(Ids::new(store.clone()));
         // Store-level tree locks: not where this mount is the store's only
         // writer (see `Tree::lock_with`).
         let stored_locks = !(cfg.no_tree_locks || caps.single_writer);
@@ -198,11 +191,35 @@ impl Fs {
             tree.clone(),
             hook.clone(),
         ));
+        let moves = Arc::new(Moves::new(
+            store.clone(),
+            docs.clone(),
+            tree.clone(),
+            files.clone(),
+            ids.clone(),
+        ));
         let fs = Fs {
-            caps,
+            intents: Intents::new(
+                store.clone(),
+                docs.clone(),
+                tree.clone(),
+                moves.clone(),
+                ids.clone(),
+                lm.clone(),
+            ),
+            write_back: WriteBack::new(
+                store.clone(),
+                docs.clone(),
+                files.clone(),
+                pending.clone(),
+                data.clone(),
+            ),
+            dir_handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            plocked: Mutex::new(HashSet::new()),
             store,
+            caps,
             data,
-            cfg,
             lm,
             hook,
             ids,
@@ -210,14 +227,9 @@ impl Fs {
             docs,
             tree,
             files,
-            plocked: Mutex::new(Default::default()),
-            dir_handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            forgotten: Mutex::new(Vec::new()),
-            closing: Default::default(),
-            write_back_pass: Mutex::new(()),
+            moves,
         };
-        if fs.cfg.maintenance {
+        if cfg.maintenance {
             if fs.store.get(Idx::Meta, "fs")?.is_none() {
                 return Err(FsError::Io(format!(
                     "no esfs filesystem at {}",
@@ -226,19 +238,19 @@ impl Fs {
             }
             return Ok(fs);
         }
-        fs.format_if_new()?;
+        format_if_new(&*fs.store, &cfg)?;
         if fs.caps.single_writer {
             fs.lm.become_sole_owner()?;
             fs.files.reclaim_orphans()?;
-            if let Some(path) = fs.cfg.journal.clone() {
-                let (j, left) = journal::Journal::open(&path)
+            if let Some(path) = &cfg.journal {
+                let (j, left) = Journal::open(path)
                     .map_err(|e| FsError::Io(format!("journal {}: {e}", path.display())))?;
-                fs.replay_journal(&left)?;
+                fs.write_back.replay(&left)?;
                 j.settle(|_| true)?;
                 fs.pending.start_journal(j);
             }
         }
-        fs.recover_intents()?;
+        fs.intents.recover()?;
         Ok(fs)
     }
 
@@ -270,58 +282,11 @@ impl Fs {
         self.hook.set(hook);
     }
 
-    /// First mount of an empty store: root inode, id allocator, then the
-    /// superblock last, so an interrupted format is simply redone.
-    fn format_if_new(&self) -> FsResult<()> {
-        if let Some(sb) = self.store.get(Idx::Meta, "fs")? {
-            let v = sb.source["format"].as_u64().unwrap_or(0);
-            if v != FORMAT_VERSION {
-                return Err(FsError::Io(format!(
-                    "store has format {v}, this esfs reads format {FORMAT_VERSION}"
-                )));
-            }
-            return Ok(());
-        }
-        let now = now_ns();
-        let root = Inode {
-            ino: ROOT_INO,
-            kind: Kind::Dir,
-            mode: 0o755,
-            uid: self.cfg.root_uid,
-            gid: self.cfg.root_gid,
-            size: 0,
-            nlink: 2,
-            rdev: 0,
-            atime_ns: now,
-            mtime_ns: now,
-            ctime_ns: now,
-            btime_ns: now,
-            target: None,
-            xattrs: Default::default(),
-            content: None,
-            links: vec![],
-            orphan: false,
-            stored: None,
-        };
-        for (idx, id, doc) in [
-            (Idx::Inodes, inode_id(ROOT_INO), to_doc(&root)),
-            (Idx::Meta, "ids".to_string(), json!({ "next": 16 })),
-        ] {
-            match self.store.create(idx, &id, &doc) {
-                Ok(_) | Err(StoreError::Conflict(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let sb = json!({ "format": FORMAT_VERSION, "created_ns": now, "block_size": BLOCK_SIZE });
-        match self.store.create(Idx::Meta, "fs", &sb) {
-            Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Full path of a directory, as stored in documents.
-    pub fn dir_path(&self, ino: u64) -> FsResult<String> {
-        self.tree.dir_path(ino)
+    /// Whether close(2) may skip esfs (no FLUSH): written sizes and times
+    /// are then written back in batches, and the journal covers a crash
+    /// before that.
+    pub fn lazy_close(&self) -> bool {
+        self.pending.lazy()
     }
 
     /// The kernel took over files' sizes and times (writeback-cache mode).
@@ -329,11 +294,172 @@ impl Fs {
         self.files.kernel_keeps_times();
         crate::model::use_kernel_clock();
     }
+
+    /// Full path of a directory, as stored in documents.
+    pub fn dir_path(&self, ino: u64) -> FsResult<String> {
+        self.tree.dir_path(ino)
+    }
+
+    // ---- background work ----
+
+    /// Background write-back: states (lazy close) every second, atimes
+    /// when due.
+    pub fn spawn_write_back(self: &Arc<Self>) {
+        let fs = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("esfs-writeback".into())
+            .spawn(move || {
+                crate::store::Caller::WriteBack.set_for_thread();
+                loop {
+                    std::thread::sleep(STATE_WRITE_BACK);
+                    let Some(fs) = fs.upgrade() else { return };
+                    if !fs.write_back.pass() {
+                        return;
+                    }
+                }
+            })
+            .expect("spawn write-back");
+    }
+
+    /// Shared stores (Elasticsearch): a mount that died while other mounts
+    /// kept running leaves intents and locks no restart may come back for.
+    /// Every lease period, roll forward and release those whose owners'
+    /// leases have run out.
+    pub fn spawn_janitor(self: &Arc<Self>) {
+        if self.caps.single_writer {
+            return; // the only mount recovers at start
+        }
+        let fs = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("esfs-janitor".into())
+            .spawn(move || {
+                crate::store::Caller::Janitor.set_for_thread();
+                loop {
+                    std::thread::sleep(crate::locks::manager::LEASE);
+                    let Some(fs) = fs.upgrade() else { return };
+                    match fs.batch(|| fs.intents.reap_dead_mounts()) {
+                        Ok((0, 0)) => {}
+                        Ok((n, k)) => log::info!(
+                            "dead mounts: rolled forward {n} change(s), removed {k} lock(s) and session(s)"
+                        ),
+                        Err(e) => log::warn!("recovering dead mounts' changes: {e}"),
+                    }
+                }
+            })
+            .expect("spawn janitor");
+    }
+
+    /// Clean unmount, once no request can come: stop the background
+    /// writers, write back what waits in memory, end the lock session, and
+    /// commit. The commit must be the last write: anything written after it
+    /// (the session's deletion did) stays in the redo log, and the next
+    /// mount replays it as if this one had crashed.
+    pub fn shutdown(&self) -> FsResult<()> {
+        // Waits for a pass of the write-back thread in progress.
+        self.write_back.stop();
+        if let Some(h) = self.hook.get() {
+            h.stop();
+        }
+        self.write_back.write_back()?;
+        self.write_back.write_back_atimes()?;
+        self.lm.shutdown();
+        self.store.sync()?;
+        Ok(())
+    }
+
+    // ---- maintenance (esfs fsck) ----
+
+    /// Roll forward the intents of dead mounts (all of them on an exclusive
+    /// store, whose only other writer was this mount's previous life).
+    pub fn recover_intents(&self) -> FsResult<usize> {
+        self.intents.recover()
+    }
+
+    /// Recompute `path`/`dir` of every entry below directory `ino` from the
+    /// parent chain; returns how many changed.
+    pub fn fix_paths(&self, ino: u64) -> FsResult<u64> {
+        self.moves.fix_paths(ino)
+    }
+
+    /// Set an inode's link count and back-links.
+    pub fn set_links(&self, ino: u64, nlink: u32, links: Vec<Link>) -> FsResult<()> {
+        self.docs.update(ino, |i| {
+            i.nlink = nlink;
+            if ino != ROOT_INO {
+                i.links = links.clone();
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// A journaled file whose stored size or mtime lags its data (written
+    /// just before a crash): the data's length and mtime.
+    pub fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
+        self.write_back.behind_data(ino)
+    }
+
+    /// Bring a file's stored size and mtime up to its data's.
+    pub fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
+        self.write_back.catch_up_with_data(ino, len, mtime)
+    }
 }
+
+/// How long a closed file's size and times may wait in memory (lazy close).
+const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Drop for Fs {
     fn drop(&mut self) {
         self.lm.shutdown();
+    }
+}
+
+/// First mount of an empty store: root inode, id allocator, then the
+/// superblock last, so an interrupted format is simply redone.
+fn format_if_new(store: &dyn MetaStore, cfg: &FsConfig) -> FsResult<()> {
+    if let Some(sb) = store.get(Idx::Meta, "fs")? {
+        let v = sb.source["format"].as_u64().unwrap_or(0);
+        if v != FORMAT_VERSION {
+            return Err(FsError::Io(format!(
+                "store has format {v}, this esfs reads format {FORMAT_VERSION}"
+            )));
+        }
+        return Ok(());
+    }
+    let now = now_ns();
+    let root = Inode {
+        ino: ROOT_INO,
+        kind: Kind::Dir,
+        mode: 0o755,
+        uid: cfg.root_uid,
+        gid: cfg.root_gid,
+        size: 0,
+        nlink: 2,
+        rdev: 0,
+        atime_ns: now,
+        mtime_ns: now,
+        ctime_ns: now,
+        btime_ns: now,
+        target: None,
+        xattrs: Default::default(),
+        content: None,
+        links: vec![],
+        orphan: false,
+        stored: None,
+    };
+    for (idx, id, doc) in [
+        (Idx::Inodes, inode_id(ROOT_INO), to_doc(&root)),
+        (Idx::Meta, "ids".to_string(), json!({ "next": 16 })),
+    ] {
+        match store.create(idx, &id, &doc) {
+            Ok(_) | Err(StoreError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let sb = json!({ "format": FORMAT_VERSION, "created_ns": now, "block_size": BLOCK_SIZE });
+    match store.create(Idx::Meta, "fs", &sb) {
+        Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -361,4 +487,15 @@ pub fn in_group(ctx: Ctx, gid: u32) -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("Groups:"))
         .is_some_and(|g| g.split_whitespace().any(|x| x.parse() == Ok(gid)))
+}
+
+/// A name as stored in documents (checked against what Linux allows).
+pub(crate) fn encode_name(name: &[u8]) -> FsResult<String> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Invalid);
+    }
+    Ok(encode_bytes(name))
 }

@@ -1,22 +1,120 @@
-//! Lazy close and write-back: sizes, times and directory times waiting in
-//! memory, written to the store in batches by a background thread and at
-//! unmount, with the unflushed journal (see [`super::journal`]) covering a
-//! crash before that.
+//! The write-back: what waits in memory (see [`super::pending`]) written
+//! to the store in batches, by a background pass every second and at
+//! unmount: closed files' sizes and times (lazy close), directory times,
+//! stale entry copies, due atimes, and the deletion of unlinked inodes the
+//! kernel forgot. At mount after a crash, the journal's files and
+//! directories are caught up from their data.
 
-use super::pending::WRITE_BACK_BATCH;
-use super::*;
-use std::sync::atomic::Ordering;
+use super::docs::{Docs, to_doc};
+use super::files::OpenFiles;
+use super::pending::{Pending, WRITE_BACK_BATCH};
+use crate::data::DataStore;
+use crate::error::{FsError, FsResult};
+use crate::model::{Inode, Kind, inode_id, now_ns};
+use crate::store::{BulkOp, Idx, MetaStore};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// How long a closed file's size and times may wait in memory (lazy close).
-const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) struct WriteBack {
+    store: Arc<dyn MetaStore>,
+    docs: Arc<Docs>,
+    files: Arc<OpenFiles>,
+    pending: Arc<Pending>,
+    data: Arc<dyn DataStore>,
+    /// The store's batches make one transaction of many writes (else the
+    /// atimes go as one bulk).
+    batches: bool,
+    /// Inodes the kernel forgot, for the write-back to finish (lazy close).
+    forgotten: Mutex<Vec<u64>>,
+    /// Set at unmount: the background passes stop.
+    closing: AtomicBool,
+    /// Held by a background pass (unmount waits for it).
+    pass: Mutex<()>,
+}
 
-impl Fs {
+impl WriteBack {
+    pub(super) fn new(
+        store: Arc<dyn MetaStore>,
+        docs: Arc<Docs>,
+        files: Arc<OpenFiles>,
+        pending: Arc<Pending>,
+        data: Arc<dyn DataStore>,
+    ) -> WriteBack {
+        WriteBack {
+            batches: store.capabilities().batches,
+            store,
+            docs,
+            files,
+            pending,
+            data,
+            forgotten: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
+            pass: Mutex::new(()),
+        }
+    }
+
+    /// One background pass (every second): states (lazy close), else the
+    /// stale entries; atimes when due. False once unmount began.
+    pub(super) fn pass(&self) -> bool {
+        let _pass = self.pass.lock();
+        if self.closing.load(Ordering::Acquire) {
+            return false;
+        }
+        let lazy = self.pending.lazy();
+        if lazy && let Err(e) = self.write_back() {
+            log::warn!("writing back file sizes and times: {e}");
+        }
+        if !lazy && let Err(e) = self.sync_stale_dirs() {
+            log::warn!("refreshing directories' entries: {e}");
+        }
+        if self.pending.atimes_due()
+            && let Err(e) = self.write_back_atimes()
+        {
+            log::warn!("writing back access times: {e}");
+        }
+        true
+    }
+
+    /// Unmount: no background pass starts any more, and one in progress is
+    /// waited for.
+    pub(super) fn stop(&self) {
+        self.closing.store(true, Ordering::Release);
+        drop(self.pass.lock());
+    }
+
+    /// The kernel forgot `ino` (lazy close): deleting it if unlinked
+    /// (marked orphan by its unlink, so a crash before this loses nothing:
+    /// the next mount reclaims it) waits for the write-back, which deletes
+    /// many per transaction.
+    pub(super) fn defer_forget(&self, ino: u64) {
+        self.forgotten.lock().push(ino);
+    }
+
+    /// Unlinked inodes the kernel let go of that the write-back has yet to
+    /// delete (see `defer_forget`): their sizes.
+    pub(super) fn pending_deletions(&self) -> Vec<u64> {
+        let inos = self.forgotten.lock().clone();
+        let mut sizes = Vec::new();
+        for ino in inos {
+            if self.files.held(ino) {
+                continue;
+            }
+            if let Ok((inode, _)) = self.docs.inode(ino)
+                && inode.nlink == 0
+            {
+                sizes.push(inode.size);
+            }
+        }
+        sizes
+    }
+
     /// Write the directory times waiting in memory to their inodes, many
     /// per transaction (each write absorbs its directory's time).
     pub(super) fn write_back_dir_times(&self) -> FsResult<()> {
         let dirs = self.pending.waiting_dirs();
         for chunk in dirs.chunks(256) {
-            self.batch(|| {
+            self.docs.batch(|| {
                 for &ino in chunk {
                     match self.docs.update(ino, |_| Ok(())) {
                         Ok(_) => {}
@@ -35,7 +133,7 @@ impl Fs {
     fn sync_stale_dirs(&self) -> FsResult<()> {
         let dirs = self.pending.take_stale_dirs();
         for chunk in dirs.chunks(256) {
-            self.batch(|| {
+            self.docs.batch(|| {
                 for &ino in chunk {
                     match self.docs.inode(ino) {
                         Ok((inode, _)) => self.docs.sync_entries(&inode)?,
@@ -52,15 +150,15 @@ impl Fs {
     /// Write the pending atime updates to their inodes (when due, and at
     /// unmount; a `kill -9` loses at most the atimes of that wait, never
     /// anything else).
-    pub fn write_back_atimes(&self) -> FsResult<usize> {
+    pub(super) fn write_back_atimes(&self) -> FsResult<usize> {
         let pending = self.pending.take_atimes();
         let set = |i: &mut Inode, a: i64| {
             i.atime_ns = i.atime_ns.max(a);
             Ok(())
         };
         for chunk in pending.chunks(WRITE_BACK_BATCH) {
-            if self.caps.batches {
-                self.batch(|| {
+            if self.batches {
+                self.docs.batch(|| {
                     for &(ino, a) in chunk {
                         match self.docs.update(ino, |i| set(i, a)) {
                             Ok(_) | Err(FsError::NotFound) => {}
@@ -105,24 +203,17 @@ impl Fs {
         Ok(pending.len())
     }
 
-    /// Whether close(2) may skip esfs (no FLUSH): written sizes and times
-    /// are then written back by [`Fs::write_back`], and the journal covers
-    /// a crash before that.
-    pub fn lazy_close(&self) -> bool {
-        self.pending.lazy()
-    }
-
     /// Lazy close: delete the unlinked inodes the kernel forgot, refresh
     /// the entries of changed directories, write the states of written
     /// files to their inodes (many per transaction), drop the states no
     /// handle holds, and settle the journal.
-    pub fn write_back(&self) -> FsResult<()> {
+    pub(super) fn write_back(&self) -> FsResult<()> {
         self.finish_forgotten()?;
         self.write_back_dir_times()?;
         self.sync_stale_dirs()?;
         let dirty = self.files.to_write_back();
         for chunk in dirty.chunks(WRITE_BACK_BATCH) {
-            self.batch(|| {
+            self.docs.batch(|| {
                 for &ino in chunk {
                     match self.files.persist(ino) {
                         Ok(()) | Err(FsError::NotFound) => {}
@@ -144,7 +235,7 @@ impl Fs {
     fn finish_forgotten(&self) -> FsResult<()> {
         let forgotten = std::mem::take(&mut *self.forgotten.lock());
         for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
-            self.batch(|| {
+            self.docs.batch(|| {
                 for &ino in chunk {
                     self.files.finish_forget(ino);
                 }
@@ -158,7 +249,7 @@ impl Fs {
     /// have writes whose size and mtime did not reach the store. The data
     /// store holds every byte written; take the size and time from it
     /// (only writes happened since the last persist, so sizes only grew).
-    pub(super) fn replay_journal(&self, inos: &[u64]) -> FsResult<()> {
+    pub(super) fn replay(&self, inos: &[u64]) -> FsResult<()> {
         let mut recovered = 0;
         let mut dirs = 0;
         for &ino in inos {
@@ -188,7 +279,7 @@ impl Fs {
     }
 
     /// A journaled directory (its mount died with its times in memory, see
-    /// `touch_dir`): they move to now, which is no earlier than what was
+    /// `Pending::wait_dir_time`): they move to now, which is no earlier than what was
     /// lost. False if `ino` is not a directory.
     fn catch_up_dir(&self, ino: u64) -> FsResult<bool> {
         match self.docs.inode(ino) {
@@ -197,7 +288,7 @@ impl Fs {
             Err(e) => return Err(e),
         }
         let now = now_ns();
-        self.batch(|| {
+        self.docs.batch(|| {
             self.docs
                 .update(ino, |i| {
                     i.mtime_ns = i.mtime_ns.max(now);
@@ -211,7 +302,7 @@ impl Fs {
 
     /// A journaled file whose stored size or mtime lags its data (written
     /// just before a crash): the data's length and mtime.
-    pub fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
+    pub(super) fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
         let inode = match self.docs.inode(ino) {
             Ok((i, _)) => i,
             Err(FsError::NotFound) => return Ok(None),
@@ -232,8 +323,8 @@ impl Fs {
     }
 
     /// Bring a file's stored size and mtime up to its data's.
-    pub fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
-        self.batch(|| {
+    pub(super) fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
+        self.docs.batch(|| {
             self.docs
                 .update(ino, |i| {
                     i.size = i.size.max(len);
@@ -246,59 +337,5 @@ impl Fs {
                 })
                 .and_then(|i| self.docs.sync_entries(&i))
         })
-    }
-
-    /// Background write-back: states (lazy close) every second, atimes
-    /// when due.
-    pub fn spawn_write_back(self: &std::sync::Arc<Self>) {
-        let fs = std::sync::Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("esfs-writeback".into())
-            .spawn(move || {
-                crate::store::Caller::WriteBack.set_for_thread();
-                loop {
-                    std::thread::sleep(STATE_WRITE_BACK);
-                    let Some(fs) = fs.upgrade() else { return };
-                    let _pass = fs.write_back_pass.lock();
-                    if fs.closing.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if fs.lazy_close()
-                        && let Err(e) = fs.write_back()
-                    {
-                        log::warn!("writing back file sizes and times: {e}");
-                    }
-                    if !fs.lazy_close()
-                        && let Err(e) = fs.sync_stale_dirs()
-                    {
-                        log::warn!("refreshing directories' entries: {e}");
-                    }
-                    if fs.pending.atimes_due()
-                        && let Err(e) = fs.write_back_atimes()
-                    {
-                        log::warn!("writing back access times: {e}");
-                    }
-                }
-            })
-            .expect("spawn write-back");
-    }
-
-    /// Clean unmount, once no request can come: stop the background
-    /// writers, write back what waits in memory, end the lock session, and
-    /// commit. The commit must be the last write: anything written after it
-    /// (the session's deletion did) stays in the redo log, and the next
-    /// mount replays it as if this one had crashed.
-    pub fn shutdown(&self) -> FsResult<()> {
-        self.closing.store(true, Ordering::Release);
-        // Waits for a pass of the write-back thread in progress.
-        drop(self.write_back_pass.lock());
-        if let Some(h) = self.hook.get() {
-            h.stop();
-        }
-        self.write_back()?;
-        self.write_back_atimes()?;
-        self.lm.shutdown();
-        self.store.sync()?;
-        Ok(())
     }
 }

@@ -223,7 +223,7 @@ impl Fs {
         // Counted before the pending deletions: one the write-back does
         // in between then shows as used for a moment, never as freed twice.
         let stored = self.store.count(Idx::Inodes, &Query::MatchAll)?;
-        let pending = self.pending_deletions();
+        let pending = self.write_back.pending_deletions();
         let pending_blocks = pending.iter().map(|s| s.div_ceil(BLOCK_SIZE)).sum::<u64>();
         let pending = pending.len() as u64;
         let used = stored.saturating_sub(pending);

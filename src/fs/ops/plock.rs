@@ -6,9 +6,12 @@
 //! changes are write-if-version. Ranges of dead mounts are ignored and
 //! dropped, so a crashed mount never leaves a file locked.
 
-use crate::fs::*;
+use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
 use crate::locks::manager::now_ms;
+use crate::store::{Idx, StoreError, Version};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Range {

@@ -14,9 +14,13 @@
 //! reads one whole) skip the search, and plain READDIR copies their names
 //! straight into the reply.
 
-use crate::fs::*;
-use crate::store::{Query, SearchRequest, Sort, listing};
+use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
+use crate::model::{Inode, Kind, ROOT_INO, decode_cow, decode_string, inode_id};
+use crate::store::{Idx, Query, SearchRequest, Sort, listing};
 use serde::Deserialize;
+use serde_json::Value;
+use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::atomic::Ordering;
 

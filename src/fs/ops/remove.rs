@@ -135,27 +135,9 @@ impl Fs {
         if self.pending.lazy() {
             // Deleting an unlinked inode waits for the write-back, which
             // deletes many per transaction.
-            self.forgotten.lock().push(ino);
+            self.write_back.defer_forget(ino);
             return;
         }
         self.files.finish_forget(ino);
-    }
-
-    /// Unlinked inodes the kernel let go of that the write-back has yet to
-    /// delete (see `forget`): their sizes.
-    pub(in crate::fs) fn pending_deletions(&self) -> Vec<u64> {
-        let inos = self.forgotten.lock().clone();
-        let mut sizes = Vec::new();
-        for ino in inos {
-            if self.files.held(ino) {
-                continue;
-            }
-            if let Ok((inode, _)) = self.docs.inode(ino)
-                && inode.nlink == 0
-            {
-                sizes.push(inode.size);
-            }
-        }
-        sizes
     }
 }

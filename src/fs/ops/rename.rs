@@ -1,15 +1,17 @@
 //! rename(2) and renameat2(2): the fast paths of a move and an exchange.
 //!
 //! A rename writes an intent first (see [`crate::fs::intent`]), then does
-//! the change, then deletes the intent: a crash in between is rolled
-//! forward by whoever notices. The new entry is written before the old one
-//! goes, so a crash leaves the file reachable.
+//! the change (the steps of [`crate::fs::moves`]), then deletes the intent:
+//! a crash in between is rolled forward by whoever notices. The new entry
+//! is written before the old one goes, so a crash leaves the file reachable.
 
-use crate::fs::intent::{Intent, MoveIntent, Seen};
-use crate::fs::*;
-
-pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
-pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
+use crate::error::{FsError, FsResult};
+use crate::fs::docs::{Found, bulk_check};
+use crate::fs::moves::{Intent, MoveIntent, Seen};
+use crate::fs::tree::TreeLock;
+use crate::fs::{Fs, RENAME_EXCHANGE, RENAME_NOREPLACE, encode_name};
+use crate::model::{Entry, Inode, Kind, join_path};
+use crate::store::{BulkOp, Idx, Version};
 
 /// What a move read and decided before writing anything.
 struct Prepared {
@@ -83,13 +85,13 @@ impl Fs {
                         replaced,
                         self.ids.alloc()?,
                     )?;
-                    Some((self.intent_id()?, plan))
+                    Some((self.intents.id()?, plan))
                 }
                 false => None,
             };
             let with: Vec<BulkOp> = early
                 .iter()
-                .map(|(id, plan)| self.intent_op(id, &Intent::Move(plan.clone())))
+                .map(|(id, plan)| self.intents.op(id, &Intent::Move(plan.clone())))
                 .collect();
             // Across mounts: the guide's tree lock, exclusive on both names.
             let locked = self.tree.lock_with(
@@ -144,7 +146,7 @@ impl Fs {
     /// goes with its locks, in one request.
     fn abandon(&self, early: Option<(String, MoveIntent)>, t: TreeLock<'_>) -> FsResult<()> {
         match early {
-            Some((id, _)) => self.finish_intent(&id, t),
+            Some((id, _)) => self.intents.finish(&id, t),
             None => Ok(()),
         }
     }
@@ -212,7 +214,7 @@ impl Fs {
             && early.is_none()
             && !src_is_dir
             && dst.is_none()
-            && self.move_at_once(&intent, sver, seen)?
+            && self.moves.move_at_once(&intent, sver, seen)?
         {
             for p in parents {
                 self.tree.touch_seen(p.0.ino, 0, Some(p))?;
@@ -257,7 +259,7 @@ impl Fs {
             Some((iid, plan)) if same_plan(&plan, &intent) => iid,
             Some((iid, plan)) => {
                 // The peek was stale: the plan as the names now say.
-                let op = self.intent_op(&iid, &Intent::Move(intent.clone()));
+                let op = self.intents.op(&iid, &Intent::Move(intent.clone()));
                 if let Err(e) = self
                     .store
                     .bulk(vec![op])
@@ -269,14 +271,14 @@ impl Fs {
                 }
                 iid
             }
-            None => self.write_intent(&Intent::Move(intent.clone()))?,
+            None => self.intents.write(&Intent::Move(intent.clone()))?,
         };
         let seen = Seen {
             entries: (sver, dst.as_ref().map(|(_, v)| *v)),
             inodes: moved_inode.into_iter().collect(),
             also: touches.iter().flatten().cloned().collect(),
         };
-        let mut touched = self.apply_move(&intent, Some(&seen))?.into_iter();
+        let mut touched = self.moves.apply_move(&intent, Some(&seen))?.into_iter();
         for (p, touch) in parents.into_iter().zip(touches) {
             let ino = p.0.ino;
             match touch {
@@ -287,7 +289,7 @@ impl Fs {
                 None => self.tree.touch_seen(ino, dir_delta(ino), Some(p))?,
             }
         }
-        self.finish_intent(&iid, t)
+        self.intents.finish(&iid, t)
     }
 
     /// A move's checks and reads, before anything is written: None when it
@@ -381,7 +383,7 @@ impl Fs {
         } else {
             self.docs.inodes(&files)?
         };
-        let iid = self.write_intent(&Intent::Exchange {
+        let iid = self.intents.write(&Intent::Exchange {
             a: a.clone(),
             b: b.clone(),
         })?;
@@ -390,7 +392,7 @@ impl Fs {
             inodes,
             also: Vec::new(),
         };
-        if self.apply_exchange(&a, &b, Some(&seen))? {
+        if self.moves.apply_exchange(&a, &b, Some(&seen))? {
             // Directory link counts: a directory's ".." changes parents.
             if a.parent != b.parent && (a.kind == Kind::Dir) != (b.kind == Kind::Dir) {
                 let d = if a.kind == Kind::Dir { 1 } else { -1 };
@@ -403,6 +405,6 @@ impl Fs {
                 }
             }
         }
-        self.finish_intent(&iid, t)
+        self.intents.finish(&iid, t)
     }
 }
