@@ -14,7 +14,8 @@
 //!   inode's life past its last name ([`refs`]: kernel references, orphans);
 //! - [`moves`] a rename's plan and its idempotent steps; [`intent`] the plan
 //!   as a document, rolled forward when its mount died;
-//! - [`writeback`] the batches that write what waits.
+//! - [`writeback`] the batches that write what waits; [`dir_handles`] open
+//!   directories; [`plocks`] advisory locks across mounts.
 //!
 //! The calls are `ops/`, one file per family, each an `impl Fs` block that
 //! uses the parts by name (no call goes from one op file to another).
@@ -23,6 +24,7 @@
 //! are optimistic, which is also what keeps several mounts of one
 //! Elasticsearch index safe.
 
+mod dir_handles;
 mod docs;
 mod files;
 mod ids;
@@ -31,12 +33,12 @@ pub mod journal;
 mod moves;
 mod ops;
 mod pending;
+pub mod plocks;
 mod refs;
 mod tree;
 mod writeback;
 
-pub use ops::plock;
-pub use ops::readdir::{DirEnt, DirItem};
+pub use dir_handles::{DirEnt, DirItem};
 
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
@@ -44,18 +46,17 @@ use crate::hook::{ContentHook, HookSlot};
 use crate::locks::LockManager;
 use crate::model::{Inode, Kind, Link, NAME_MAX, ROOT_INO, encode_bytes, inode_id, now_ns};
 use crate::store::{Capabilities, Idx, MetaStore, StoreError};
+use dir_handles::DirHandles;
 use docs::{Docs, to_doc};
 use files::OpenFiles;
 use ids::Ids;
 use intent::Intents;
 use journal::Journal;
 use moves::Moves;
-use parking_lot::Mutex;
 use pending::Pending;
+use plocks::Plocks;
 use serde_json::json;
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use tree::Tree;
 use writeback::WriteBack;
 
@@ -157,10 +158,8 @@ pub struct Fs {
     moves: Arc<Moves>,
     intents: Intents,
     write_back: WriteBack,
-    dir_handles: Mutex<HashMap<u64, Arc<Mutex<ops::readdir::DirHandle>>>>,
-    next_fh: AtomicU64,
-    /// Inodes on which this mount holds advisory locks.
-    plocked: Mutex<HashSet<u64>>,
+    dir_handles: DirHandles,
+    plocks: Plocks,
 }
 
 impl Fs {
@@ -214,9 +213,8 @@ impl Fs {
                 pending.clone(),
                 data.clone(),
             ),
-            dir_handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            plocked: Mutex::new(HashSet::new()),
+            dir_handles: DirHandles::default(),
+            plocks: Plocks::new(store.clone(), lm.clone()),
             store,
             caps,
             data,
