@@ -18,7 +18,7 @@
 //!   directories; [`plocks`] advisory locks across mounts.
 //!
 //! The calls are `ops/`, one file per family, each an `impl Fs` block that
-//! uses the parts by name (no call goes from one op file to another).
+//! uses the parts by name (no op file calls another; no part calls an op).
 //!
 //! Concurrency: namespace changes take the tree's locks; attribute updates
 //! are optimistic, which is also what keeps several mounts of one
@@ -29,7 +29,7 @@ mod docs;
 mod files;
 mod ids;
 pub mod intent;
-pub mod journal;
+pub(crate) mod journal;
 mod moves;
 mod ops;
 mod pending;
@@ -126,6 +126,8 @@ pub struct StatFs {
 
 pub const BLOCK_SIZE: u64 = 4096;
 const FORMAT_VERSION: u64 = 1;
+/// How long a closed file's size and times may wait in memory (lazy close).
+const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What kind of node to make, with its kind-specific payload.
 pub enum NewNode<'a> {
@@ -403,9 +405,6 @@ impl Fs {
     }
 }
 
-/// How long a closed file's size and times may wait in memory (lazy close).
-const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
-
 impl Drop for Fs {
     fn drop(&mut self) {
         self.lm.shutdown();
@@ -474,7 +473,7 @@ fn session_id() -> String {
 
 /// Whether the caller is in `gid`: its primary group or, read from
 /// /proc/PID/status, a supplementary one.
-pub fn in_group(ctx: Ctx, gid: u32) -> bool {
+fn in_group(ctx: Ctx, gid: u32) -> bool {
     if ctx.gid == gid {
         return true;
     }
@@ -488,7 +487,7 @@ pub fn in_group(ctx: Ctx, gid: u32) -> bool {
 }
 
 /// A name as stored in documents (checked against what Linux allows).
-pub(crate) fn encode_name(name: &[u8]) -> FsResult<String> {
+fn encode_name(name: &[u8]) -> FsResult<String> {
     if name.len() > NAME_MAX {
         return Err(FsError::NameTooLong);
     }

@@ -30,7 +30,7 @@ pub(super) struct WriteBack {
     /// Set at unmount: the background passes stop.
     closing: AtomicBool,
     /// Held by a background pass (unmount waits for it).
-    pass: Mutex<()>,
+    in_pass: Mutex<()>,
 }
 
 impl WriteBack {
@@ -50,14 +50,14 @@ impl WriteBack {
             data,
             forgotten: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
-            pass: Mutex::new(()),
+            in_pass: Mutex::new(()),
         }
     }
 
     /// One background pass (every second): states (lazy close), else the
     /// stale entries; atimes when due. False once unmount began.
     pub(super) fn pass(&self) -> bool {
-        let _pass = self.pass.lock();
+        let _pass = self.in_pass.lock();
         if self.closing.load(Ordering::Acquire) {
             return false;
         }
@@ -80,7 +80,7 @@ impl WriteBack {
     /// waited for.
     pub(super) fn stop(&self) {
         self.closing.store(true, Ordering::Release);
-        drop(self.pass.lock());
+        drop(self.in_pass.lock());
     }
 
     /// The kernel forgot `ino` (lazy close): deleting it if unlinked

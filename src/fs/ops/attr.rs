@@ -1,4 +1,5 @@
-//! Attribute calls: getattr, setattr, access, readlink, statfs, lookup.
+//! Attribute calls: getattr, setattr (and fallocate, which at most extends
+//! the size), access, readlink, statfs, lookup.
 
 use crate::data::Piece;
 use crate::error::{FsError, FsResult};
@@ -196,7 +197,7 @@ impl Fs {
         if inode.kind != Kind::File {
             return Ok(None);
         }
-        // What a crash recovery reads (see `replay_journal`).
+        // What a crash recovery reads (see `WriteBack::replay`).
         self.data.set_mtime(&key, mtime)?;
         self.files.note_write(ino, 0, Some((mtime, ctime)))?;
         if !self.files.overlay(&mut inode, mark) {
@@ -204,6 +205,33 @@ impl Fs {
         }
         self.hook.changed(ino);
         Ok(Some(inode))
+    }
+
+    /// fallocate(2): space is not reserved ahead (contents are sparse files or
+    /// chunk documents), so plain allocation only extends the size and
+    /// KEEP_SIZE succeeds without effect; punching or collapsing ranges is
+    /// not supported.
+    pub fn fallocate(&self, ino: u64, fh: u64, off: u64, len: u64, mode: i32) -> FsResult<()> {
+        self.files.check_handle(ino, fh)?;
+        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+        match mode {
+            0 => {
+                let size = self.files.attr(ino)?.size;
+                if end > size {
+                    self.setattr(
+                        Ctx::ROOT,
+                        ino,
+                        SetAttr {
+                            size: Some(end),
+                            ..Default::default()
+                        },
+                    )?;
+                }
+                Ok(())
+            }
+            libc::FALLOC_FL_KEEP_SIZE => Ok(()),
+            _ => Err(FsError::NotSupported),
+        }
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {

@@ -1,4 +1,5 @@
-//! Making a node: mknod, mkdir, symlink and create's first name.
+//! Making a node: mknod, mkdir, symlink, and create(2), which opens the
+//! file it made.
 //!
 //! A new inode document is written with the entry that names it, in one
 //! bulk; a crash between them leaves at most an unreferenced inode, which
@@ -13,6 +14,20 @@ use crate::model::{
 use crate::store::{BulkOp, Idx, StoreError};
 
 impl Fs {
+    /// create(2): make the file and open it in one step.
+    pub fn create(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<(Inode, u64)> {
+        let inode = self.make_node(ctx, parent, name, NewNode::File, mode, umask)?;
+        let fh = self.files.register(&inode, None)?;
+        Ok((inode, fh))
+    }
+
     /// mknod/mkdir/symlink/create: make an inode and its first name.
     pub fn make_node(
         &self,

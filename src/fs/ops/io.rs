@@ -1,12 +1,12 @@
-//! Open files' calls: open, create, read, write, copy_file_range,
-//! fallocate, flush, fsync and release (the states they act on are
-//! [`crate::fs::files`]'s), and fsyncdir.
+//! Open files' calls: open, read, write, copy_file_range, flush, fsync and
+//! release (the states they act on are [`crate::fs::files`]'s), and
+//! fsyncdir.
 
 use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
 use crate::fs::docs::stale;
 use crate::fs::files::NO_HANDLE;
-use crate::fs::{Ctx, Fs, NewNode, SetAttr};
-use crate::model::{Inode, Kind};
+use crate::model::Kind;
 
 impl Fs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
@@ -15,20 +15,6 @@ impl Fs {
             return Err(FsError::IsDir);
         }
         self.files.register(&inode, Some(version))
-    }
-
-    /// create(2): make the file and open it in one step.
-    pub fn create(
-        &self,
-        ctx: Ctx,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-    ) -> FsResult<(Inode, u64)> {
-        let inode = self.make_node(ctx, parent, name, NewNode::File, mode, umask)?;
-        let fh = self.files.register(&inode, None)?;
-        Ok((inode, fh))
     }
 
     pub fn read(&self, ino: u64, fh: u64, off: u64, size: u32) -> FsResult<Vec<u8>> {
@@ -85,33 +71,6 @@ impl Fs {
         })?;
         self.files.accessed(ino_in)?;
         Ok(n)
-    }
-
-    /// fallocate(2): space is not reserved ahead (contents are sparse files or
-    /// chunk documents), so plain allocation only extends the size and
-    /// KEEP_SIZE succeeds without effect; punching or collapsing ranges is
-    /// not supported.
-    pub fn fallocate(&self, ino: u64, fh: u64, off: u64, len: u64, mode: i32) -> FsResult<()> {
-        self.files.check_handle(ino, fh)?;
-        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
-        match mode {
-            0 => {
-                let size = self.files.attr(ino)?.size;
-                if end > size {
-                    self.setattr(
-                        Ctx::ROOT,
-                        ino,
-                        SetAttr {
-                            size: Some(end),
-                            ..Default::default()
-                        },
-                    )?;
-                }
-                Ok(())
-            }
-            libc::FALLOC_FL_KEEP_SIZE => Ok(()),
-            _ => Err(FsError::NotSupported),
-        }
     }
 
     /// close(2) of one descriptor: make size and times visible in the store.

@@ -1,7 +1,6 @@
 //! The filesystem calls, one file per family: each is an `impl Fs` block
 //! that does the call with the parts of [`crate::fs`], imported by name.
-//! No op file calls into another but through `Fs`'s public calls (create
-//! opens what it made, fallocate extends by setattr).
+//! No op file calls into another.
 
 mod attr;
 mod create;

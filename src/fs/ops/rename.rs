@@ -75,7 +75,7 @@ impl Fs {
             // the request that takes the tree locks: the names read under
             // them confirm the plan (or it is written again). A plan never
             // confirmed is checked against the names by any roll-forward
-            // (`Fs::move_state`), so a stale peek is never carried out.
+            // (`Intents::move_state`), so a stale peek is never carried out.
             let early = match !exchange && !whole_tree && self.tree.locks_stored() {
                 true => {
                     let replaced = peek_dst.as_ref().map(|(d, _)| d.ino);
