@@ -9,10 +9,11 @@
 //! period in the background, or `esfs fsck --repair`) takes the intent
 //! over, takes the same tree locks (breaking the dead owner's), and runs the
 //! same steps again: the rename is rolled forward, so the tree ends as if it
-//! had finished, with nothing lost or duplicated. The janitor then removes
-//! the dead mounts' sessions and locks (the tree locks of "Elasticsearch:
-//! The Definitive Guide" would otherwise stay held by a mount killed hours
-//! ago).
+//! had finished, with nothing lost or duplicated: the half-done change of a
+//! holder that died, which Elasticsearch: The Definitive Guide, chapter
+//! "Handling Relationships" ("Solving Concurrency Issues") leaves open. The
+//! janitor then removes the dead mounts' sessions and locks (the Definitive
+//! Guide's tree locks would otherwise stay held by a mount killed hours ago).
 
 pub use super::moves::{Intent, MoveIntent};
 

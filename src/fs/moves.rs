@@ -460,8 +460,9 @@ impl Moves {
         Ok((false, linked))
     }
 
-    /// The path step by prefix (the seeds' directory rename): find every
-    /// document strictly below `old` (one `path.tree` term) and bulk-update
+    /// The path step by prefix (the directory rename of Elasticsearch: The
+    /// Definitive Guide, chapter "Handling Relationships", "Renaming Files and
+    /// Directories"): find every document strictly below `old` (one `path.tree` term) and bulk-update
     /// its `path` and `dir` to be below `new`, page by page, checking every
     /// item. A backend that can rewrite the subtree itself (the embedded
     /// store: one SQL statement) does so. Idempotent as long as nothing

@@ -1,6 +1,7 @@
 //! Advisory file locks (fcntl byte ranges, and flock as whole-file ranges)
-//! that hold across every mount of the store: the guide's document locks
-//! with an owner id. One document per locked inode, `plock/<ino>`, lists the
+//! that hold across every mount of the store: the document locks of
+//! Elasticsearch: The Definitive Guide, chapter "Handling Relationships"
+//! ("Document Locking") with an owner id. One document per locked inode, `plock/<ino>`, lists the
 //! held ranges with their owner (mount session + the kernel's lock owner);
 //! changes are write-if-version. Ranges of dead mounts are ignored and
 //! dropped, so a crashed mount never leaves a file locked.
@@ -30,7 +31,7 @@ pub struct Range {
 }
 
 /// How long F_SETLKW polls before answering EAGAIN (a FUSE thread cannot
-/// wait forever; see the README).
+/// wait forever; see docs/consistency.md, "Advisory locks").
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn overlaps(a: &Range, start: u64, end: u64) -> bool {

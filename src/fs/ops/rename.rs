@@ -93,7 +93,8 @@ impl Fs {
                 .iter()
                 .map(|(id, plan)| self.intents.op(id, &Intent::Move(plan.clone())))
                 .collect();
-            // Across mounts: the guide's tree lock, exclusive on both names.
+            // Across mounts: tree locking (Elasticsearch: The Definitive Guide,
+            // chapter "Handling Relationships", "Tree Locking"), exclusive on both names.
             let locked = self.tree.lock_with(
                 &[parent, newparent],
                 &[(parent, &peek.name), (newparent, &new_ename)],
