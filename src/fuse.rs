@@ -480,7 +480,7 @@ impl Filesystem for FuseFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let want = crate::fs::plock::Range {
+        let want = crate::fs::plocks::Range {
             mount: String::new(),
             owner: lock_owner.0,
             pid,

@@ -23,3 +23,34 @@ pub trait ContentHook: Send + Sync {
     /// The mount is closing: stop background work.
     fn stop(&self);
 }
+
+/// Where a mount's hook goes once indexing starts (after the mount is
+/// made); until then, and on a mount that indexes nothing, telling it
+/// anything does nothing.
+#[derive(Default)]
+pub struct HookSlot(std::sync::OnceLock<Box<dyn ContentHook>>);
+
+impl HookSlot {
+    /// Set the hook; a second one is ignored.
+    pub fn set(&self, hook: Box<dyn ContentHook>) {
+        let _ = self.0.set(hook);
+    }
+
+    pub fn get(&self) -> Option<&dyn ContentHook> {
+        self.0.get().map(|h| &**h)
+    }
+
+    /// [`ContentHook::changed`], if a hook is set.
+    pub fn changed(&self, ino: u64) {
+        if let Some(h) = self.get() {
+            h.changed(ino);
+        }
+    }
+
+    /// [`ContentHook::activity`], if a hook is set.
+    pub fn activity(&self) {
+        if let Some(h) = self.get() {
+            h.activity();
+        }
+    }
+}

@@ -3,10 +3,10 @@
 //!
 //! On a mount that is its store's only user, close(2) sends nothing to esfs
 //! (no FLUSH), and the size/times writes left in memory reach the store in
-//! batches a moment later (`Fs::write_back`). Contents never wait: every
+//! batches a moment later (`WriteBack::write_back`). Contents never wait: every
 //! write(2) is in the data store before it returns. So after a `kill -9`
 //! only sizes and mtimes can lag their data, and only for the files named
-//! here; the next mount takes them from the data store (`Fs::replay_journal`).
+//! here; the next mount takes them from the data store (`WriteBack::replay`).
 //!
 //! The journal is a small file of inode numbers next to the store: a file
 //! is appended once (8 bytes) when it first turns dirty, and the file is
@@ -15,7 +15,7 @@
 //! fsync is what survives a power cut, and it persists directly.
 //!
 //! A directory is also marked when a name made or removed in it moves its
-//! times in memory (see `Fs::touch_dir`); the next mount then moves them to
+//! times in memory (see `Pending::wait_dir_time`); the next mount then moves them to
 //! its start. Once a write of the directory's inode that took those times
 //! along is acknowledged (a `touch -d`, `cp -a` setting the directory's
 //! times), an *unmark* record follows its mark: recovery must not replace
@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 /// never come near it).
 const UNMARK: u64 = 1 << 63;
 
-pub struct Journal {
+pub(crate) struct Journal {
     path: PathBuf,
     inner: Mutex<Inner>,
 }
@@ -45,7 +45,7 @@ struct Inner {
 impl Journal {
     /// Open (creating) the journal; also returns the inodes a previous life
     /// of the mount left marked, to be replayed before serving.
-    pub fn open(path: &Path) -> io::Result<(Journal, Vec<u64>)> {
+    pub(super) fn open(path: &Path) -> io::Result<(Journal, Vec<u64>)> {
         let left = Self::read(path)?;
         let file = Self::append_to(path)?;
         let marked = left.iter().copied().collect();
@@ -58,7 +58,7 @@ impl Journal {
 
     /// The inodes a journal names (none if it does not exist), without
     /// opening it for writing: `esfs fsck` reads a dead mount's journal.
-    pub fn read(path: &Path) -> io::Result<Vec<u64>> {
+    pub(crate) fn read(path: &Path) -> io::Result<Vec<u64>> {
         let mut left = Vec::new();
         match File::open(path) {
             Ok(mut f) => {
@@ -93,7 +93,7 @@ impl Journal {
 
     /// `ino` has writes not in the store yet. One append per dirty period;
     /// afterwards a set lookup.
-    pub fn mark(&self, ino: u64) -> io::Result<()> {
+    pub(super) fn mark(&self, ino: u64) -> io::Result<()> {
         let mut g = self.inner.lock();
         if g.marked.contains(&ino) {
             return Ok(());
@@ -106,7 +106,7 @@ impl Journal {
     /// Unmark those of `inos` that are marked and not `pending` (checked
     /// under the journal's lock, so a mark made concurrently is either
     /// seen pending or appended after the unmark): one append for all.
-    pub fn unmark(&self, inos: &[u64], pending: impl Fn(u64) -> bool) -> io::Result<()> {
+    pub(super) fn unmark(&self, inos: &[u64], pending: impl Fn(u64) -> bool) -> io::Result<()> {
         let mut g = self.inner.lock();
         let mut buf = Vec::new();
         for &ino in inos {
@@ -124,7 +124,7 @@ impl Journal {
     /// Forget the marked files for which `clean` holds (their state is in
     /// the store), rewriting the file atomically (a new file renamed over
     /// the old, so a crash leaves one or the other, never fewer marks).
-    pub fn settle(&self, clean: impl Fn(u64) -> bool) -> io::Result<()> {
+    pub(super) fn settle(&self, clean: impl Fn(u64) -> bool) -> io::Result<()> {
         let mut g = self.inner.lock();
         let before = g.marked.len();
         g.marked.retain(|&ino| !clean(ino));
@@ -142,7 +142,8 @@ impl Journal {
         Ok(())
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.inner.lock().marked.is_empty()
     }
 }

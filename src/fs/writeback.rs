@@ -1,82 +1,124 @@
-//! Lazy close and write-back: sizes, times and directory times waiting in
-//! memory, written to the store in batches by a background thread and at
-//! unmount, with the unflushed journal (see [`super::journal`]) covering a
-//! crash before that.
+//! The write-back: what waits in memory (see [`super::pending`]) written
+//! to the store in batches, by a background pass every second and at
+//! unmount: closed files' sizes and times (lazy close), directory times,
+//! stale entry copies, due atimes, and the deletion of unlinked inodes the
+//! kernel forgot. At mount after a crash, the journal's files and
+//! directories are caught up from their data.
 
-use super::*;
-use std::sync::atomic::Ordering;
+use super::docs::{Docs, to_doc};
+use super::files::OpenFiles;
+use super::pending::{Pending, WRITE_BACK_BATCH};
+use crate::data::DataStore;
+use crate::error::{FsError, FsResult};
+use crate::model::{Inode, Kind, inode_id, now_ns};
+use crate::store::{BulkOp, Idx, MetaStore};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// How long an atime moved by reads alone may wait in memory. As Linux's
-/// `lazytime` (whose bound is 12 h), it is written sooner with any other
-/// change of its inode, by fsync, at unmount, or with a full batch
-/// ([`WRITE_BACK_BATCH`] waiting): a read costs no write of its own.
-const ATIME_MAX_WAIT_NS: i64 = 3600 * 1_000_000_000;
-/// How long a closed file's size and times may wait in memory (lazy close).
-const STATE_WRITE_BACK: std::time::Duration = std::time::Duration::from_secs(1);
-/// States persisted per transaction by the write-back.
-const WRITE_BACK_BATCH: usize = 256;
+pub(super) struct WriteBack {
+    store: Arc<dyn MetaStore>,
+    docs: Arc<Docs>,
+    files: Arc<OpenFiles>,
+    pending: Arc<Pending>,
+    data: Arc<dyn DataStore>,
+    /// The store's batches make one transaction of many writes (else the
+    /// atimes go as one bulk).
+    batches: bool,
+    /// Inodes the kernel forgot, for the write-back to finish (lazy close).
+    forgotten: Mutex<Vec<u64>>,
+    /// Set at unmount: the background passes stop.
+    closing: AtomicBool,
+    /// Held by a background pass (unmount waits for it).
+    in_pass: Mutex<()>,
+}
 
-impl Fs {
-    /// The directory time of `inode` waiting in memory, if any.
-    pub(super) fn pending_dir_time(&self, inode: &Inode) -> Option<i64> {
-        if inode.kind != Kind::Dir {
-            return None;
+impl WriteBack {
+    pub(super) fn new(
+        store: Arc<dyn MetaStore>,
+        docs: Arc<Docs>,
+        files: Arc<OpenFiles>,
+        pending: Arc<Pending>,
+        data: Arc<dyn DataStore>,
+    ) -> WriteBack {
+        WriteBack {
+            batches: store.capabilities().batches,
+            store,
+            docs,
+            files,
+            pending,
+            data,
+            forgotten: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
+            in_pass: Mutex::new(()),
         }
-        self.dir_times.lock().get(&inode.ino).copied()
     }
 
-    /// `t` reached the store: drop it, unless a later time came meanwhile.
-    fn settle_dir_time(&self, ino: u64, t: i64) {
-        let mut times = self.dir_times.lock();
-        if times.get(&ino) == Some(&t) {
-            times.remove(&ino);
+    /// One background pass (every second): states (lazy close), else the
+    /// stale entries; atimes when due. False once unmount began.
+    pub(super) fn pass(&self) -> bool {
+        let _pass = self.in_pass.lock();
+        if self.closing.load(Ordering::Acquire) {
+            return false;
         }
+        let lazy = self.pending.lazy();
+        if lazy && let Err(e) = self.write_back() {
+            log::warn!("writing back file sizes and times: {e}");
+        }
+        if !lazy && let Err(e) = self.sync_stale_dirs() {
+            log::warn!("refreshing directories' entries: {e}");
+        }
+        if self.pending.atimes_due()
+            && let Err(e) = self.write_back_atimes()
+        {
+            log::warn!("writing back access times: {e}");
+        }
+        true
     }
 
-    /// A directory's inode was written (`Some`, with the deferred time the
-    /// write took along), or this thread's batch was acknowledged (`None`).
-    /// Only an acknowledged write settles: until then the time stays
-    /// pending (a crash could still lose the write), and then the journal
-    /// unmarks the directory if nothing newer waits, so that recovery does
-    /// not move a time set afterwards (`touch -d`, `cp -a`) to its start.
-    pub(super) fn dirs_written(&self, wrote: Option<(u64, Option<i64>)>) {
-        let in_batch = BATCH_DEPTH.with(|d| d.get()) > 0;
-        let done = WRITTEN_DIRS.with(|w| {
-            let mut w = w.borrow_mut();
-            w.extend(wrote);
-            if in_batch {
-                return Vec::new();
+    /// Unmount: no background pass starts any more, and one in progress is
+    /// waited for.
+    pub(super) fn stop(&self) {
+        self.closing.store(true, Ordering::Release);
+        drop(self.in_pass.lock());
+    }
+
+    /// The kernel forgot `ino` (lazy close): deleting it if unlinked
+    /// (marked orphan by its unlink, so a crash before this loses nothing:
+    /// the next mount reclaims it) waits for the write-back, which deletes
+    /// many per transaction.
+    pub(super) fn defer_forget(&self, ino: u64) {
+        self.forgotten.lock().push(ino);
+    }
+
+    /// Unlinked inodes the kernel let go of that the write-back has yet to
+    /// delete (see `defer_forget`): their sizes.
+    pub(super) fn pending_deletions(&self) -> Vec<u64> {
+        let inos = self.forgotten.lock().clone();
+        let mut sizes = Vec::new();
+        for ino in inos {
+            if self.files.held(ino) {
+                continue;
             }
-            std::mem::take(&mut *w)
-        });
-        let Some(j) = &self.journal else { return };
-        if done.is_empty() {
-            return;
-        }
-        for &(ino, t) in &done {
-            if let Some(t) = t {
-                self.settle_dir_time(ino, t);
+            if let Ok((inode, _)) = self.docs.inode(ino)
+                && inode.nlink == 0
+            {
+                sizes.push(inode.size);
             }
         }
-        let inos: Vec<u64> = done.iter().map(|(ino, _)| *ino).collect();
-        if let Err(e) = j.unmark(&inos, |ino| self.dir_times.lock().contains_key(&ino)) {
-            // The marks stay: recovery would move those times to its start.
-            log::warn!("unflushed journal: {e}");
-        }
+        sizes
     }
 
     /// Write the directory times waiting in memory to their inodes, many
     /// per transaction (each write absorbs its directory's time).
     pub(super) fn write_back_dir_times(&self) -> FsResult<()> {
-        let dirs: Vec<u64> = self.dir_times.lock().keys().copied().collect();
+        let dirs = self.pending.waiting_dirs();
         for chunk in dirs.chunks(256) {
-            self.batch(|| {
+            self.docs.batch(|| {
                 for &ino in chunk {
-                    match self.update_inode(ino, |_| Ok(())) {
+                    match self.docs.update(ino, |_| Ok(())) {
                         Ok(_) => {}
-                        Err(FsError::NotFound) => {
-                            self.dir_times.lock().remove(&ino);
-                        }
+                        Err(FsError::NotFound) => self.pending.drop_dir_time(ino),
                         Err(e) => return Err(e),
                     }
                 }
@@ -86,118 +128,15 @@ impl Fs {
         Ok(())
     }
 
-    /// fsync of a directory: its times waiting in memory are written first.
-    pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
-        if self.dir_times.lock().contains_key(&ino) {
-            self.batch(|| self.update_inode(ino, |_| Ok(())).map(|_| ()))?;
-        }
-        self.store.sync()?;
-        Ok(())
-    }
-
-    /// Directory mtime/ctime to now and its link count changed by `nlink`.
-    pub(super) fn touch_dir(&self, ino: u64, nlink: i32) -> FsResult<()> {
-        self.touch_dir_seen(ino, nlink, None)
-    }
-
-    /// [`Fs::touch_dir`] from a copy of the directory's inode the caller
-    /// read under the call's locks (one read fewer on a shared store).
-    pub(super) fn touch_dir_seen(
-        &self,
-        ino: u64,
-        nlink: i32,
-        seen: Option<(Inode, Version)>,
-    ) -> FsResult<()> {
-        let now = now_ns();
-        if let Some(h) = self.search.get() {
-            h.activity();
-        }
-        if nlink == 0
-            && let Some(j) = &self.journal
-        {
-            // Lazy close: only the times change, so they wait in memory for
-            // the write-back like a closed file's size (a read-modify-write
-            // of the directory was a sixth of an unlink or a rename). The
-            // journal names the directory first (the time goes in before
-            // the mark, so a settle in between keeps the mark): after a
-            // crash the next mount moves its times to its own start.
-            self.dir_times
-                .lock()
-                .entry(ino)
-                .and_modify(|t| *t = (*t).max(now))
-                .or_insert(now);
-            j.mark(ino)
-                .map_err(|e| FsError::Io(format!("unflushed journal: {e}")))?;
-            self.stale_dirs.lock().insert(ino);
-            return Ok(());
-        }
-        self.change_inode_seen(ino, seen, |i| {
-            touch(i, nlink, now);
-            Ok(Fate::Keep)
-        })?;
-        // The entry's copy of the directory's times only serves searches:
-        // the write-back refreshes it, once a second at most instead of
-        // once per name created in the directory (a write of its own per
-        // call). A crash leaves it stale until the next change.
-        self.stale_dirs.lock().insert(ino);
-        Ok(())
-    }
-
-    /// [`Fs::touch_dir_seen`]'s write as a bulk item, for the bulk of the
-    /// change that moves the directory's times (a request fewer per call
-    /// on Elasticsearch), conditional on the copy read (`seen`, else the
-    /// cached one). None where the times wait in memory (lazy close) or
-    /// the directory is gone. The caller passes the item's result to
-    /// [`Fs::touched`].
-    pub(super) fn touch_op(
-        &self,
-        ino: u64,
-        nlink: i32,
-        seen: Option<(Inode, Version)>,
-    ) -> FsResult<Option<BulkOp>> {
-        if self.journal.is_some() {
-            return Ok(None);
-        }
-        let (mut i, ver) = match seen {
-            Some(s) => s,
-            None => match self.get_inode(ino) {
-                Ok(s) => s,
-                Err(FsError::NotFound) => return Ok(None),
-                Err(e) => return Err(e),
-            },
-        };
-        touch(&mut i, nlink, now_ns());
-        Ok(Some(BulkOp::Index {
-            index: Idx::Inodes,
-            id: inode_id(ino),
-            source: to_doc(&i),
-            if_version: Some(ver),
-        }))
-    }
-
-    /// After a [`Fs::touch_op`] item: what follows its write if it
-    /// `landed`, else the touch the re-reading way.
-    pub(super) fn touched(&self, ino: u64, nlink: i32, landed: bool) -> FsResult<()> {
-        match landed {
-            true => {
-                if let Some(h) = self.search.get() {
-                    h.activity();
-                }
-                self.stale_dirs.lock().insert(ino);
-                Ok(())
-            }
-            _ => self.touch_dir(ino, nlink),
-        }
-    }
-
-    /// Refreshes the entry documents of the directories `touch_dir` left stale.
+    /// Refreshes the entry documents of the directories `Tree::touch` left
+    /// stale.
     fn sync_stale_dirs(&self) -> FsResult<()> {
-        let dirs: Vec<u64> = self.stale_dirs.lock().drain().collect();
+        let dirs = self.pending.take_stale_dirs();
         for chunk in dirs.chunks(256) {
-            self.batch(|| {
+            self.docs.batch(|| {
                 for &ino in chunk {
-                    match self.get_inode(ino) {
-                        Ok((inode, _)) => self.sync_entries(&inode)?,
+                    match self.docs.inode(ino) {
+                        Ok((inode, _)) => self.docs.sync_entries(&inode)?,
                         Err(FsError::NotFound) => {}
                         Err(e) => return Err(e),
                     }
@@ -208,30 +147,20 @@ impl Fs {
         Ok(())
     }
 
-    /// Whether the atimes waiting in memory are due: a full batch, or one
-    /// waiting for [`ATIME_MAX_WAIT_NS`] (the values are the reads' times).
-    fn atimes_due(&self) -> bool {
-        let a = self.atimes.lock();
-        a.len() >= WRITE_BACK_BATCH
-            || a.values()
-                .min()
-                .is_some_and(|&t| now_ns() - t >= ATIME_MAX_WAIT_NS)
-    }
-
     /// Write the pending atime updates to their inodes (when due, and at
     /// unmount; a `kill -9` loses at most the atimes of that wait, never
     /// anything else).
-    pub fn write_back_atimes(&self) -> FsResult<usize> {
-        let pending: Vec<(u64, i64)> = self.atimes.lock().drain().collect();
+    pub(super) fn write_back_atimes(&self) -> FsResult<usize> {
+        let pending = self.pending.take_atimes();
         let set = |i: &mut Inode, a: i64| {
             i.atime_ns = i.atime_ns.max(a);
             Ok(())
         };
         for chunk in pending.chunks(WRITE_BACK_BATCH) {
-            if self.caps.batches {
-                self.batch(|| {
+            if self.batches {
+                self.docs.batch(|| {
                     for &(ino, a) in chunk {
-                        match self.update_inode(ino, |i| set(i, a)) {
+                        match self.docs.update(ino, |i| set(i, a)) {
                             Ok(_) | Err(FsError::NotFound) => {}
                             Err(e) => return Err(e),
                         }
@@ -265,7 +194,7 @@ impl Fs {
                 if r.is_ok() {
                     continue;
                 }
-                match self.update_inode(ino, |i| set(i, a)) {
+                match self.docs.update(ino, |i| set(i, a)) {
                     Ok(_) | Err(FsError::NotFound) => {}
                     Err(e) => return Err(e),
                 }
@@ -274,49 +203,31 @@ impl Fs {
         Ok(pending.len())
     }
 
-    /// Whether close(2) may skip esfs (no FLUSH): written sizes and times
-    /// are then written back by [`Fs::write_back`], and the journal covers
-    /// a crash before that.
-    pub fn lazy_close(&self) -> bool {
-        self.journal.is_some()
-    }
-
     /// Lazy close: delete the unlinked inodes the kernel forgot, refresh
     /// the entries of changed directories, write the states of written
     /// files to their inodes (many per transaction), drop the states no
     /// handle holds, and settle the journal.
-    pub fn write_back(&self) -> FsResult<()> {
+    pub(super) fn write_back(&self) -> FsResult<()> {
         self.finish_forgotten()?;
         self.write_back_dir_times()?;
         self.sync_stale_dirs()?;
-        let dirty: Vec<u64> = {
-            let open = self.open.lock();
-            open.iter()
-                .filter(|(_, st)| st.dirty || st.count == 0)
-                .map(|(ino, _)| *ino)
-                .collect()
-        };
+        let dirty = self.files.to_write_back();
         for chunk in dirty.chunks(WRITE_BACK_BATCH) {
-            self.batch(|| {
+            self.docs.batch(|| {
                 for &ino in chunk {
-                    match self.persist(ino) {
+                    match self.files.persist(ino) {
                         Ok(()) | Err(FsError::NotFound) => {}
                         Err(e) => return Err(e),
                     }
                     // Drops only a clean state without handles (made again
                     // from the inode on the next read or write).
-                    self.drop_state(ino)?;
+                    self.files.drop_state(ino)?;
                 }
                 Ok(())
             })?;
         }
-        if let Some(j) = &self.journal {
-            j.settle(|ino| {
-                self.open.lock().get(&ino).is_none_or(|st| !st.wrote)
-                    && !self.dir_times.lock().contains_key(&ino)
-            })?;
-        }
-        Ok(())
+        self.pending
+            .settle_journal(|ino| self.files.settled_in_store(ino))
     }
 
     /// Finish the forgets left to the write-back: unlinked inodes the
@@ -324,9 +235,9 @@ impl Fs {
     fn finish_forgotten(&self) -> FsResult<()> {
         let forgotten = std::mem::take(&mut *self.forgotten.lock());
         for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
-            self.batch(|| {
+            self.docs.batch(|| {
                 for &ino in chunk {
-                    self.finish_forget(ino);
+                    self.files.finish_forget(ino);
                 }
                 Ok(())
             })?;
@@ -338,7 +249,7 @@ impl Fs {
     /// have writes whose size and mtime did not reach the store. The data
     /// store holds every byte written; take the size and time from it
     /// (only writes happened since the last persist, so sizes only grew).
-    pub(super) fn replay_journal(&self, inos: &[u64]) -> FsResult<()> {
+    pub(super) fn replay(&self, inos: &[u64]) -> FsResult<()> {
         let mut recovered = 0;
         let mut dirs = 0;
         for &ino in inos {
@@ -368,30 +279,31 @@ impl Fs {
     }
 
     /// A journaled directory (its mount died with its times in memory, see
-    /// `touch_dir`): they move to now, which is no earlier than what was
+    /// `Pending::wait_dir_time`): they move to now, which is no earlier than what was
     /// lost. False if `ino` is not a directory.
     fn catch_up_dir(&self, ino: u64) -> FsResult<bool> {
-        match self.get_inode(ino) {
+        match self.docs.inode(ino) {
             Ok((i, _)) if i.kind == Kind::Dir => {}
             Ok(_) | Err(FsError::NotFound) => return Ok(false),
             Err(e) => return Err(e),
         }
         let now = now_ns();
-        self.batch(|| {
-            self.update_inode(ino, |i| {
-                i.mtime_ns = i.mtime_ns.max(now);
-                i.ctime_ns = i.ctime_ns.max(now);
-                Ok(())
-            })
-            .and_then(|i| self.sync_entries(&i))
+        self.docs.batch(|| {
+            self.docs
+                .update(ino, |i| {
+                    i.mtime_ns = i.mtime_ns.max(now);
+                    i.ctime_ns = i.ctime_ns.max(now);
+                    Ok(())
+                })
+                .and_then(|i| self.docs.sync_entries(&i))
         })?;
         Ok(true)
     }
 
     /// A journaled file whose stored size or mtime lags its data (written
     /// just before a crash): the data's length and mtime.
-    pub fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
-        let inode = match self.get_inode(ino) {
+    pub(super) fn behind_data(&self, ino: u64) -> FsResult<Option<(u64, i64)>> {
+        let inode = match self.docs.inode(ino) {
             Ok((i, _)) => i,
             Err(FsError::NotFound) => return Ok(None),
             Err(e) => return Err(e),
@@ -411,79 +323,19 @@ impl Fs {
     }
 
     /// Bring a file's stored size and mtime up to its data's.
-    pub fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
-        self.batch(|| {
-            self.update_inode(ino, |i| {
-                i.size = i.size.max(len);
-                i.mtime_ns = mtime;
-                i.ctime_ns = i.ctime_ns.max(mtime);
-                if let Some(k) = &i.content {
-                    i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
-                }
-                Ok(())
-            })
-            .and_then(|i| self.sync_entries(&i))
+    pub(super) fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
+        self.docs.batch(|| {
+            self.docs
+                .update(ino, |i| {
+                    i.size = i.size.max(len);
+                    i.mtime_ns = mtime;
+                    i.ctime_ns = i.ctime_ns.max(mtime);
+                    if let Some(k) = &i.content {
+                        i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+                    }
+                    Ok(())
+                })
+                .and_then(|i| self.docs.sync_entries(&i))
         })
     }
-
-    /// Background write-back: states (lazy close) every second, atimes
-    /// when due.
-    pub fn spawn_write_back(self: &std::sync::Arc<Self>) {
-        let fs = std::sync::Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("esfs-writeback".into())
-            .spawn(move || {
-                crate::store::Caller::WriteBack.set_for_thread();
-                loop {
-                    std::thread::sleep(STATE_WRITE_BACK);
-                    let Some(fs) = fs.upgrade() else { return };
-                    let _pass = fs.write_back_pass.lock();
-                    if fs.closing.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if fs.lazy_close()
-                        && let Err(e) = fs.write_back()
-                    {
-                        log::warn!("writing back file sizes and times: {e}");
-                    }
-                    if !fs.lazy_close()
-                        && let Err(e) = fs.sync_stale_dirs()
-                    {
-                        log::warn!("refreshing directories' entries: {e}");
-                    }
-                    if fs.atimes_due()
-                        && let Err(e) = fs.write_back_atimes()
-                    {
-                        log::warn!("writing back access times: {e}");
-                    }
-                }
-            })
-            .expect("spawn write-back");
-    }
-
-    /// Clean unmount, once no request can come: stop the background
-    /// writers, write back what waits in memory, end the lock session, and
-    /// commit. The commit must be the last write: anything written after it
-    /// (the session's deletion did) stays in the redo log, and the next
-    /// mount replays it as if this one had crashed.
-    pub fn shutdown(&self) -> FsResult<()> {
-        self.closing.store(true, Ordering::Release);
-        // Waits for a pass of the write-back thread in progress.
-        drop(self.write_back_pass.lock());
-        if let Some(h) = self.search.get() {
-            h.stop();
-        }
-        self.write_back()?;
-        self.write_back_atimes()?;
-        self.lm.shutdown();
-        self.store.sync()?;
-        Ok(())
-    }
-}
-
-/// A directory's change: mtime and ctime `now`, link count moved by `nlink`.
-fn touch(i: &mut Inode, nlink: i32, now: i64) {
-    i.mtime_ns = now;
-    i.ctime_ns = now;
-    i.nlink = (i.nlink as i64 + nlink as i64).max(0) as u32;
 }

@@ -1,8 +1,11 @@
-//! Attribute calls: getattr, setattr, access, readlink, statfs, lookup.
+//! Attribute calls: getattr, setattr (and fallocate, which at most extends
+//! the size), access, readlink, statfs, lookup.
 
 use crate::data::Piece;
-use crate::fs::*;
-use crate::store::Doc;
+use crate::error::{FsError, FsResult};
+use crate::fs::{BLOCK_SIZE, Ctx, Fs, SetAttr, StatFs, TimeSpec, in_group};
+use crate::model::{Entry, Inode, Kind, NAME_MAX, decode_bytes, entry_id, inode_id, now_ns};
+use crate::store::{Doc, Idx, Query};
 
 /// Files up to this size are read with their inode by a lookup.
 const PREFETCH_MAX: u64 = 16 << 10;
@@ -11,13 +14,7 @@ impl Fs {
     /// The inode as callers should see it: stored attributes plus the
     /// not-yet-persisted size/times of open files.
     pub fn getattr(&self, ino: u64) -> FsResult<Inode> {
-        loop {
-            let mark = self.settle_mark(ino);
-            let (mut inode, _) = self.get_inode(ino).map_err(stale)?;
-            if self.overlay(&mut inode, mark) {
-                return Ok(inode);
-            }
-        }
+        self.files.attr(ino)
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Inode> {
@@ -103,10 +100,10 @@ impl Fs {
             return Ok(inode);
         }
         // Persist pending writes first so they cannot overwrite what we set.
-        self.persist(ino)?;
+        self.files.persist(ino)?;
         let now = now_ns();
         if let Some(size) = set.size {
-            let (inode, _) = self.get_inode(ino)?;
+            let (inode, _) = self.docs.inode(ino)?;
             match inode.kind {
                 Kind::File => {}
                 Kind::Dir => return Err(FsError::IsDir),
@@ -117,8 +114,8 @@ impl Fs {
             }
         }
         // A pending atime goes in with this write, unless this sets atime.
-        let pending = self.atimes.lock().remove(&ino);
-        let inode = self.update_inode(ino, |i| {
+        let pending = self.pending.take_atime(ino);
+        let inode = self.docs.update(ino, |i| {
             if let Some(m) = set.mode {
                 i.mode = m & 0o7777;
             }
@@ -149,24 +146,96 @@ impl Fs {
             i.ctime_ns = set.ctime.unwrap_or(now);
             Ok(())
         })?;
-        self.refresh_open(&inode);
-        if let (Some(_), Some(key), true) = (
-            &self.journal,
+        self.files.refresh(&inode);
+        if let (true, Some(key), true) = (
+            self.pending.lazy(),
             &inode.content,
             set.size.is_some() || set.mtime.is_some(),
         ) {
-            // Keep the data's mtime the file's (see `replay_journal`).
+            // Keep the data's mtime the file's (see `WriteBack::replay`).
             self.data.set_mtime(key, inode.mtime_ns)?;
         }
-        self.sync_entries(&inode)?;
+        self.docs.sync_entries(&inode)?;
         if (set.size.is_some() || set.mtime.is_some()) && inode.kind == Kind::File {
-            self.content_changed(ino);
+            self.hook.changed(ino);
         }
         Ok(inode)
     }
 
+    /// A setattr of a write's times alone, with lazy close: kept in the
+    /// file's state like a write's, so it costs no store write. In the
+    /// kernel's writeback-cache mode a close of a written file sends one
+    /// when the write moved the times (the kernel owns them and hands them
+    /// over). Returns `None` for any other setattr.
+    fn set_times_in_memory(&self, ino: u64, set: &SetAttr) -> FsResult<Option<Inode>> {
+        let SetAttr {
+            mode: None,
+            uid: None,
+            gid: None,
+            size: None,
+            atime: None,
+            mtime,
+            ctime: Some(ctime),
+        } = *set
+        else {
+            return Ok(None);
+        };
+        // Only the times of a write (mtime = ctime): recovery after a crash
+        // gets them back from the data's mtime. A ctime of its own (the
+        // kernel's after a link or rename) is persisted like any setattr.
+        let Some(TimeSpec::At(mtime)) = mtime else {
+            return Ok(None);
+        };
+        if mtime != ctime || !self.pending.lazy() {
+            return Ok(None);
+        }
+        let mark = self.files.settle_mark(ino);
+        let (mut inode, _) = self.docs.inode(ino)?;
+        let Some(key) = inode.content.clone() else {
+            return Ok(None);
+        };
+        if inode.kind != Kind::File {
+            return Ok(None);
+        }
+        // What a crash recovery reads (see `WriteBack::replay`).
+        self.data.set_mtime(&key, mtime)?;
+        self.files.note_write(ino, 0, Some((mtime, ctime)))?;
+        if !self.files.overlay(&mut inode, mark) {
+            inode = self.files.attr(ino)?;
+        }
+        self.hook.changed(ino);
+        Ok(Some(inode))
+    }
+
+    /// fallocate(2): space is not reserved ahead (contents are sparse files or
+    /// chunk documents), so plain allocation only extends the size and
+    /// KEEP_SIZE succeeds without effect; punching or collapsing ranges is
+    /// not supported.
+    pub fn fallocate(&self, ino: u64, fh: u64, off: u64, len: u64, mode: i32) -> FsResult<()> {
+        self.files.check_handle(ino, fh)?;
+        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+        match mode {
+            0 => {
+                let size = self.files.attr(ino)?.size;
+                if end > size {
+                    self.setattr(
+                        Ctx::ROOT,
+                        ino,
+                        SetAttr {
+                            size: Some(end),
+                            ..Default::default()
+                        },
+                    )?;
+                }
+                Ok(())
+            }
+            libc::FALLOC_FL_KEEP_SIZE => Ok(()),
+            _ => Err(FsError::NotSupported),
+        }
+    }
+
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         match (&inode.kind, &inode.target) {
             (Kind::Symlink, Some(t)) => Ok(decode_bytes(t)),
             _ => Err(FsError::Invalid),
@@ -181,10 +250,10 @@ impl Fs {
         let cap = self.data.capacity()?;
         // Counted before the pending deletions: one the write-back does
         // in between then shows as used for a moment, never as freed twice.
-        let stored = self
-            .store
-            .count(Idx::Inodes, &crate::store::Query::MatchAll)?;
-        let (pending, pending_blocks) = self.pending_deletions();
+        let stored = self.store.count(Idx::Inodes, &Query::MatchAll)?;
+        let pending = self.write_back.pending_deletions();
+        let pending_blocks = pending.iter().map(|s| s.div_ceil(BLOCK_SIZE)).sum::<u64>();
+        let pending = pending.len() as u64;
         let used = stored.saturating_sub(pending);
         Ok(StatFs {
             blocks: cap.total_bytes / BLOCK_SIZE,

@@ -1,20 +1,33 @@
-//! Making a node: mknod, mkdir, symlink and create's first name.
+//! Making a node: mknod, mkdir, symlink, and create(2), which opens the
+//! file it made.
 //!
 //! A new inode document is written with the entry that names it, in one
 //! bulk; a crash between them leaves at most an unreferenced inode, which
 //! fsck reclaims.
 
-use crate::fs::*;
-
-/// What kind of node to make, with its kind-specific payload.
-pub enum NewNode<'a> {
-    File,
-    Dir,
-    Symlink(&'a [u8]),
-    Special(Kind, u32),
-}
+use crate::error::{FsError, FsResult};
+use crate::fs::docs::to_doc;
+use crate::fs::{Ctx, Fs, NewNode, encode_name};
+use crate::model::{
+    Entry, Inode, Kind, Link, decode_bytes, encode_bytes, entry_id, inode_id, join_path, now_ns,
+};
+use crate::store::{BulkOp, Idx, StoreError};
 
 impl Fs {
+    /// create(2): make the file and open it in one step.
+    pub fn create(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<(Inode, u64)> {
+        let inode = self.make_node(ctx, parent, name, NewNode::File, mode, umask)?;
+        let fh = self.files.register(&inode, None)?;
+        Ok((inode, fh))
+    }
+
     /// mknod/mkdir/symlink/create: make an inode and its first name.
     pub fn make_node(
         &self,
@@ -26,12 +39,12 @@ impl Fs {
         umask: u32,
     ) -> FsResult<Inode> {
         let ename = encode_name(name)?;
-        let _g = self.locks.dirs(&[parent]);
+        let _g = self.tree.lock_dirs(&[parent]);
         // Lock first, then look: an rmdir (exclusive on the directory) by
         // another mount cannot slip in between the check and the create.
-        let (_t, paths) = self.tree_lock(&[parent], &[])?;
+        let (_t, paths) = self.tree.lock(&[parent], &[])?;
         let dir = paths[0].clone();
-        let (pinode, pver) = self.get_inode(parent)?;
+        let (pinode, pver) = self.docs.inode(parent)?;
         if pinode.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -41,7 +54,7 @@ impl Fs {
         // No look for the name first: the entry's create is put-if-absent,
         // and an existing name fails it (EEXIST below), which a read
         // before would only repeat.
-        let (ino, cookie) = (self.alloc()?, self.alloc()?);
+        let (ino, cookie) = (self.ids.alloc()?, self.ids.alloc()?);
         let (kind, rdev, target) = match node {
             NewNode::File => (Kind::File, 0, None),
             NewNode::Dir => (Kind::Dir, 0, None),
@@ -112,7 +125,9 @@ impl Fs {
         // The parent's times (and a new directory's ".." link) go in the
         // same bulk: one request per node made.
         let nlink = if kind == Kind::Dir { 1 } else { 0 };
-        let touch = self.touch_op(parent, nlink, Some((pinode.clone(), pver)))?;
+        let touch = self
+            .tree
+            .touch_op(parent, nlink, Some((pinode.clone(), pver)))?;
         let mut ops = vec![
             BulkOp::Create {
                 index: Idx::Inodes,
@@ -141,7 +156,7 @@ impl Fs {
                     let _ = self.store.delete(Idx::Entries, &eid, None);
                 }
                 if nlink != 0 && matches!(touched, Some(Ok(_))) {
-                    self.touch_dir(parent, -nlink)?;
+                    self.tree.touch(parent, -nlink)?;
                 }
                 return Err(match re {
                     Err(StoreError::Conflict(_)) => FsError::Exists,
@@ -151,11 +166,11 @@ impl Fs {
             }
         }
         if kind == Kind::Dir {
-            self.dirs.write().insert(ino, (parent, ename));
+            self.tree.placed(ino, parent, &ename);
         }
         match touched {
-            Some(r) => self.touched(parent, nlink, r.is_ok())?,
-            None => self.touch_dir_seen(parent, nlink, Some((pinode, pver)))?,
+            Some(r) => self.tree.touched(parent, nlink, r.is_ok())?,
+            None => self.tree.touch_seen(parent, nlink, Some((pinode, pver)))?,
         }
         Ok(inode)
     }

@@ -1,21 +1,25 @@
 //! link(2): another name for an existing inode.
 
-use crate::fs::*;
+use crate::error::{FsError, FsResult};
+use crate::fs::docs::to_doc;
+use crate::fs::{Fs, encode_name};
+use crate::model::{Entry, Inode, Kind, Link, entry_id, join_path, now_ns};
+use crate::store::{Idx, StoreError};
 
 impl Fs {
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Inode> {
         let ename = encode_name(newname)?;
-        let _g = self.locks.dirs(&[newparent]);
-        let (_t, paths) = self.tree_lock(&[newparent], &[])?;
+        let _g = self.tree.lock_dirs(&[newparent]);
+        let (_t, paths) = self.tree.lock(&[newparent], &[])?;
         let dir = paths[0].clone();
-        let (target, _) = self.get_inode(ino)?;
+        let (target, _) = self.docs.inode(ino)?;
         if target.kind == Kind::Dir {
             return Err(FsError::NotPermitted);
         }
         if target.nlink == 0 {
             return Err(FsError::NotFound);
         }
-        let (pinode, _) = self.get_inode(newparent)?;
+        let (pinode, _) = self.docs.inode(newparent)?;
         if pinode.kind != Kind::Dir || pinode.nlink == 0 {
             return Err(if pinode.kind != Kind::Dir {
                 FsError::NotDir
@@ -33,7 +37,7 @@ impl Fs {
             dir,
             ino,
             kind: target.kind,
-            cookie: self.alloc()?,
+            cookie: self.ids.alloc()?,
             size: 0,
             mtime: 0,
             mode: 0,
@@ -54,8 +58,8 @@ impl Fs {
             Err(e) => return Err(e.into()),
         }
         let now = now_ns();
-        let mark = self.settle_mark(ino);
-        let inode = self.update_inode(ino, |i| {
+        let mark = self.files.settle_mark(ino);
+        let inode = self.docs.update(ino, |i| {
             i.nlink += 1;
             i.ctime_ns = now;
             i.links.push(Link {
@@ -64,12 +68,12 @@ impl Fs {
             });
             Ok(())
         })?;
-        self.touch_dir(newparent, 0)?;
+        self.tree.touch(newparent, 0)?;
         // The new name's entry gets the indexed text too.
-        self.content_changed(ino);
+        self.hook.changed(ino);
         let mut inode = inode;
-        if !self.overlay(&mut inode, mark) {
-            inode = self.getattr(ino)?;
+        if !self.files.overlay(&mut inode, mark) {
+            inode = self.files.attr(ino)?;
         }
         Ok(inode)
     }

@@ -1,12 +1,13 @@
-//! The filesystem calls, one file per family; each is an `impl Fs` block
-//! over the shared helpers of [`crate::fs`].
+//! The filesystem calls, one file per family: each is an `impl Fs` block
+//! that does the call with the parts of [`crate::fs`], imported by name.
+//! No op file calls into another.
 
-pub(in crate::fs) mod attr;
-pub(in crate::fs) mod create;
-pub(in crate::fs) mod io;
-pub(in crate::fs) mod link;
-pub mod plock;
-pub(in crate::fs) mod readdir;
-pub(in crate::fs) mod remove;
-pub(in crate::fs) mod rename;
-pub(in crate::fs) mod xattr;
+mod attr;
+mod create;
+mod io;
+mod link;
+mod plock;
+mod readdir;
+mod remove;
+mod rename;
+mod xattr;

@@ -8,124 +8,18 @@
 //! "." and ".." take offsets 1 and 2; cookies start above them.
 //!
 //! Each open directory keeps the last fetched page and serves consecutive
-//! calls from it (a reply may take fewer entries than the page holds).
-//! Directories whose listing the store keeps in memory (`cached_children`:
+//! calls from it (see [`crate::fs::dir_handles`]). Directories whose listing the store keeps in memory (`cached_children`:
 //! the document cache's, filled when a directory is created or a search
 //! reads one whole) skip the search, and plain READDIR copies their names
 //! straight into the reply.
 
-use crate::fs::*;
-use crate::store::{Query, SearchRequest, Sort, listing};
+use crate::error::{FsError, FsResult};
+use crate::fs::dir_handles::{Cached, Gather};
+use crate::fs::{DirEnt, DirItem, Fs};
+use crate::model::{Inode, Kind, ROOT_INO, decode_cow, decode_string, inode_id};
+use crate::store::{Idx, Query, SearchRequest, Sort};
 use serde::Deserialize;
-use std::hash::{BuildHasher, BuildHasherDefault};
-use std::sync::atomic::Ordering;
-
-#[derive(Clone, Debug)]
-pub struct DirItem {
-    /// Offset of the *next* item (what the kernel passes back to resume).
-    pub offset: u64,
-    pub ino: u64,
-    pub kind: Kind,
-    pub name: Vec<u8>,
-    /// Attributes, for readdirplus.
-    pub attr: Option<Inode>,
-}
-
-/// What a readdir reply takes: an item, borrowed.
-#[derive(Clone, Copy, Debug)]
-pub struct DirEnt<'a> {
-    pub offset: u64,
-    pub ino: u64,
-    pub kind: Kind,
-    pub name: &'a [u8],
-    pub attr: Option<&'a Inode>,
-}
-
-impl DirItem {
-    fn ent(&self) -> DirEnt<'_> {
-        DirEnt {
-            offset: self.offset,
-            ino: self.ino,
-            kind: self.kind,
-            name: &self.name,
-            attr: self.attr.as_ref(),
-        }
-    }
-}
-
-/// Names returned since the last rewind: hash of the name -> its cookie.
-/// The hash is keyed per handle (std's random SipHash keys): with fixed
-/// keys, names crafted to collide could hide one another from a listing.
-#[derive(Default)]
-struct Returned {
-    keys: std::collections::hash_map::RandomState,
-    seen: HashMap<u64, u64, BuildHasherDefault<Prehashed>>,
-}
-
-impl Returned {
-    /// Whether `name` (at `cookie`) was not yet returned since the rewind.
-    fn first_time(&mut self, name: &[u8], cookie: u64) -> bool {
-        let hash = self.keys.hash_one(name);
-        *self.seen.entry(hash).or_insert(cookie) == cookie
-    }
-
-    fn clear(&mut self) {
-        self.seen.clear();
-    }
-}
-
-#[derive(Default)]
-pub(in crate::fs) struct DirHandle {
-    /// The offset the page was fetched after, and the page.
-    after: u64,
-    page: Vec<DirItem>,
-    plus: bool,
-    /// The page holds the directory's last entries: a call past them is
-    /// the end, without another search.
-    last: bool,
-    /// Hash of each name returned since the last rewind -> its cookie. A
-    /// name deleted and created again while the directory is being listed
-    /// gets a new, higher cookie; it is not returned a second time (file
-    /// managers listing a directory under lock-file churn must not show a
-    /// name twice). 16 bytes per entry listed.
-    returned: Returned,
-    /// The directory as read so far from offset 0, for the store's listing.
-    gather: Option<Gather>,
-}
-
-/// A directory being read whole, page after page from offset 0: what the
-/// searches returned so far, offered to the store as its listing once a
-/// short page ends it (so a directory of any size, up to `GATHER_MAX`
-/// names, is listed from memory next time).
-pub(in crate::fs) struct Gather {
-    token: listing::Token,
-    /// The highest cookie gathered.
-    upto: u64,
-    rows: Vec<listing::Listed>,
-}
-
-/// Names gathered at most: about what a quarter of the listings' memory
-/// budget (the most one directory may take) holds.
-const GATHER_MAX: usize = 100_000;
-
-/// The `Returned` keys are already SipHash values: hashing them again
-/// was a tenth of a listing's cost.
-#[derive(Default)]
-pub(in crate::fs) struct Prehashed(u64);
-
-impl std::hash::Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
+use serde_json::Value;
 
 /// Entries fetched per store query: more than a reply buffer can take (the
 /// kernel sizes it from the caller's getdents buffer, 32 KiB for glibc:
@@ -137,17 +31,15 @@ const PAGE: usize = 1024;
 
 impl Fs {
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         if inode.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.dir_handles.lock().insert(fh, Default::default());
-        Ok(fh)
+        Ok(self.dir_handles.open())
     }
 
     pub fn releasedir(&self, fh: u64) {
-        self.dir_handles.lock().remove(&fh);
+        self.dir_handles.release(fh);
     }
 
     /// Passes the items after `offset` to `add` until it returns true (the
@@ -161,8 +53,7 @@ impl Fs {
         plus: bool,
         mut add: impl FnMut(DirEnt<'_>) -> bool,
     ) -> FsResult<()> {
-        let handle = self.dir_handles.lock().get(&fh).cloned();
-        let Some(handle) = handle else {
+        let Some(handle) = self.dir_handles.get(fh) else {
             for it in &self.fetch_dir(ino, offset, plus, &mut None)?.0 {
                 if add(it.ent()) {
                     break;
@@ -171,9 +62,7 @@ impl Fs {
             return Ok(());
         };
         let mut h = handle.lock();
-        if offset == 0 {
-            h.returned.clear();
-        }
+        h.seek(offset);
         // Names only, past the dots, of a directory listed in memory:
         // straight from the listing into the reply.
         if !plus && offset >= 2 {
@@ -194,35 +83,16 @@ impl Fs {
             }
         }
         // Serve from the cached page when the offset falls inside it.
-        let start =
-            if h.plus == plus && (offset == h.after || h.page.iter().any(|i| i.offset == offset)) {
-                let pos = h.page.partition_point(|i| i.offset <= offset);
-                (pos < h.page.len()).then_some(pos)
-            } else {
-                None
-            };
-        let past_last = h.last
-            && h.plus == plus
-            && h.page
-                .last()
-                .map_or(offset == h.after, |i| i.offset == offset);
-        let pos = match start {
-            Some(pos) => pos,
-            None if past_last => return Ok(()),
-            None => {
+        let pos = match h.cached(offset, plus) {
+            Cached::At(pos) => pos,
+            Cached::End => return Ok(()),
+            Cached::Miss => {
                 let (page, last) = self.fetch_dir(ino, offset, plus, &mut h.gather)?;
-                (h.page, h.last) = (page, last);
-                h.after = offset;
-                h.plus = plus;
+                h.keep(page, last, offset, plus);
                 0
             }
         };
-        let DirHandle { page, returned, .. } = &mut *h;
-        for it in &page[pos..] {
-            if returned.first_time(&it.name, it.offset) && add(it.ent()) {
-                break;
-            }
-        }
+        h.serve(pos, add);
         Ok(())
     }
 
@@ -240,12 +110,8 @@ impl Fs {
         // (unless a write under it landed meanwhile), and the next listing
         // needs no search.
         if offset <= 2 {
-            *gather = self.store.listing_token(ino).map(|token| Gather {
-                token,
-                upto: 2,
-                rows: Vec::new(),
-            });
-        } else if gather.as_ref().is_some_and(|g| offset > g.upto) {
+            *gather = self.store.listing_token(ino).map(Gather::start);
+        } else if gather.as_ref().is_some_and(|g| offset > g.upto()) {
             *gather = None; // a seekdir past what was gathered
         }
         // A listing needs four fields of each entry (the embedded store
@@ -271,25 +137,15 @@ impl Fs {
             };
             let kind = Kind::deserialize(&r[2])?;
             if let Some(g) = gather.as_mut()
-                && cookie > g.upto
+                && !g.add(&name, child, &r[2], cookie)
             {
-                match listing::kind_of(&r[2]) {
-                    Some(k) if g.rows.len() < GATHER_MAX => {
-                        g.rows.push(listing::Listed {
-                            name: name.clone(),
-                            ino: child,
-                            kind: k,
-                            cookie,
-                        });
-                        g.upto = cookie;
-                    }
-                    _ => *gather = None,
-                }
+                *gather = None;
             }
             entries.push((decode_string(name), child, kind, cookie));
         }
         if whole && let Some(g) = gather.take() {
-            self.store.offer_children(ino, g.token, g.rows);
+            let (token, rows) = g.into_listing();
+            self.store.offer_children(ino, token, rows);
         }
         Ok(())
     }
@@ -302,8 +158,8 @@ impl Fs {
         plus: bool,
         gather: &mut Option<Gather>,
     ) -> FsResult<(Vec<DirItem>, bool)> {
-        let mark = self.settle_mark(ino);
-        let (dir, _) = self.get_inode(ino)?;
+        let mark = self.files.settle_mark(ino);
+        let (dir, _) = self.docs.inode(ino)?;
         if dir.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
@@ -317,15 +173,15 @@ impl Fs {
         };
         if offset < 1 {
             let mut d = dir.clone();
-            if !self.overlay(&mut d, mark) {
-                d = self.getattr(ino)?;
+            if !self.files.overlay(&mut d, mark) {
+                d = self.files.attr(ino)?;
             }
             items.push(dot(1, ino, b".", plus.then_some(d)));
         }
         if offset < 2 {
             let parent = dir.parent().unwrap_or(ROOT_INO);
             let attr = if plus {
-                Some(self.getattr(parent)?)
+                Some(self.files.attr(parent)?)
             } else {
                 None
             };
@@ -353,8 +209,7 @@ impl Fs {
             // such entry. With FUSE_READDIRPLUS_AUTO the kernel goes on with
             // plain READDIR and looks up only what it lacks. A page that
             // would be left empty keeps them all (empty means the end).
-            let held = self.lookups.lock();
-            if let Some(k) = entries.iter().position(|e| held.contains_key(&e.1))
+            if let Some(k) = self.files.first_held(entries.iter().map(|e| e.1))
                 && (k > 0 || !items.is_empty())
             {
                 entries.truncate(k);
@@ -362,7 +217,10 @@ impl Fs {
             }
         }
         let (attrs, marks) = if plus {
-            let marks: Vec<u64> = entries.iter().map(|e| self.settle_mark(e.1)).collect();
+            let marks: Vec<u64> = entries
+                .iter()
+                .map(|e| self.files.settle_mark(e.1))
+                .collect();
             let ids: Vec<String> = entries.iter().map(|e| inode_id(e.1)).collect();
             (self.store.mget(Idx::Inodes, &ids)?, marks)
         } else {
@@ -373,8 +231,8 @@ impl Fs {
                 match attrs.get(i).cloned().flatten() {
                     Some(doc) => {
                         let mut inode: Inode = serde_json::from_value(doc.source)?;
-                        if !self.overlay(&mut inode, marks[i]) {
-                            match self.getattr(ino) {
+                        if !self.files.overlay(&mut inode, marks[i]) {
+                            match self.files.attr(ino) {
                                 Ok(fresh) => inode = fresh,
                                 Err(FsError::NotFound) => continue,
                                 Err(e) => return Err(e),

@@ -1,36 +1,35 @@
-//! Names and inodes going away: unlink, rmdir, the dropped link, and the
-//! kernel's references (lookup counts and forgets) that keep an unlinked
-//! inode alive until nothing uses it.
+//! Names going away: unlink and rmdir, and the kernel's references
+//! (lookups and forgets) that keep an unlinked inode alive until nothing
+//! uses it (see [`crate::fs::files`] for what follows the last).
 
-use crate::fs::*;
-use crate::store::Query;
-
-/// How many deleted inodes `Fs::gone` remembers: the race it closes lasts
-/// one open(2), far shorter than this many deletions.
-const GONE_MAX: usize = 1 << 16;
+use crate::error::{FsError, FsResult};
+use crate::fs::docs::MAX_RETRIES;
+use crate::fs::{Fs, encode_name};
+use crate::model::{Kind, entry_id};
+use crate::store::{BulkItemResult, BulkOp, Idx, StoreError, Version};
 
 impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
         encode_name(name)?;
-        let _g = self.locks.dirs(&[parent]);
+        let _g = self.tree.lock_dirs(&[parent]);
         // Lock, then look once: what another mount changed before is seen
         // (a lock taken for a name that turns out missing costs nothing:
         // the parent's shared lock is usually held already).
-        let (_t, _) = self.tree_lock(&[parent], &[])?;
+        let (_t, _) = self.tree.lock(&[parent], &[])?;
         // A cached entry is checked by the conditional delete; if the name
         // names another inode by now, look again in the store.
         let mut fresh = false;
         loop {
             let (entry, ver) = match fresh {
-                false => self.get_entry(parent, name)?,
-                true => self.get_entry_fresh(parent, name)?,
+                false => self.docs.entry(parent, name)?,
+                true => self.docs.entry_fresh(parent, name)?,
             }
             .ok_or(FsError::NotFound)?;
             if entry.kind == Kind::Dir {
                 return Err(FsError::IsDir);
             }
             // The parent's times go in the entry's bulk.
-            let touch = self.touch_op(parent, 0, None)?;
+            let touch = self.tree.touch_op(parent, 0, None)?;
             let touched = match self.delete_entry(parent, name, entry.ino, ver, touch) {
                 Err(FsError::Again) if !fresh => {
                     fresh = true;
@@ -38,8 +37,8 @@ impl Fs {
                 }
                 r => r?,
             };
-            self.drop_link(entry.ino, parent, &entry.name)?;
-            return self.touched(parent, 0, matches!(touched, Some(Ok(_))));
+            self.files.drop_link(entry.ino, parent, &entry.name)?;
+            return self.tree.touched(parent, 0, matches!(touched, Some(Ok(_))));
         }
     }
 
@@ -54,13 +53,14 @@ impl Fs {
         loop {
             // Lock the parent and the directory itself (creates inside it
             // lock it), in a deadlock-free sorted order, then re-check.
-            let (peek, _) = self.get_entry(parent, name)?.ok_or(FsError::NotFound)?;
-            let _g = self.locks.dirs(&[parent, peek.ino]);
+            let (peek, _) = self.docs.entry(parent, name)?.ok_or(FsError::NotFound)?;
+            let _g = self.tree.lock_dirs(&[parent, peek.ino]);
             // Exclusive on the directory itself: no other mount can create
             // in it (creates hold it shared) while we check it is empty.
-            let (_t, _) = self.tree_lock(&[parent], &[(parent, &peek.name)])?;
+            let (_t, _) = self.tree.lock(&[parent], &[(parent, &peek.name)])?;
             let (entry, ver) = self
-                .get_entry_fresh(parent, name)?
+                .docs
+                .entry_fresh(parent, name)?
                 .ok_or(FsError::NotFound)?;
             if entry.ino != peek.ino {
                 continue;
@@ -68,13 +68,13 @@ impl Fs {
             if entry.kind != Kind::Dir {
                 return Err(FsError::NotDir);
             }
-            self.see_other_mounts()?;
-            if !self.dir_is_empty(entry.ino)? {
+            self.docs.see_other_mounts()?;
+            if !self.tree.is_empty(entry.ino)? {
                 return Err(FsError::NotEmpty);
             }
             self.delete_entry(parent, name, entry.ino, ver, None)?;
-            self.drop_link(entry.ino, parent, &entry.name)?;
-            return self.touch_dir(parent, -1);
+            self.files.drop_link(entry.ino, parent, &entry.name)?;
+            return self.tree.touch(parent, -1);
         }
     }
 
@@ -91,7 +91,7 @@ impl Fs {
         ino: u64,
         ver: Version,
         mut touch: Option<BulkOp>,
-    ) -> FsResult<Option<crate::store::BulkItemResult>> {
+    ) -> FsResult<Option<BulkItemResult>> {
         let id = entry_id(parent, name);
         let mut ver = ver;
         let mut touched = None;
@@ -110,7 +110,7 @@ impl Fs {
                 Err(StoreError::Conflict(_)) => {}
                 Err(e) => return Err(e.into()),
             }
-            let Some((cur, v)) = self.get_entry(parent, name)? else {
+            let Some((cur, v)) = self.docs.entry(parent, name)? else {
                 return Err(FsError::NotFound);
             };
             if cur.ino != ino {
@@ -121,194 +121,23 @@ impl Fs {
         Err(FsError::Again)
     }
 
-    pub(in crate::fs) fn dir_is_empty(&self, ino: u64) -> FsResult<bool> {
-        Ok(self
-            .store
-            .count(Idx::Entries, &Query::term("parent", ino))?
-            == 0)
-    }
-
-    /// One name of `ino` is gone: drop the link; at zero links delete the
-    /// inode, unless it is still in use (then the last close or forget does).
-    pub(in crate::fs) fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
-        let now = now_ns();
-        // An open handle, or the kernel's reference, keeps an unlinked inode
-        // alive until the forget: a directory may be a process's cwd, and in
-        // no-open mode (exclusive mounts) a file may be open without esfs
-        // knowing, with its writes still in the kernel's page cache. With
-        // OPEN/RELEASE (Elasticsearch) a file only the kernel remembers
-        // cannot be reached by name any more, so its document goes now; an
-        // open(2) racing this (its lookup came first) must not register on
-        // it meanwhile and read contents being deleted: until the document
-        // is gone such an open gets ESTALE and looks the name up again.
-        let (open, dying) = {
-            let states = self.open.lock(); // held while marking: see register_open
-            let open = states.contains_key(&ino);
-            let dying = !open && !self.caps.single_writer;
-            if dying {
-                self.dying.lock().insert(ino);
-            }
-            (open, dying)
-        };
-        let r = self.drop_link_marked(ino, parent, ename, open, now);
-        if dying {
-            // Under the open lock, as the mark was made: an open that read
-            // the inode before its deletion sees it in `gone` instead.
-            let _states = self.open.lock();
-            if matches!(r, Ok(Fate::Delete)) {
-                let mut gone = self.gone.lock();
-                if gone.0.len() >= GONE_MAX
-                    && let Some(old) = gone.0.pop_front()
-                {
-                    gone.1.remove(&old);
-                }
-                gone.0.push_back(ino);
-                gone.1.insert(ino);
-            }
-            self.dying.lock().remove(&ino);
-        }
-        r.map(drop)
-    }
-
-    fn drop_link_marked(
-        &self,
-        ino: u64,
-        parent: u64,
-        ename: &str,
-        open: bool,
-        now: i64,
-    ) -> FsResult<Fate> {
-        let referenced = open || self.lookups.lock().contains_key(&ino);
-        let keep_file = if self.caps.single_writer {
-            referenced
-        } else {
-            open
-        };
-        // Known before the write, so a release or forget racing it reads
-        // the inode again.
-        if referenced {
-            self.orphans.lock().insert(ino);
-        }
-        let (i, fate) = self.change_inode(ino, |i| {
-            // Idempotent (crash recovery re-runs it): only a present link counts.
-            if let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) {
-                i.links.remove(pos);
-                i.nlink = if i.kind == Kind::Dir {
-                    0
-                } else {
-                    i.nlink.saturating_sub(1)
-                };
-                i.ctime_ns = now;
-                i.orphan = i.nlink == 0
-                    && if i.kind == Kind::Dir {
-                        referenced
-                    } else {
-                        keep_file
-                    };
-            }
-            // The last name of an unused inode: delete the document at once
-            // (writing its zero link count first would be a wasted write).
-            if i.nlink == 0 && !i.orphan {
-                // Its contents go with it (see `delete_inode_doc`).
-                return Ok(Fate::Delete);
-            }
-            Ok(Fate::Keep)
-        })?;
-        if fate == Fate::Delete || !i.orphan {
-            self.orphans.lock().remove(&ino);
-        }
-        match fate {
-            Fate::Delete => self.forget_inode_state(ino),
-            Fate::Keep => self.sync_entries(&i)?,
-        }
-        Ok(fate)
-    }
-
     /// The kernel now holds one more reference to `ino` (an entry reply).
     pub fn remember(&self, ino: u64) {
-        *self.lookups.lock().entry(ino).or_insert(0) += 1;
+        self.files.remember(ino);
     }
 
     /// The kernel dropped `n` references; the last one of an unlinked inode
     /// that nothing has open deletes it.
     pub fn forget(&self, ino: u64, n: u64) {
-        {
-            let mut l = self.lookups.lock();
-            match l.get_mut(&ino) {
-                Some(c) if *c > n => {
-                    *c -= n;
-                    return;
-                }
-                Some(_) => {
-                    l.remove(&ino);
-                }
-                None => return,
-            }
-        }
-        if self.lazy_close() {
-            // Deleting an unlinked inode (marked orphan by its unlink, so a
-            // crash before this loses nothing: the next mount reclaims it)
-            // waits for the write-back, which deletes many per transaction.
-            self.forgotten.lock().push(ino);
+        if !self.files.forget(ino, n) {
             return;
         }
-        self.finish_forget(ino);
-    }
-
-    /// The kernel holds no reference to `ino` any more (unless it looked it
-    /// up again since): persist and drop its state, delete it if unlinked.
-    pub(in crate::fs) fn finish_forget(&self, ino: u64) {
-        if self.lookups.lock().contains_key(&ino) {
-            return; // looked up again; a later forget comes back here
-        }
-        let handles = self.open.lock().get(&ino).map(|st| st.open_handles());
-        match handles {
-            Some(n) if n > 0 => return, // the last release decides
-            Some(_) => {
-                // No-open mode: no descriptor holds the inode any more.
-                if let Err(e) = self.persist(ino).and_then(|()| self.drop_state(ino)) {
-                    log::error!("forget {ino}: {e}");
-                }
-                return;
-            }
-            None => {}
-        }
-        if !self.orphans.lock().contains(&ino) {
+        if self.pending.lazy() {
+            // Deleting an unlinked inode waits for the write-back, which
+            // deletes many per transaction.
+            self.write_back.defer_forget(ino);
             return;
         }
-        match self.get_inode(ino) {
-            Ok((inode, _)) if inode.nlink == 0 => {
-                if let Err(e) = self.destroy_inode(&inode) {
-                    log::error!("deleting unlinked inode {ino}: {e}");
-                }
-            }
-            Ok(_) | Err(FsError::NotFound) => {}
-            Err(e) => log::error!("forget {ino}: {e}"),
-        }
-    }
-
-    /// Unlinked inodes the kernel let go of that the write-back has yet to
-    /// delete (see `forget`): how many, and their blocks.
-    pub(in crate::fs) fn pending_deletions(&self) -> (u64, u64) {
-        let inos = self.forgotten.lock().clone();
-        let (mut n, mut blocks) = (0, 0);
-        for ino in inos {
-            let open = self.open.lock().get(&ino).map(|st| st.open_handles());
-            if open.is_some_and(|h| h > 0) || self.lookups.lock().contains_key(&ino) {
-                continue;
-            }
-            if let Ok((inode, _)) = self.get_inode(ino)
-                && inode.nlink == 0
-            {
-                n += 1;
-                blocks += inode.size.div_ceil(BLOCK_SIZE);
-            }
-        }
-        (n, blocks)
-    }
-
-    /// Whether the kernel or an open handle still references `ino`.
-    pub(in crate::fs) fn in_use(&self, ino: u64) -> bool {
-        self.is_open(ino) || self.lookups.lock().contains_key(&ino)
+        self.files.finish_forget(ino);
     }
 }

@@ -1,18 +1,17 @@
 //! rename(2) and renameat2(2): the fast paths of a move and an exchange.
 //!
 //! A rename writes an intent first (see [`crate::fs::intent`]), then does
-//! the change, then deletes the intent: a crash in between is rolled
-//! forward by whoever notices. The new entry is written before the old one
-//! goes, so a crash leaves the file reachable.
+//! the change (the steps of [`crate::fs::moves`]), then deletes the intent:
+//! a crash in between is rolled forward by whoever notices. The new entry
+//! is written before the old one goes, so a crash leaves the file reachable.
 
-use crate::fs::intent::{Intent, MoveIntent, Seen};
-use crate::fs::*;
-
-pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
-pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
-
-/// An entry read, with its version; None: the name is free.
-type Found = Option<(Entry, Version)>;
+use crate::error::{FsError, FsResult};
+use crate::fs::docs::{Found, bulk_check};
+use crate::fs::moves::{Intent, MoveIntent, Seen};
+use crate::fs::tree::TreeLock;
+use crate::fs::{Fs, RENAME_EXCHANGE, RENAME_NOREPLACE, encode_name};
+use crate::model::{Entry, Inode, Kind, join_path};
+use crate::store::{BulkOp, Idx, Version};
 
 /// What a move read and decided before writing anything.
 struct Prepared {
@@ -59,7 +58,8 @@ impl Fs {
         loop {
             // Peek without locks to pick the lock scope, then re-read under it.
             let (peek, peek_dst) =
-                self.get_two_entries((parent, name), (newparent, newname), false)?;
+                self.docs
+                    .two_entries((parent, name), (newparent, newname), false)?;
             let (peek, _) = peek.ok_or(FsError::NotFound)?;
             let moves_dir = |s: &Entry, d: &Option<(Entry, Version)>| {
                 s.kind == Kind::Dir
@@ -67,31 +67,35 @@ impl Fs {
             };
             let whole_tree = moves_dir(&peek, &peek_dst);
             let _g = if whole_tree {
-                self.locks.exclusive()
+                self.tree.lock_all()
             } else {
-                self.locks.dirs(&[parent, newparent])
+                self.tree.lock_dirs(&[parent, newparent])
             };
             // A file's move is planned from the peek, and its intent goes in
             // the request that takes the tree locks: the names read under
             // them confirm the plan (or it is written again). A plan never
             // confirmed is checked against the names by any roll-forward
-            // (`Fs::move_state`), so a stale peek is never carried out.
-            let early = match !exchange && !whole_tree && self.tree_locks_stored() {
+            // (`Intents::move_state`), so a stale peek is never carried out.
+            let early = match !exchange && !whole_tree && self.tree.locks_stored() {
                 true => {
                     let replaced = peek_dst.as_ref().map(|(d, _)| d.ino);
-                    let plan =
-                        self.plan_move(&peek, (newparent, &new_ename), replaced, self.alloc()?)?;
-                    Some((self.intent_id()?, plan))
+                    let plan = self.plan_move(
+                        &peek,
+                        (newparent, &new_ename),
+                        replaced,
+                        self.ids.alloc()?,
+                    )?;
+                    Some((self.intents.id()?, plan))
                 }
                 false => None,
             };
             let with: Vec<BulkOp> = early
                 .iter()
-                .map(|(id, plan)| self.intent_op(id, &Intent::Move(plan.clone())))
+                .map(|(id, plan)| self.intents.op(id, &Intent::Move(plan.clone())))
                 .collect();
             // Across mounts: tree locking (Elasticsearch: The Definitive Guide,
             // chapter "Handling Relationships", "Tree Locking"), exclusive on both names.
-            let locked = self.tree_lock_with(
+            let locked = self.tree.lock_with(
                 &[parent, newparent],
                 &[(parent, &peek.name), (newparent, &new_ename)],
                 &with,
@@ -113,7 +117,9 @@ impl Fs {
             }
             let early = early.filter(|_| landed);
             // Fresh: the intent is written (or confirmed) from these.
-            let (src, dst) = match self.get_two_entries((parent, name), (newparent, newname), true)
+            let (src, dst) = match self
+                .docs
+                .two_entries((parent, name), (newparent, newname), true)
             {
                 Ok(two) => two,
                 Err(e) => {
@@ -141,7 +147,7 @@ impl Fs {
     /// goes with its locks, in one request.
     fn abandon(&self, early: Option<(String, MoveIntent)>, t: TreeLock<'_>) -> FsResult<()> {
         match early {
-            Some((id, _)) => self.finish_intent(&id, t),
+            Some((id, _)) => self.intents.finish(&id, t),
             None => Ok(()),
         }
     }
@@ -155,7 +161,7 @@ impl Fs {
         replaced: Option<u64>,
         cookie: u64,
     ) -> FsResult<MoveIntent> {
-        let new_dir = self.dir_path(newparent)?;
+        let new_dir = self.tree.dir_path(newparent)?;
         Ok(MoveIntent {
             src_parent: src.parent,
             src_name: src.name.clone(),
@@ -172,42 +178,6 @@ impl Fs {
         })
     }
 
-    /// Two entries in one request (`a` and `b` may be the same): from the
-    /// store (`fresh`), or a hint from whatever copies a cache holds.
-    fn get_two_entries(
-        &self,
-        a: (u64, &[u8]),
-        b: (u64, &[u8]),
-        fresh: bool,
-    ) -> FsResult<(Found, Found)> {
-        let ids = [entry_id(a.0, a.1), entry_id(b.0, b.1)];
-        let docs = match fresh {
-            true => self.store.mget_fresh(Idx::Entries, &ids)?,
-            false => self.store.mget_hint(Idx::Entries, &ids)?,
-        };
-        let mut docs = docs.into_iter();
-        let mut next = || -> FsResult<Found> {
-            match docs.next().flatten() {
-                Some(d) => Ok(Some((serde_json::from_value(d.source)?, d.version))),
-                None => Ok(None),
-            }
-        };
-        Ok((next()?, next()?))
-    }
-
-    /// Inodes in one request, each with its version; NotFound if any is gone.
-    fn get_inodes(&self, inos: &[u64]) -> FsResult<Vec<(Inode, Version)>> {
-        let ids: Vec<String> = inos.iter().map(|i| inode_id(*i)).collect();
-        self.store
-            .mget(Idx::Inodes, &ids)?
-            .into_iter()
-            .map(|d| {
-                let d = d.ok_or(FsError::NotFound)?;
-                Ok((serde_json::from_value(d.source)?, d.version))
-            })
-            .collect()
-    }
-
     /// A move of `src` to `to` (new parent, encoded name) under the
     /// rename's tree locks `t`, released when it is done.
     /// `early`: the intent written with the locks, from the peek.
@@ -222,7 +192,7 @@ impl Fs {
     ) -> FsResult<()> {
         let cookie = match &early {
             Some((_, plan)) => plan.entry.cookie,
-            None => self.alloc()?,
+            None => self.ids.alloc()?,
         };
         // Nothing is written until the checks pass: a refusal (or a move
         // that changes nothing) takes the early intent along with the locks.
@@ -245,10 +215,10 @@ impl Fs {
             && early.is_none()
             && !src_is_dir
             && dst.is_none()
-            && self.move_at_once(&intent, sver, seen)?
+            && self.moves.move_at_once(&intent, sver, seen)?
         {
             for p in parents {
-                self.touch_dir_seen(p.0.ino, 0, Some(p))?;
+                self.tree.touch_seen(p.0.ino, 0, Some(p))?;
             }
             return Ok(());
         }
@@ -272,7 +242,10 @@ impl Fs {
         // is gone: its roll-forward recounts them).
         let touches = parents
             .iter()
-            .map(|p| self.touch_op(p.0.ino, dir_delta(p.0.ino), Some(p.clone())))
+            .map(|p| {
+                self.tree
+                    .touch_op(p.0.ino, dir_delta(p.0.ino), Some(p.clone()))
+            })
             .collect::<FsResult<Vec<Option<BulkOp>>>>();
         let touches = match touches {
             Ok(ops) => ops,
@@ -287,7 +260,7 @@ impl Fs {
             Some((iid, plan)) if same_plan(&plan, &intent) => iid,
             Some((iid, plan)) => {
                 // The peek was stale: the plan as the names now say.
-                let op = self.intent_op(&iid, &Intent::Move(intent.clone()));
+                let op = self.intents.op(&iid, &Intent::Move(intent.clone()));
                 if let Err(e) = self
                     .store
                     .bulk(vec![op])
@@ -299,23 +272,25 @@ impl Fs {
                 }
                 iid
             }
-            None => self.write_intent(&Intent::Move(intent.clone()))?,
+            None => self.intents.write(&Intent::Move(intent.clone()))?,
         };
         let seen = Seen {
             entries: (sver, dst.as_ref().map(|(_, v)| *v)),
             inodes: moved_inode.into_iter().collect(),
             also: touches.iter().flatten().cloned().collect(),
         };
-        let mut touched = self.apply_move(&intent, Some(&seen))?.into_iter();
+        let mut touched = self.moves.apply_move(&intent, Some(&seen))?.into_iter();
         for (p, touch) in parents.into_iter().zip(touches) {
             let ino = p.0.ino;
             match touch {
                 // Not landed: changed since read, or the bulk did not happen.
-                Some(_) => self.touched(ino, dir_delta(ino), touched.next() == Some(true))?,
-                None => self.touch_dir_seen(ino, dir_delta(ino), Some(p))?,
+                Some(_) => self
+                    .tree
+                    .touched(ino, dir_delta(ino), touched.next() == Some(true))?,
+                None => self.tree.touch_seen(ino, dir_delta(ino), Some(p))?,
             }
         }
-        self.finish_intent(&iid, t)
+        self.intents.finish(&iid, t)
     }
 
     /// A move's checks and reads, before anything is written: None when it
@@ -341,7 +316,7 @@ impl Fs {
                 (true, false) => return Err(FsError::NotDir),
                 (false, true) => return Err(FsError::IsDir),
                 (true, true) => {
-                    if !self.dir_is_empty(d.ino)? {
+                    if !self.tree.is_empty(d.ino)? {
                         return Err(FsError::NotEmpty);
                     }
                     replaced_dir = true;
@@ -357,16 +332,16 @@ impl Fs {
         if src.parent != newparent {
             ids.push(src.parent);
         }
-        let link_in_bulk = !src_is_dir || self.journal.is_none();
+        let link_in_bulk = !src_is_dir || !self.pending.lazy();
         if link_in_bulk {
             ids.push(src.ino);
         }
-        let mut parents = self.get_inodes(&ids)?;
+        let mut parents = self.docs.inodes(&ids)?;
         let moved_inode = link_in_bulk.then(|| parents.pop().expect("read"));
         if parents[0].0.kind != Kind::Dir {
             return Err(FsError::NotDir);
         }
-        if src_is_dir && self.is_ancestor(src.ino, newparent)? {
+        if src_is_dir && self.tree.is_ancestor(src.ino, newparent)? {
             return Err(FsError::Invalid);
         }
         let intent = self.plan_move(
@@ -393,8 +368,8 @@ impl Fs {
         if a.ino == b.ino {
             return Ok(());
         }
-        if (a.kind == Kind::Dir && self.is_ancestor(a.ino, b.parent)?)
-            || (b.kind == Kind::Dir && self.is_ancestor(b.ino, a.parent)?)
+        if (a.kind == Kind::Dir && self.tree.is_ancestor(a.ino, b.parent)?)
+            || (b.kind == Kind::Dir && self.tree.is_ancestor(b.ino, a.parent)?)
         {
             return Err(FsError::Invalid);
         }
@@ -407,9 +382,9 @@ impl Fs {
         let inodes = if files.is_empty() {
             Vec::new()
         } else {
-            self.get_inodes(&files)?
+            self.docs.inodes(&files)?
         };
-        let iid = self.write_intent(&Intent::Exchange {
+        let iid = self.intents.write(&Intent::Exchange {
             a: a.clone(),
             b: b.clone(),
         })?;
@@ -418,24 +393,19 @@ impl Fs {
             inodes,
             also: Vec::new(),
         };
-        if self.apply_exchange(&a, &b, Some(&seen))? {
+        if self.moves.apply_exchange(&a, &b, Some(&seen))? {
             // Directory link counts: a directory's ".." changes parents.
             if a.parent != b.parent && (a.kind == Kind::Dir) != (b.kind == Kind::Dir) {
                 let d = if a.kind == Kind::Dir { 1 } else { -1 };
-                self.touch_dir(a.parent, -d)?;
-                self.touch_dir(b.parent, d)?;
+                self.tree.touch(a.parent, -d)?;
+                self.tree.touch(b.parent, d)?;
             } else {
-                self.touch_dir(a.parent, 0)?;
+                self.tree.touch(a.parent, 0)?;
                 if a.parent != b.parent {
-                    self.touch_dir(b.parent, 0)?;
+                    self.tree.touch(b.parent, 0)?;
                 }
             }
         }
-        self.finish_intent(&iid, t)
-    }
-
-    /// Whether directory `dir` is `ino` or one of its ancestors is.
-    fn is_ancestor(&self, ino: u64, dir: u64) -> FsResult<bool> {
-        Ok(dir == ino || self.ancestors(dir)?.iter().any(|(a, _)| *a == ino))
+        self.intents.finish(&iid, t)
     }
 }

@@ -6,7 +6,10 @@
 //! answer lets `ls -l` stop asking for every file (it remembers EOPNOTSUPP
 //! per device; ENODATA costs a round trip per name).
 
-use crate::fs::*;
+use crate::error::{FsError, FsResult};
+use crate::fs::Fs;
+use crate::model::{ROOT_INO, decode_bytes, encode_bytes, now_ns};
+use crate::store::Idx;
 use base64::Engine;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -35,7 +38,7 @@ impl Fs {
         }
         let now = now_ns();
         let encoded = B64.encode(value);
-        let inode = self.update_inode(ino, |i| {
+        let inode = self.docs.update(ino, |i| {
             let exists = i.xattrs.contains_key(&key);
             if flags & libc::XATTR_CREATE != 0 && exists {
                 return Err(FsError::Exists);
@@ -48,7 +51,7 @@ impl Fs {
             Ok(())
         })?;
         // Entries carry the xattrs as search keywords.
-        self.sync_entries(&inode)
+        self.docs.sync_entries(&inode)
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
@@ -56,14 +59,14 @@ impl Fs {
         // files it must scan (see crate::hook); nothing waits for indexing.
         if ino == ROOT_INO
             && name == crate::hook::DESCRIBE_XATTR.as_bytes()
-            && let Some(h) = self.search.get()
+            && let Some(h) = self.hook.get()
         {
             // Sizes and times of closed files first, so the index agrees
             // with stat (lazy close leaves them in memory for a moment).
-            if self.lazy_close() {
-                self.write_back()?;
+            if self.pending.lazy() {
+                self.write_back.write_back()?;
             }
-            let reply = h.describe(self.dirty_open_files());
+            let reply = h.describe(self.files.dirty());
             // The search reads the store from its own process, which sees
             // only committed state (the embedded store defers commits).
             if self.caps.single_writer {
@@ -75,7 +78,7 @@ impl Fs {
             return Err(FsError::NoXattr);
         }
         let key = xattr_key(name)?;
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         let v = inode.xattrs.get(&key).ok_or(FsError::NoXattr)?;
         B64.decode(v)
             .map_err(|e| FsError::Io(format!("corrupt xattr {key:?} on inode {ino}: {e}")))
@@ -83,7 +86,7 @@ impl Fs {
 
     /// NUL-terminated names, as listxattr(2) returns them.
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<u8>> {
-        let (inode, _) = self.get_inode(ino)?;
+        let (inode, _) = self.docs.inode(ino)?;
         let mut out = Vec::new();
         for k in inode.xattrs.keys() {
             out.extend_from_slice(&decode_bytes(k));
@@ -95,11 +98,11 @@ impl Fs {
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
         let key = xattr_key(name)?;
         let now = now_ns();
-        let inode = self.update_inode(ino, |i| {
+        let inode = self.docs.update(ino, |i| {
             i.xattrs.remove(&key).ok_or(FsError::NoXattr)?;
             i.ctime_ns = now;
             Ok(())
         })?;
-        self.sync_entries(&inode)
+        self.docs.sync_entries(&inode)
     }
 }

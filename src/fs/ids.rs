@@ -1,0 +1,59 @@
+//! The id allocator: inode numbers and readdir cookies, one sequence kept
+//! in the store's `meta/ids` document and reserved in batches (one store
+//! write per batch, shared safely by every mount of the store).
+
+use super::docs::MAX_RETRIES;
+use crate::error::{FsError, FsResult};
+use crate::store::{Idx, MetaStore, StoreError};
+use parking_lot::Mutex;
+use serde_json::json;
+use std::sync::Arc;
+
+/// Ids are reserved from the store in batches (one store write per batch).
+const ID_BATCH: u64 = 1024;
+
+pub(super) struct Ids {
+    store: Arc<dyn MetaStore>,
+    /// The reserved range not yet handed out: next, end.
+    range: Mutex<(u64, u64)>,
+}
+
+impl Ids {
+    pub(super) fn new(store: Arc<dyn MetaStore>) -> Ids {
+        Ids {
+            store,
+            range: Mutex::new((0, 0)),
+        }
+    }
+
+    /// A fresh id (inode numbers and readdir cookies share the sequence).
+    pub(super) fn alloc(&self) -> FsResult<u64> {
+        let mut ids = self.range.lock();
+        if ids.0 >= ids.1 {
+            for _ in 0..MAX_RETRIES {
+                let doc = self
+                    .store
+                    .get(Idx::Meta, "ids")?
+                    .ok_or_else(|| FsError::Io("id allocator missing".into()))?;
+                let next = doc.source["next"].as_u64().unwrap_or(16);
+                let end = next + ID_BATCH;
+                match self
+                    .store
+                    .put(Idx::Meta, "ids", &json!({ "next": end }), Some(doc.version))
+                {
+                    Ok(_) => {
+                        *ids = (next, end);
+                        break;
+                    }
+                    Err(StoreError::Conflict(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if ids.0 >= ids.1 {
+                return Err(FsError::Again);
+            }
+        }
+        ids.0 += 1;
+        Ok(ids.0 - 1)
+    }
+}
