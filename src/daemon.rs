@@ -23,10 +23,10 @@ pub enum UmountError {
     StillWriting { mnt: PathBuf, pid: u32 },
 }
 
-pub const FSTYPE: &str = "fuse.esfs";
+pub(crate) const FSTYPE: &str = "fuse.esfs";
 
 /// Whether the kernel lists `mnt` as an esfs mount (reads /proc/self/mountinfo).
-pub fn is_mounted(mnt: &Path) -> bool {
+pub(crate) fn is_mounted(mnt: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
@@ -65,7 +65,7 @@ fn unescape_mountinfo(s: &str) -> Vec<u8> {
 /// `esfs umount MNT`: unmount cleanly, then wait for the server's final
 /// sync (its exit). The dead mount of a killed server is cleared (detached
 /// lazily if something still uses it); a live, busy mount is refused.
-pub fn umount(mnt: &Path) -> Result<(), UmountError> {
+pub(crate) fn umount(mnt: &Path) -> Result<(), UmountError> {
     // Not canonicalize: a dead mount's root cannot be stat'ed.
     let abs = std::path::absolute(mnt).map_err(|source| UmountError::Unmount {
         mnt: mnt.to_path_buf(),
@@ -161,7 +161,7 @@ fn detach(mnt: &Path) -> std::io::Result<()> {
 /// -u`), retrying for a few seconds while it is busy: a reference on its
 /// way out (a file manager's last look) should not keep the mount up. Not
 /// fuser's unmounter: it gives up its mount after one try.
-pub fn unmount_retrying(mnt: &Path) -> std::io::Result<()> {
+pub(crate) fn unmount_retrying(mnt: &Path) -> std::io::Result<()> {
     let busy = |e: &std::io::Error| e.raw_os_error() == Some(libc::EBUSY);
     let mut tries = 0;
     loop {
@@ -194,7 +194,7 @@ fn unmount_once(mnt: &Path) -> std::io::Result<()> {
     }
 }
 
-pub fn block_signals() -> libc::sigset_t {
+pub(crate) fn block_signals() -> libc::sigset_t {
     // SAFETY: building and installing a signal mask for this thread (and
     // the threads it spawns afterwards).
     unsafe {
@@ -208,7 +208,7 @@ pub fn block_signals() -> libc::sigset_t {
     }
 }
 
-pub fn wait_signal(set: &libc::sigset_t) -> i32 {
+pub(crate) fn wait_signal(set: &libc::sigset_t) -> i32 {
     let mut sig = 0;
     // SAFETY: waits for one of the blocked signals.
     unsafe { libc::sigwait(set, &mut sig) };

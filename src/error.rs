@@ -57,7 +57,7 @@ pub enum FsError {
     Io(String),
 }
 
-pub type FsResult<T> = Result<T, FsError>;
+pub(crate) type FsResult<T> = Result<T, FsError>;
 
 impl FsError {
     pub fn errno(&self) -> i32 {

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 #[derive(Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub entries: u64,
     pub inodes: u64,
     /// Problems found (before any repair).
@@ -35,7 +35,7 @@ pub struct Report {
 
 impl Report {
     /// fsck's exit status: 0 clean, 1 errors corrected, 4 errors left.
-    pub fn exit_code(&self, repair: bool) -> i32 {
+    pub(crate) fn exit_code(&self, repair: bool) -> i32 {
         match (self.problems.is_empty(), repair) {
             (true, _) => 0,
             (false, true) => 1,
@@ -55,7 +55,7 @@ fn progress(what: &str, n: u64) {
 /// on what they read first, then the repairs follow in a fixed order: dead
 /// mounts' intents and locks, entries, link counts, unowned contents,
 /// unflushed sizes.
-pub fn fsck(
+pub(crate) fn fsck(
     fs: &Fs,
     store: &Arc<dyn MetaStore>,
     data: &Arc<dyn DataStore>,

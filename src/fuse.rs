@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-pub struct FuseFs {
+pub(crate) struct FuseFs {
     fs: Arc<Fs>,
     ttl: Duration,
     /// The store is this mount's alone (`Capabilities::single_writer`): the
@@ -39,7 +39,7 @@ pub struct FuseFs {
 const LISTED_MAX: usize = 1 << 16;
 
 impl FuseFs {
-    pub fn new(fs: Arc<Fs>, ttl: Duration, writeback: bool) -> FuseFs {
+    pub(crate) fn new(fs: Arc<Fs>, ttl: Duration, writeback: bool) -> FuseFs {
         FuseFs {
             exclusive: fs.capabilities().single_writer,
             fs,
@@ -92,7 +92,7 @@ fn file_type(k: Kind) -> FileType {
     }
 }
 
-pub fn attr(i: &Inode) -> FileAttr {
+pub(crate) fn attr(i: &Inode) -> FileAttr {
     FileAttr {
         ino: INodeNo(i.ino),
         size: i.size,

@@ -8,7 +8,7 @@
 /// [`ContentHook::describe`]); it never waits for the indexer. `user.`
 /// because the kernel passes only known namespaces to FUSE; setting it is
 /// EPERM, and it is never listed.
-pub const DESCRIBE_XATTR: &str = "user.esfs.flush";
+pub(crate) const DESCRIBE_XATTR: &str = "user.esfs.flush";
 
 /// What the filesystem tells whoever indexes file contents.
 pub trait ContentHook: Send + Sync {

@@ -67,7 +67,7 @@ impl OpenError {
 
 /// Where the metadata lives.
 #[derive(Clone, Debug)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// The embedded SQLite store in this directory.
     Embedded(PathBuf),
     Elasticsearch(EsConfig),
@@ -75,7 +75,7 @@ pub enum Backend {
 
 impl Backend {
     /// For messages: the store directory, or the cluster (no credentials).
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Backend::Embedded(dir) => dir.display().to_string(),
             Backend::Elasticsearch(es) => {
@@ -88,7 +88,7 @@ impl Backend {
     /// reply carries it): `{"backend": "embedded", "store": DIR, "data":
     /// DIR}` or `{"backend": "elasticsearch", "url": URL (no credentials),
     /// "index": NAME, "data": DIR|null, "ca": FILE|null}`.
-    pub fn description(&self, data: Option<&Path>) -> Value {
+    pub(crate) fn description(&self, data: Option<&Path>) -> Value {
         match self {
             Backend::Embedded(dir) => json!({"backend": "embedded", "store": dir, "data": data}),
             Backend::Elasticsearch(es) => json!({
@@ -104,7 +104,7 @@ impl Backend {
     /// The backend a mount description names. `es` makes the cluster's
     /// configuration (credentials are the reader's own) from the URL and
     /// index the description gives.
-    pub fn from_description(
+    pub(crate) fn from_description(
         v: &Value,
         es: impl FnOnce(&str, &str) -> EsConfig,
     ) -> Result<Backend, OpenError> {
@@ -127,7 +127,7 @@ impl Backend {
 }
 
 /// `$XDG_DATA_HOME/esfs`, else `~/.local/share/esfs`.
-pub fn default_home() -> PathBuf {
+pub(crate) fn default_home() -> PathBuf {
     match std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
         Some(x) => PathBuf::from(x).join("esfs"),
         None => {
@@ -138,7 +138,7 @@ pub fn default_home() -> PathBuf {
 }
 
 /// Where an embedded store's mount keeps its unflushed-files journal.
-pub fn unflushed_journal(store_dir: &Path) -> PathBuf {
+pub(crate) fn unflushed_journal(store_dir: &Path) -> PathBuf {
     store_dir.join("unflushed")
 }
 
@@ -158,7 +158,7 @@ fn store_in_use(dir: &Path) -> bool {
 }
 
 /// Exclusive claim on an embedded store: one mount serves it at a time.
-pub fn lock_store(dir: &Path) -> Result<File, OpenError> {
+pub(crate) fn lock_store(dir: &Path) -> Result<File, OpenError> {
     let path = dir.join("mount.lock");
     let f = crate::private::options()
         .create(true)
@@ -185,18 +185,18 @@ pub fn lock_store(dir: &Path) -> Result<File, OpenError> {
 }
 
 /// The stores a mount (or a maintenance command) works on.
-pub struct Stores {
+pub(crate) struct Stores {
     pub meta: Arc<dyn MetaStore>,
     pub data: Arc<dyn DataStore>,
-    /// Holds an embedded store's mount lock while alive.
-    pub lock: Option<File>,
+    /// Holds an embedded store's mount lock while alive (never read).
+    pub _lock: Option<File>,
 }
 
 /// The metadata store alone. A mount (`mount`) claims an embedded store
 /// for this process (the returned lock) and creates what is missing; a
 /// reader (fsck, locks, search) creates nothing and gets
 /// [`OpenError::NoFilesystem`] where there is none.
-pub fn open_meta(
+pub(crate) fn open_meta(
     backend: &Backend,
     mount: bool,
 ) -> Result<(Arc<dyn MetaStore>, Option<File>), OpenError> {
@@ -280,7 +280,10 @@ fn open_meta_for(
 /// (Elasticsearch; an embedded store is cached once claimed, in
 /// [`open_meta`]): a document is trusted for `ttl`, the mount's attribute
 /// TTL, so another mount's change is seen within it.
-pub fn cache_shared(meta: Arc<dyn MetaStore>, ttl: std::time::Duration) -> Arc<dyn MetaStore> {
+pub(crate) fn cache_shared(
+    meta: Arc<dyn MetaStore>,
+    ttl: std::time::Duration,
+) -> Arc<dyn MetaStore> {
     if meta.capabilities().single_writer {
         return meta;
     }
@@ -294,7 +297,7 @@ pub fn cache_shared(meta: Arc<dyn MetaStore>, ttl: std::time::Duration) -> Arc<d
 
 /// Open the metadata store ([`open_meta`]) and the contents store bound to
 /// it: the data directory `data`, or chunk documents in the cluster.
-pub fn open_stores(
+pub(crate) fn open_stores(
     backend: &Backend,
     data: Option<&Path>,
     mount: bool,
@@ -341,20 +344,20 @@ pub fn open_stores(
     Ok(Stores {
         meta: store,
         data,
-        lock: guard,
+        _lock: guard,
     })
 }
 
 /// The metadata document holding the filesystem's id.
 const FSID_DOC: &str = "fsid";
 /// The file in a data directory naming the filesystem its contents belong to.
-pub const FSID_FILE: &str = "esfs-fsid";
+pub(crate) const FSID_FILE: &str = "esfs-fsid";
 
 /// The data directory of a store given without --data: inside the store
 /// directory, so that two stores never share one. The default store keeps
 /// `$XDG_DATA_HOME/esfs/data`, which older esfs used for every store, when
 /// that exists and `STORE/data` does not.
-pub fn default_data(store: &Path) -> PathBuf {
+pub(crate) fn default_data(store: &Path) -> PathBuf {
     let own = store.join("data");
     let home = std::path::absolute(default_home()).unwrap_or_else(|_| default_home());
     let legacy = home.join("data");
@@ -366,7 +369,7 @@ pub fn default_data(store: &Path) -> PathBuf {
 }
 
 /// The filesystem id a data directory is stamped with (None: no stamp).
-pub fn data_fsid(dir: &Path) -> Result<Option<String>, OpenError> {
+pub(crate) fn data_fsid(dir: &Path) -> Result<Option<String>, OpenError> {
     let path = dir.join(FSID_FILE);
     let not_stamp =
         |why: String| OpenError::DataBinding(format!("{}: not an esfs stamp{why}", path.display()));

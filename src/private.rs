@@ -9,19 +9,19 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// `create_dir_all` with mode 0700 for what it creates.
-pub fn dir_all(path: &Path) -> io::Result<()> {
+pub(crate) fn dir_all(path: &Path) -> io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
 
 /// `OpenOptions` creating files with mode 0600.
-pub fn options() -> OpenOptions {
+pub(crate) fn options() -> OpenOptions {
     let mut o = OpenOptions::new();
     o.mode(0o600);
     o
 }
 
 /// `std::fs::write` creating the file with mode 0600.
-pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     options()
         .write(true)
@@ -33,7 +33,7 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Create an empty file with mode 0600 unless it exists (SQLite then takes
 /// it as a new database, and gives its -wal and -shm files its mode).
-pub fn touch(path: &Path) -> io::Result<()> {
+pub(crate) fn touch(path: &Path) -> io::Result<()> {
     match options().write(true).create_new(true).open(path) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
@@ -43,7 +43,7 @@ pub fn touch(path: &Path) -> io::Result<()> {
 
 /// `dir` itself and what is directly in it that other users may access
 /// (group or other permission bits): (path, mode) of each.
-pub fn loose(dir: &Path) -> Vec<(PathBuf, u32)> {
+pub(crate) fn loose(dir: &Path) -> Vec<(PathBuf, u32)> {
     let mut out = Vec::new();
     let mut check = |p: PathBuf| {
         if let Ok(md) = std::fs::symlink_metadata(&p)
@@ -63,7 +63,7 @@ pub fn loose(dir: &Path) -> Vec<(PathBuf, u32)> {
 }
 
 /// One line per directory with loose entries, for a warning.
-pub fn loose_warnings(dirs: &[&Path]) -> Vec<String> {
+pub(crate) fn loose_warnings(dirs: &[&Path]) -> Vec<String> {
     dirs.iter()
         .filter_map(|dir| {
             let l = loose(dir);

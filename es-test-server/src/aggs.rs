@@ -13,7 +13,7 @@ use crate::search::{Match, Target, top_hits};
 use crate::sort::fielddata_err;
 use crate::time::format_millis;
 
-pub fn run(aggs: &Value, targets: &[Target], all: &[Match]) -> EsResult<Value> {
+pub(crate) fn run(aggs: &Value, targets: &[Target], all: &[Match]) -> EsResult<Value> {
     let refs: Vec<&Match> = all.iter().collect();
     run_level(aggs, targets, &refs)
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::error::{EsError, EsResult};
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Tokenizer {
+pub(crate) enum Tokenizer {
     Standard {
         max_token_length: usize,
     },
@@ -36,7 +36,7 @@ pub enum Tokenizer {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum CharClass {
+pub(crate) enum CharClass {
     Letter,
     Digit,
     Whitespace,
@@ -62,7 +62,7 @@ fn char_in(c: char, classes: &[CharClass], custom: &[char]) -> bool {
 }
 
 /// Lucene's NGramTokenizer / EdgeNGramTokenizer: grams ordered by start, then length.
-pub fn ngrams(
+pub(crate) fn ngrams(
     text: &str,
     min: usize,
     max: usize,
@@ -103,20 +103,20 @@ pub fn ngrams(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Filter {
+pub(crate) enum Filter {
     Lowercase,
     Uppercase,
     Trim,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Analyzer {
+pub(crate) struct Analyzer {
     pub tokenizer: Tokenizer,
     pub filters: Vec<Filter>,
 }
 
 impl Analyzer {
-    pub fn standard() -> Analyzer {
+    pub(crate) fn standard() -> Analyzer {
         Analyzer {
             tokenizer: Tokenizer::Standard {
                 max_token_length: 255,
@@ -125,7 +125,7 @@ impl Analyzer {
         }
     }
 
-    pub fn keyword() -> Analyzer {
+    pub(crate) fn keyword() -> Analyzer {
         Analyzer {
             tokenizer: Tokenizer::Keyword,
             filters: vec![],
@@ -133,7 +133,7 @@ impl Analyzer {
     }
 
     /// Tokens of `text` in order; positions are the indexes in the returned vector.
-    pub fn analyze(&self, text: &str) -> Vec<String> {
+    pub(crate) fn analyze(&self, text: &str) -> Vec<String> {
         let mut toks = match &self.tokenizer {
             Tokenizer::Standard { max_token_length } => standard_tokens(text, *max_token_length),
             Tokenizer::Keyword => {
@@ -228,7 +228,7 @@ fn is_ideographic(c: char) -> bool {
 /// letters/digits/underscore runs form words; `.` `'` join letters (`file.txt`,
 /// `don't`), `:` joins letters, `.` `,` `;` join digits (`3.14`, `1,000`); every
 /// other character separates; CJK ideographs are single-character tokens.
-pub fn standard_tokens(text: &str, max_len: usize) -> Vec<String> {
+pub(crate) fn standard_tokens(text: &str, max_len: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let classes: Vec<WordClass> = chars.iter().map(|&c| classify(c)).collect();
     let is_word = |k: WordClass| {
@@ -285,7 +285,7 @@ pub fn standard_tokens(text: &str, max_len: usize) -> Vec<String> {
 
 /// Lucene's PathHierarchyTokenizer / ReversePathHierarchyTokenizer.
 /// `/a/b/c` gives `/a`, `/a/b`, `/a/b/c`; reversed: `/a/b/c`, `a/b/c`, `b/c`, `c`.
-pub fn path_hierarchy(
+pub(crate) fn path_hierarchy(
     text: &str,
     delim: char,
     repl: char,
@@ -342,7 +342,7 @@ pub fn path_hierarchy(
 
 /// The analyzers and normalizers an index knows.
 #[derive(Debug, Clone, Default)]
-pub struct Analysis {
+pub(crate) struct Analysis {
     pub analyzers: HashMap<String, Analyzer>,
     pub normalizers: HashMap<String, Vec<Filter>>,
 }
@@ -561,7 +561,10 @@ fn filter_list(def: &Value, key: &str) -> Vec<String> {
 
 impl Analysis {
     /// Builds the analysis chain from the (nested) `index.analysis` settings object.
-    pub fn from_settings(analysis: Option<&Value>, max_ngram_diff: usize) -> EsResult<Analysis> {
+    pub(crate) fn from_settings(
+        analysis: Option<&Value>,
+        max_ngram_diff: usize,
+    ) -> EsResult<Analysis> {
         let mut a = Analysis::default();
         let empty = serde_json::Map::new();
         let Some(an) = analysis else { return Ok(a) };
@@ -630,14 +633,14 @@ impl Analysis {
         Ok(a)
     }
 
-    pub fn analyzer(&self, name: &str) -> Option<Analyzer> {
+    pub(crate) fn analyzer(&self, name: &str) -> Option<Analyzer> {
         self.analyzers
             .get(name)
             .cloned()
             .or_else(|| builtin_analyzer(name))
     }
 
-    pub fn normalizer(&self, name: &str) -> Option<Vec<Filter>> {
+    pub(crate) fn normalizer(&self, name: &str) -> Option<Vec<Filter>> {
         if let Some(n) = self.normalizers.get(name) {
             return Some(n.clone());
         }
@@ -645,7 +648,7 @@ impl Analysis {
     }
 }
 
-pub fn apply_filters(filters: &[Filter], s: &str) -> String {
+pub(crate) fn apply_filters(filters: &[Filter], s: &str) -> String {
     let mut s = s.to_string();
     for f in filters {
         s = match f {

@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 /// An error as Elasticsearch reports it. `extra` fields (index, index_uuid, shard, ...)
 /// appear both in the root cause and at the top level, as in real responses.
 #[derive(Debug, Clone)]
-pub struct EsError {
+pub(crate) struct EsError {
     pub status: u16,
     pub kind: String,
     pub reason: String,
@@ -17,10 +17,10 @@ pub struct EsError {
     pub raw: Option<Value>,
 }
 
-pub type EsResult<T> = Result<T, EsError>;
+pub(crate) type EsResult<T> = Result<T, EsError>;
 
 impl EsError {
-    pub fn new(status: u16, kind: &str, reason: impl Into<String>) -> EsError {
+    pub(crate) fn new(status: u16, kind: &str, reason: impl Into<String>) -> EsError {
         EsError {
             status,
             kind: kind.to_string(),
@@ -32,39 +32,39 @@ impl EsError {
         }
     }
 
-    pub fn raw(status: u16, body: Value) -> EsError {
+    pub(crate) fn raw(status: u16, body: Value) -> EsError {
         let mut e = EsError::new(status, "raw", "");
         e.raw = Some(body);
         e
     }
 
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> EsError {
+    pub(crate) fn with(mut self, key: &str, value: impl Into<Value>) -> EsError {
         self.extra.insert(key.to_string(), value.into());
         self
     }
 
-    pub fn caused_by(mut self, cause: Value) -> EsError {
+    pub(crate) fn caused_by(mut self, cause: Value) -> EsError {
         self.caused_by = Some(cause);
         self
     }
 
-    pub fn bad_request(reason: impl Into<String>) -> EsError {
+    pub(crate) fn bad_request(reason: impl Into<String>) -> EsError {
         EsError::new(400, "illegal_argument_exception", reason)
     }
 
-    pub fn parsing(reason: impl Into<String>) -> EsError {
+    pub(crate) fn parsing(reason: impl Into<String>) -> EsError {
         EsError::new(400, "parsing_exception", reason)
     }
 
     /// `x_content_parse_exception` for a body that is not valid JSON.
-    pub fn json_parse(err: &serde_json::Error) -> EsError {
+    pub(crate) fn json_parse(err: &serde_json::Error) -> EsError {
         let reason = format!("[{}:{}] {}", err.line(), err.column(), err);
         EsError::new(400, "x_content_parse_exception", reason.clone())
             .caused_by(json!({"type": "json_parse_exception", "reason": reason}))
     }
 
     /// `Validation Failed: 1: a;2: b;`
-    pub fn validation(msgs: &[String]) -> EsError {
+    pub(crate) fn validation(msgs: &[String]) -> EsError {
         let mut reason = String::from("Validation Failed: ");
         for (i, m) in msgs.iter().enumerate() {
             reason.push_str(&format!("{}: {};", i + 1, m));
@@ -72,7 +72,7 @@ impl EsError {
         EsError::new(400, "action_request_validation_exception", reason)
     }
 
-    pub fn index_not_found(index: &str) -> EsError {
+    pub(crate) fn index_not_found(index: &str) -> EsError {
         EsError::new(
             404,
             "index_not_found_exception",
@@ -84,7 +84,7 @@ impl EsError {
         .with("index", index)
     }
 
-    pub fn invalid_index_name(index: &str, why: &str) -> EsError {
+    pub(crate) fn invalid_index_name(index: &str, why: &str) -> EsError {
         EsError::new(
             400,
             "invalid_index_name_exception",
@@ -95,7 +95,7 @@ impl EsError {
     }
 
     /// A feature of Elasticsearch this test double does not implement.
-    pub fn unsupported(what: &str) -> EsError {
+    pub(crate) fn unsupported(what: &str) -> EsError {
         EsError::new(
             400,
             "illegal_argument_exception",
@@ -109,7 +109,7 @@ impl EsError {
     /// appears only for failures that are plain Java exceptions (here
     /// `illegal_argument_exception`), not for Elasticsearch's own (`query_shard_exception`,
     /// `parse_exception`, ...).
-    pub fn search_phase(inner: EsError, index: Option<&str>) -> EsError {
+    pub(crate) fn search_phase(inner: EsError, index: Option<&str>) -> EsError {
         let cause = inner.flat();
         let mut e = EsError::new(
             inner.status,
@@ -135,7 +135,7 @@ impl EsError {
     }
 
     /// The error object without `root_cause` (as in bulk items and `caused_by`).
-    pub fn flat(&self) -> Value {
+    pub(crate) fn flat(&self) -> Value {
         let mut m = Map::new();
         m.insert("type".into(), json!(self.kind));
         m.insert("reason".into(), json!(self.reason));
@@ -148,7 +148,7 @@ impl EsError {
         Value::Object(m)
     }
 
-    pub fn error_object(&self) -> Value {
+    pub(crate) fn error_object(&self) -> Value {
         let root = match &self.root_cause {
             Some(r) => r.clone(),
             None => {
@@ -171,7 +171,7 @@ impl EsError {
         Value::Object(m)
     }
 
-    pub fn to_body(&self) -> Value {
+    pub(crate) fn to_body(&self) -> Value {
         if let Some(raw) = &self.raw {
             return raw.clone();
         }
@@ -180,7 +180,7 @@ impl EsError {
 }
 
 /// Errors that failure injection produces, with bodies like the real ones.
-pub fn injected(status: u16) -> EsError {
+pub(crate) fn injected(status: u16) -> EsError {
     match status {
         429 => EsError::new(
             429,

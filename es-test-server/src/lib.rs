@@ -15,6 +15,9 @@
 
 // Errors carry Elasticsearch's whole error object; their size does not matter here.
 #![allow(clippy::result_large_err)]
+// `pub` marks the API a test uses (`EsTestServer` and what it returns);
+// everything else is `pub(crate)` or narrower.
+#![warn(unreachable_pub)]
 
 mod aggs;
 mod analysis;

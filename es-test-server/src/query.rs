@@ -10,21 +10,21 @@ use crate::store::{Doc, Snapshot, TermKey};
 use crate::time;
 
 #[derive(Debug, Clone)]
-pub enum TV {
+pub(crate) enum TV {
     Str(String),
     Long(i64),
     Dbl(f64),
 }
 
 #[derive(Debug, Clone)]
-pub enum Range {
+pub(crate) enum Range {
     Long(i64, i64),
     Dbl(Option<(f64, bool)>, Option<(f64, bool)>),
     Str(Option<(String, bool)>, Option<(String, bool)>),
 }
 
 #[derive(Debug, Clone)]
-pub enum Q {
+pub(crate) enum Q {
     All(f32),
     None,
     Ids(HashSet<String>, f32),
@@ -92,7 +92,7 @@ fn number_format(text: &str) -> EsError {
         .caused_by(json!({"type": "number_format_exception", "reason": why}))
 }
 
-pub fn json_token(v: &Value) -> &'static str {
+pub(crate) fn json_token(v: &Value) -> &'static str {
     match v {
         Value::String(_) => "VALUE_STRING",
         Value::Number(_) => "VALUE_NUMBER",
@@ -180,7 +180,7 @@ fn single_field<'a>(qname: &str, body: &'a Value) -> EsResult<(&'a str, &'a Valu
     }
 }
 
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub mapping: &'a Mapping,
 }
 
@@ -264,7 +264,7 @@ impl Ctx<'_> {
         }))
     }
 
-    pub fn parse(&self, q: &Value) -> EsResult<Q> {
+    pub(crate) fn parse(&self, q: &Value) -> EsResult<Q> {
         let obj = q
             .as_object()
             .ok_or_else(|| pe("[_na] query malformed, must start with start_object".to_string()))?;
@@ -748,7 +748,7 @@ fn min_should_match(v: &Value, n: usize) -> EsResult<usize> {
 }
 
 /// `*` and `?` glob matching over bytes (`\` escapes).
-pub fn wildcard_match(p: &[u8], s: &[u8], ci: bool) -> bool {
+pub(crate) fn wildcard_match(p: &[u8], s: &[u8], ci: bool) -> bool {
     let eq = |a: u8, b: u8| {
         if ci {
             a.eq_ignore_ascii_case(&b)
@@ -925,7 +925,7 @@ fn intersect(a: &[u32], b: &[u32]) -> Vec<u32> {
 impl Q {
     /// Positions in the snapshot that may match (a sorted superset, from the inverted
     /// index), or None when every document has to be checked.
-    pub fn candidates(&self, snap: &Snapshot) -> Option<Vec<u32>> {
+    pub(crate) fn candidates(&self, snap: &Snapshot) -> Option<Vec<u32>> {
         match self {
             Q::None => Some(vec![]),
             Q::Term {
@@ -996,12 +996,12 @@ impl Q {
         }
     }
 
-    pub fn is_none(&self) -> bool {
+    pub(crate) fn is_none(&self) -> bool {
         matches!(self, Q::None)
     }
 
     /// The score if the document matches.
-    pub fn eval(&self, doc: &Doc, index: &str) -> Option<f32> {
+    pub(crate) fn eval(&self, doc: &Doc, index: &str) -> Option<f32> {
         match self {
             Q::All(b) => Some(*b),
             Q::None => None,

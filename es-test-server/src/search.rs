@@ -14,7 +14,7 @@ use crate::sort::{SV, SortSpec, after_value, cmp_keys, compile_sort, field_sv, s
 use crate::store::{Doc, PRIMARY_TERM, Snapshot};
 
 /// One index (or PIT member) a search runs over.
-pub struct Target {
+pub(crate) struct Target {
     pub name: String,
     pub uuid: String,
     pub snap: Arc<Snapshot>,
@@ -24,14 +24,14 @@ pub struct Target {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct SourceFilter {
+pub(crate) struct SourceFilter {
     pub fetch: bool,
     pub includes: Vec<String>,
     pub excludes: Vec<String>,
 }
 
 impl SourceFilter {
-    pub fn all() -> SourceFilter {
+    pub(crate) fn all() -> SourceFilter {
         SourceFilter {
             fetch: true,
             includes: vec![],
@@ -56,7 +56,7 @@ impl SourceFilter {
         })
     }
 
-    pub fn from_json(v: &Value) -> EsResult<SourceFilter> {
+    pub(crate) fn from_json(v: &Value) -> EsResult<SourceFilter> {
         Ok(match v {
             Value::Bool(b) => SourceFilter {
                 fetch: *b,
@@ -93,7 +93,7 @@ impl SourceFilter {
     }
 
     /// From URL parameters `_source`, `_source_includes`, `_source_excludes`.
-    pub fn from_params(
+    pub(crate) fn from_params(
         source: Option<&str>,
         inc: Option<&str>,
         exc: Option<&str>,
@@ -124,12 +124,12 @@ impl SourceFilter {
         Some(f)
     }
 
-    pub fn is_identity(&self) -> bool {
+    pub(crate) fn is_identity(&self) -> bool {
         self.fetch && self.includes.is_empty() && self.excludes.is_empty()
     }
 
     /// The filtered source, or None when `_source` is not fetched.
-    pub fn apply(&self, raw: &str) -> Option<Value> {
+    pub(crate) fn apply(&self, raw: &str) -> Option<Value> {
         if !self.fetch {
             return None;
         }
@@ -215,14 +215,14 @@ fn filter_value(v: &Value, prefix: &str, inc: &[String], exc: &[String], include
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum TrackTotal {
+pub(crate) enum TrackTotal {
     Off,
     Upto(u64),
     Exact,
 }
 
 #[derive(Debug, Clone)]
-pub struct SearchReq {
+pub(crate) struct SearchReq {
     pub query: Option<Value>,
     pub post_filter: Option<Value>,
     pub size: usize,
@@ -271,7 +271,7 @@ fn as_usize(key: &str, v: &Value) -> EsResult<usize> {
 }
 
 /// An integer URL parameter, refused as Elasticsearch refuses it.
-pub fn int_param(key: &str, v: &str) -> EsResult<i64> {
+pub(crate) fn int_param(key: &str, v: &str) -> EsResult<i64> {
     v.parse::<i32>().map(i64::from).map_err(|_| {
         EsError::bad_request(format!(
             "Failed to parse int parameter [{key}] with value [{v}]"
@@ -283,7 +283,7 @@ pub fn int_param(key: &str, v: &str) -> EsResult<i64> {
 /// `terminate_after`: 0 (the default) is accepted; a negative value is refused with
 /// Elasticsearch's message (before the indices are resolved, as there); stopping early is
 /// not implemented.
-pub fn check_terminate_after(n: i64) -> EsResult<()> {
+pub(crate) fn check_terminate_after(n: i64) -> EsResult<()> {
     match n {
         0 => Ok(()),
         n if n < 0 => Err(EsError::bad_request("terminateAfter must be > 0")),
@@ -331,7 +331,10 @@ impl SearchReq {
         Ok(())
     }
 
-    pub fn parse(body: Option<&Value>, params: &HashMap<String, String>) -> EsResult<SearchReq> {
+    pub(crate) fn parse(
+        body: Option<&Value>,
+        params: &HashMap<String, String>,
+    ) -> EsResult<SearchReq> {
         let mut r = SearchReq {
             query: None,
             post_filter: None,
@@ -538,7 +541,7 @@ fn track_total_json(v: &Value) -> EsResult<TrackTotal> {
 // ---------------------------------------------------------------------------------------
 // Matching
 
-pub struct Match<'a> {
+pub(crate) struct Match<'a> {
     pub ti: usize,
     pub doc: &'a Arc<Doc>,
     pub score: f32,
@@ -578,7 +581,7 @@ fn compile_queries(q: Option<&Value>, targets: &[Target]) -> EsResult<Vec<Q>> {
     Ok(out)
 }
 
-pub fn find_matches<'a>(
+pub(crate) fn find_matches<'a>(
     targets: &'a [Target],
     query: Option<&Value>,
     min_score: Option<f32>,
@@ -611,7 +614,7 @@ pub fn find_matches<'a>(
     Ok(out)
 }
 
-pub fn shards_json(targets: &[Target]) -> Value {
+pub(crate) fn shards_json(targets: &[Target]) -> Value {
     let n: u32 = targets.iter().map(|t| t.shards).sum();
     json!({"total": n, "successful": n, "skipped": 0, "failed": 0})
 }
@@ -671,7 +674,7 @@ fn hit_json(t: &Target, h: &Match, sort: Option<Value>, score: Option<f32>, o: &
     s
 }
 
-pub struct SearchOut {
+pub(crate) struct SearchOut {
     pub body: String,
 }
 
@@ -848,7 +851,7 @@ fn top_matches(matches: &[&Match], keys: &[SV], plan: &SortPlan, want: usize) ->
 
 /// Runs a search. `pit` says a point in time is used (it adds the `_shard_doc` tiebreaker to
 /// a sorted search).
-pub fn execute(
+pub(crate) fn execute(
     targets: &[Target],
     req: &SearchReq,
     pit: bool,
@@ -928,7 +931,11 @@ pub fn execute(
 }
 
 /// Renders top hits for the `top_hits` aggregation.
-pub fn top_hits(targets: &[Target], ms: &[&Match], spec: &Map<String, Value>) -> EsResult<Value> {
+pub(crate) fn top_hits(
+    targets: &[Target],
+    ms: &[&Match],
+    spec: &Map<String, Value>,
+) -> EsResult<Value> {
     let mut size = 3usize;
     let mut from = 0usize;
     let mut src = SourceFilter::all();

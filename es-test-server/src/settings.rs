@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::error::{EsError, EsResult};
 use crate::time::parse_time_value;
 
-pub type Flat = BTreeMap<String, Value>;
+pub(crate) type Flat = BTreeMap<String, Value>;
 
 fn scalar(v: &Value) -> Option<Value> {
     match v {
@@ -54,7 +54,7 @@ fn flatten_into(prefix: &str, v: &Value, out: &mut Flat) {
 
 /// `{"index":{"refresh_interval":"1s"}}`, `{"index.refresh_interval":"1s"}` and
 /// `{"refresh_interval":"1s"}` all become `{"index.refresh_interval":"1s"}`.
-pub fn flatten(v: &Value) -> EsResult<Flat> {
+pub(crate) fn flatten(v: &Value) -> EsResult<Flat> {
     if !v.is_object() {
         return Err(EsError::bad_request("settings must be an object"));
     }
@@ -130,7 +130,7 @@ fn num(key: &str, v: &Value, min: i64) -> EsResult<i64> {
     Ok(n)
 }
 
-pub fn time_setting(key: &str, v: &Value) -> EsResult<Option<Duration>> {
+pub(crate) fn time_setting(key: &str, v: &Value) -> EsResult<Option<Duration>> {
     let s = v.as_str().unwrap_or_default();
     if s == "-1" {
         return Ok(None);
@@ -146,7 +146,7 @@ pub fn time_setting(key: &str, v: &Value) -> EsResult<Option<Duration>> {
 }
 
 /// Validates user-given settings. `update` is true for PUT _settings on an existing index.
-pub fn validate(flat: &Flat, update: bool) -> EsResult<()> {
+pub(crate) fn validate(flat: &Flat, update: bool) -> EsResult<()> {
     for (k, v) in flat {
         if matches!(
             k.as_str(),
@@ -204,7 +204,7 @@ pub fn validate(flat: &Flat, update: bool) -> EsResult<()> {
 }
 
 /// Nests flat keys for GET _settings: `{"index":{"refresh_interval":"1s"}}`.
-pub fn nest(flat: &Flat) -> Value {
+pub(crate) fn nest(flat: &Flat) -> Value {
     let mut root = Map::new();
     for (k, v) in flat {
         if v.is_null() {
@@ -227,7 +227,7 @@ pub fn nest(flat: &Flat) -> Value {
 }
 
 /// The nested `index.analysis` object (for building analyzers).
-pub fn analysis_section(flat: &Flat) -> Option<Value> {
+pub(crate) fn analysis_section(flat: &Flat) -> Option<Value> {
     let sub: Flat = flat
         .iter()
         .filter(|(k, _)| k.starts_with("index.analysis."))

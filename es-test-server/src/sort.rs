@@ -13,7 +13,7 @@ use crate::store::Doc;
 use crate::time::{self, FormatError};
 
 #[derive(Debug, Clone)]
-pub enum SortSpec {
+pub(crate) enum SortSpec {
     Field(Box<FieldSort>),
     Score { desc: bool },
     Doc { desc: bool },
@@ -22,7 +22,7 @@ pub enum SortSpec {
 
 /// A sort on a field, resolved against every target of the search.
 #[derive(Debug, Clone)]
-pub struct FieldSort {
+pub(crate) struct FieldSort {
     name: String,
     /// Per target: the field's id there (None: unmapped).
     fids: Vec<Option<u16>>,
@@ -63,7 +63,7 @@ impl FieldSort {
 
 /// A sort value. Keyword values borrow from the document.
 #[derive(Debug, Clone, PartialEq)]
-pub enum SV<'a> {
+pub(crate) enum SV<'a> {
     I(i64),
     F(f64),
     /// A `_score`: a float, rendered as `_score` is (0.3, not 0.30000001192092896) and
@@ -86,7 +86,7 @@ fn sv_json(v: &SV) -> Value {
 /// The `sort` array of a hit of target `ti`. With a `format`, date values are strings in that
 /// format and missing ones null (Elasticsearch 9); without, they are numbers (epoch
 /// milliseconds, or nanoseconds for `date_nanos`) and missing ones `Long.MAX/MIN_VALUE`.
-pub fn sort_values_json(specs: &[SortSpec], ti: usize, key: &[SV]) -> Value {
+pub(crate) fn sort_values_json(specs: &[SortSpec], ti: usize, key: &[SV]) -> Value {
     let values = specs.iter().zip(key).map(|(spec, v)| match (spec, v) {
         (SortSpec::Field(f), SV::I(i)) if f.is_date() && f.format.is_some() => {
             if *i == i64::MAX || *i == i64::MIN {
@@ -112,7 +112,7 @@ fn parse_order(v: &Value) -> EsResult<bool> {
     }
 }
 
-pub fn fielddata_err(name: &str, index: &str) -> EsError {
+pub(crate) fn fielddata_err(name: &str, index: &str) -> EsError {
     EsError::bad_request(format!(
         "Fielddata is disabled on [{name}] in [{index}]. Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [{name}] in order to load field data by uninverting the inverted index. Note that this can use significant memory."
     ))
@@ -185,7 +185,7 @@ fn numeric_type(v: &Value) -> EsResult<String> {
 }
 
 /// Compiles `sort` (a string, an object or an array of them) against the targets.
-pub fn compile_sort(sort: &Value, targets: &[Target], pit: bool) -> EsResult<Vec<SortSpec>> {
+pub(crate) fn compile_sort(sort: &Value, targets: &[Target], pit: bool) -> EsResult<Vec<SortSpec>> {
     let items: Vec<Value> = match sort {
         Value::Array(a) => a.clone(),
         other => vec![other.clone()],
@@ -361,7 +361,7 @@ fn check_sort_format(field: &str, ty: FType, format: &str) -> EsResult<()> {
 }
 
 /// The sort value of a document of target `ti` for a field sort.
-pub fn field_sv<'a>(f: &FieldSort, ti: usize, doc: &'a Doc) -> SV<'a> {
+pub(crate) fn field_sv<'a>(f: &FieldSort, ti: usize, doc: &'a Doc) -> SV<'a> {
     let fv = f.fids[ti].and_then(|id| doc.indexed.get(id));
     let present = match fv {
         Some(FV::Long(v)) if !v.is_empty() => {
@@ -456,7 +456,7 @@ fn cmp_one(spec: &SortSpec, a: &SV, b: &SV) -> Ordering {
     if desc { natural.reverse() } else { natural }
 }
 
-pub fn cmp_keys(specs: &[SortSpec], a: &[SV], b: &[SV]) -> Ordering {
+pub(crate) fn cmp_keys(specs: &[SortSpec], a: &[SV], b: &[SV]) -> Ordering {
     for (i, s) in specs.iter().enumerate() {
         let o = cmp_one(s, &a[i], &b[i]);
         if o != Ordering::Equal {
@@ -480,7 +480,7 @@ fn after_fail(name: &str, v: &Value) -> EsError {
 }
 
 /// Reads one `search_after` value for its sort.
-pub fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV<'static>> {
+pub(crate) fn after_value(spec: &SortSpec, v: &Value) -> EsResult<SV<'static>> {
     let num = |v: &Value| {
         v.as_f64()
             .or_else(|| v.as_str().and_then(|s| s.parse().ok()))

@@ -17,11 +17,11 @@ use crate::error::{EsError, EsResult};
 use crate::mapping::{DocCtx, FV, IndexOutcome, Indexed, Mapping};
 use crate::settings::{self, Flat};
 
-pub const PRIMARY_TERM: i64 = 1;
+pub(crate) const PRIMARY_TERM: i64 = 1;
 
 static RNG_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-pub fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(RNG_COUNTER.fetch_add(1, Ordering::Relaxed));
     h.write_u128(
@@ -33,7 +33,7 @@ pub fn random_u64() -> u64 {
     h.finish()
 }
 
-pub fn random_bytes(n: usize) -> Vec<u8> {
+pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(n + 8);
     while v.len() < n {
         v.extend_from_slice(&random_u64().to_le_bytes());
@@ -43,14 +43,14 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
 }
 
 /// A base64url id like Elasticsearch's uuids (22 chars) or auto ids (20 chars).
-pub fn random_id(len: usize) -> String {
+pub(crate) fn random_id(len: usize) -> String {
     use base64::Engine;
     let s = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes(len));
     s[..len].to_string()
 }
 
 #[derive(Debug)]
-pub struct Doc {
+pub(crate) struct Doc {
     pub id: Arc<str>,
     /// The `_source` exactly as it was sent (valid JSON text).
     pub source: Arc<str>,
@@ -61,7 +61,7 @@ pub struct Doc {
 
 /// What a search sees: the documents as of one refresh, in index order (= `_seq_no` order).
 #[derive(Debug)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub docs: Vec<Arc<Doc>>,
     /// `docs[i].seq_no`, for binary searches.
     seqs: Vec<i64>,
@@ -75,7 +75,7 @@ pub struct Snapshot {
 
 /// An exact term of a field, as the inverted index keys it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum TermKey {
+pub(crate) enum TermKey {
     S(Box<str>),
     I(i64),
     /// A double, by its bits (-0.0 folded into 0.0).
@@ -83,7 +83,7 @@ pub enum TermKey {
 }
 
 impl TermKey {
-    pub fn f(x: f64) -> TermKey {
+    pub(crate) fn f(x: f64) -> TermKey {
         TermKey::F(if x == 0.0 {
             0.0f64.to_bits()
         } else {
@@ -94,15 +94,15 @@ impl TermKey {
 
 /// Term -> `_seq_no`s (ascending) of one field, as of a snapshot whose writes end at `max_seq`.
 #[derive(Debug)]
-pub struct FieldPostings {
+pub(crate) struct FieldPostings {
     max_seq: i64,
     map: HashMap<TermKey, Vec<i64>>,
 }
 
-pub type PostingsCache = Arc<Mutex<HashMap<u16, Arc<FieldPostings>>>>;
+pub(crate) type PostingsCache = Arc<Mutex<HashMap<u16, Arc<FieldPostings>>>>;
 
 impl Snapshot {
-    pub fn new(
+    pub(crate) fn new(
         docs: Vec<Arc<Doc>>,
         max_seq: i64,
         mapping: Arc<Mapping>,
@@ -150,7 +150,7 @@ impl Snapshot {
     /// ones: documents written after it (the tail of `docs`, which is in `_seq_no` order)
     /// are always candidates, and entries of documents that are gone are dropped by
     /// looking their `_seq_no` up. It is rebuilt when the tail grows large.
-    pub fn term_positions(&self, fid: u16, keys: &[TermKey]) -> Option<Vec<u32>> {
+    pub(crate) fn term_positions(&self, fid: u16, keys: &[TermKey]) -> Option<Vec<u32>> {
         let cached = self.postings.lock().get(&fid).cloned();
         let base = match cached {
             // Built from a later snapshot (an old point in time): not usable here.
@@ -187,7 +187,7 @@ impl Snapshot {
     }
 
     /// Position of a document by id.
-    pub fn position(&self, id: &str) -> Option<u32> {
+    pub(crate) fn position(&self, id: &str) -> Option<u32> {
         self.ids
             .get_or_init(|| {
                 self.docs
@@ -201,7 +201,7 @@ impl Snapshot {
     }
 }
 
-pub struct Index {
+pub(crate) struct Index {
     pub name: String,
     pub uuid: String,
     pub settings: Flat,
@@ -225,14 +225,14 @@ pub struct Index {
     pub replicas: u32,
 }
 
-pub struct WriteOk {
+pub(crate) struct WriteOk {
     pub result: &'static str,
     pub status: u16,
     pub version: i64,
     pub seq_no: i64,
 }
 
-pub struct UpdateReq {
+pub(crate) struct UpdateReq {
     pub doc: Option<Value>,
     pub upsert: Option<Value>,
     pub doc_as_upsert: bool,
@@ -241,7 +241,11 @@ pub struct UpdateReq {
 }
 
 impl Index {
-    pub fn new(name: &str, user_settings: Flat, mappings: Option<&Value>) -> EsResult<Index> {
+    pub(crate) fn new(
+        name: &str,
+        user_settings: Flat,
+        mappings: Option<&Value>,
+    ) -> EsResult<Index> {
         settings::validate(&user_settings, false)?;
         let analysis = Analysis::from_settings(
             settings::analysis_section(&user_settings).as_ref(),
@@ -348,7 +352,7 @@ impl Index {
         Ok(())
     }
 
-    pub fn update_settings(&mut self, flat: Flat) -> EsResult<()> {
+    pub(crate) fn update_settings(&mut self, flat: Flat) -> EsResult<()> {
         settings::validate(&flat, true)?;
         let backup = self.settings.clone();
         for (k, v) in flat {
@@ -366,11 +370,11 @@ impl Index {
         Ok(())
     }
 
-    pub fn settings_json(&self) -> Value {
+    pub(crate) fn settings_json(&self) -> Value {
         settings::nest(&self.settings)
     }
 
-    pub fn put_mapping(&mut self, body: &Value) -> EsResult<()> {
+    pub(crate) fn put_mapping(&mut self, body: &Value) -> EsResult<()> {
         let mut m = (*self.mapping).clone();
         m.merge_json(body)?;
         if m.total_fields() > self.total_fields_limit {
@@ -383,7 +387,7 @@ impl Index {
         Ok(())
     }
 
-    pub fn shards_header(&self) -> Value {
+    pub(crate) fn shards_header(&self) -> Value {
         json!({"total": 1 + self.replicas, "successful": 1, "failed": 0})
     }
 
@@ -463,7 +467,7 @@ impl Index {
     }
 
     /// Index (or create, when `create`) a document.
-    pub fn put(
+    pub(crate) fn put(
         &mut self,
         id: &str,
         raw: Arc<str>,
@@ -501,7 +505,7 @@ impl Index {
         })
     }
 
-    pub fn delete(&mut self, id: &str, cas: Option<(i64, i64)>) -> EsResult<WriteOk> {
+    pub(crate) fn delete(&mut self, id: &str, cas: Option<(i64, i64)>) -> EsResult<WriteOk> {
         self.check_cas(id, cas)?;
         let version = self.prior_version(id) + 1;
         let seq_no = self.next_seq;
@@ -524,7 +528,7 @@ impl Index {
         })
     }
 
-    pub fn update(&mut self, id: &str, req: &UpdateReq) -> EsResult<WriteOk> {
+    pub(crate) fn update(&mut self, id: &str, req: &UpdateReq) -> EsResult<WriteOk> {
         let existing = self.live.get(id).cloned();
         let Some(existing) = existing else {
             let body = if req.doc_as_upsert {
@@ -586,7 +590,7 @@ impl Index {
     }
 
     /// Makes every acknowledged write visible to search.
-    pub fn refresh(&mut self) {
+    pub(crate) fn refresh(&mut self) {
         if self.dirty || !Arc::ptr_eq(&self.snapshot.mapping, &self.mapping) {
             let docs: Vec<Arc<Doc>> = self.order.values().cloned().collect();
             self.snapshot = Arc::new(Snapshot::new(
@@ -612,24 +616,24 @@ impl Index {
     /// True when the index has had no search for `index.search.idle.after` and no explicit
     /// refresh interval: Elasticsearch then skips scheduled refreshes and refreshes on the
     /// next search instead.
-    pub fn search_idle(&self) -> bool {
+    pub(crate) fn search_idle(&self) -> bool {
         !self.refresh_explicit && self.last_search.elapsed() >= self.search_idle_after
     }
 
     /// Called before every search: records the access and refreshes an idle shard.
-    pub fn on_search(&mut self) {
+    pub(crate) fn on_search(&mut self) {
         if self.search_idle() && (self.dirty || self.has_waiters()) {
             self.refresh();
         }
         self.last_search = Instant::now();
     }
 
-    pub fn has_waiters(&self) -> bool {
+    pub(crate) fn has_waiters(&self) -> bool {
         self.refreshed.receiver_count() > 0 && *self.refreshed.borrow() < self.next_seq - 1
     }
 
     /// The periodic refresh (the caller checks every ~50 ms).
-    pub fn tick(&mut self, now: Instant) {
+    pub(crate) fn tick(&mut self, now: Instant) {
         let Some(iv) = self.refresh_interval else {
             return;
         };
@@ -651,7 +655,7 @@ impl Index {
     }
 }
 
-pub fn deep_merge(into: &mut Value, changes: &Value) {
+pub(crate) fn deep_merge(into: &mut Value, changes: &Value) {
     match (into, changes) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {
@@ -667,7 +671,7 @@ pub fn deep_merge(into: &mut Value, changes: &Value) {
     }
 }
 
-pub struct PitIndex {
+pub(crate) struct PitIndex {
     pub name: String,
     pub uuid: String,
     pub snap: Arc<Snapshot>,
@@ -675,12 +679,12 @@ pub struct PitIndex {
     pub shards: u32,
 }
 
-pub struct Pit {
+pub(crate) struct Pit {
     pub indices: Vec<Arc<PitIndex>>,
     pub expires: Instant,
 }
 
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub indices: BTreeMap<String, Index>,
     pub pits: HashMap<String, Pit>,
     pub pit_counter: u64,
@@ -699,7 +703,7 @@ impl Default for Cluster {
 }
 
 /// Index names as Elasticsearch validates them (MetadataCreateIndexService).
-pub fn validate_index_name(name: &str) -> EsResult<()> {
+pub(crate) fn validate_index_name(name: &str) -> EsResult<()> {
     const BAD: [char; 10] = ['\\', '/', '*', '?', '"', '<', '>', '|', ' ', ','];
     if name.chars().any(|c| BAD.contains(&c)) {
         return Err(EsError::invalid_index_name(
@@ -742,14 +746,14 @@ fn glob(pat: &str, s: &str) -> bool {
 }
 
 impl Cluster {
-    pub fn index_mut(&mut self, name: &str) -> EsResult<&mut Index> {
+    pub(crate) fn index_mut(&mut self, name: &str) -> EsResult<&mut Index> {
         self.indices
             .get_mut(name)
             .ok_or_else(|| EsError::index_not_found(name))
     }
 
     /// The index for a write, created with dynamic mappings when missing (auto-create).
-    pub fn index_for_write(&mut self, name: &str) -> EsResult<&mut Index> {
+    pub(crate) fn index_for_write(&mut self, name: &str) -> EsResult<&mut Index> {
         if !self.indices.contains_key(name) {
             validate_index_name(name)?;
             let ix = Index::new(name, Flat::new(), None)?;
@@ -759,7 +763,7 @@ impl Cluster {
     }
 
     /// Resolves an index expression (`a,b`, `logs-*`, `_all`, `-excluded`).
-    pub fn resolve(
+    pub(crate) fn resolve(
         &self,
         expr: &str,
         ignore_unavailable: bool,

@@ -3,14 +3,14 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub fn now_millis() -> i64 {
+pub(crate) fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
 
-pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = if y >= 0 { y } else { y - 399 } / 400;
     let yoe = y - era * 400;
@@ -20,7 +20,7 @@ pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146097 + doe - 719468
 }
 
-pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
+pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719468;
     let era = if z >= 0 { z } else { z - 146096 } / 146097;
     let doe = z - era * 146097;
@@ -42,7 +42,7 @@ fn days_in_month(y: i64, m: i64) -> i64 {
 }
 
 /// ISO-8601 millis formatting: `2024-01-02T03:04:05.006Z`.
-pub fn format_millis(ms: i64) -> String {
+pub(crate) fn format_millis(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
     let rem = ms.rem_euclid(86_400_000);
     let (y, m, d) = civil_from_days(days);
@@ -67,7 +67,7 @@ fn digits(s: &[u8], i: &mut usize, min: usize, max: usize) -> Option<i64> {
 }
 
 /// Parses `yyyy-MM-dd['T'HH:mm[:ss[.SSSSSSSSS]]][Z|±HH[:mm]]` into nanoseconds since the epoch.
-pub fn parse_iso_nanos(text: &str) -> Option<i128> {
+pub(crate) fn parse_iso_nanos(text: &str) -> Option<i128> {
     let s = text.as_bytes();
     let mut i = 0;
     let neg = s.first() == Some(&b'-') || s.first() == Some(&b'+');
@@ -232,7 +232,7 @@ fn parse_epoch(text: &str, unit_nanos: i128) -> Option<i128> {
 }
 
 /// Parses a date string with an Elasticsearch `format` (`a||b||c`) into nanoseconds.
-pub fn parse_date_nanos(text: &str, format: &str) -> Option<i128> {
+pub(crate) fn parse_date_nanos(text: &str, format: &str) -> Option<i128> {
     for f in format.split("||") {
         let r = match f.trim() {
             "strict_date_optional_time"
@@ -260,7 +260,7 @@ pub fn parse_date_nanos(text: &str, format: &str) -> Option<i128> {
 
 /// Date math: `now-1d/d`, `2024-01-01||+1M`. `round_up` chooses the end of the rounding
 /// unit (for `gt` and `lte`).
-pub fn parse_date_math_nanos(text: &str, format: &str, round_up: bool) -> Option<i128> {
+pub(crate) fn parse_date_math_nanos(text: &str, format: &str, round_up: bool) -> Option<i128> {
     let (base, ops) = if let Some(rest) = text.strip_prefix("now") {
         (now_millis() as i128 * 1_000_000, rest)
     } else if let Some((d, ops)) = text.split_once("||") {
@@ -349,7 +349,7 @@ fn floor_unit(t: i128, unit: char) -> Option<i128> {
 
 /// Parses an Elasticsearch time value (`1s`, `500ms`, `2m`, `1h`, `1d`, `100micros`, `10nanos`).
 /// `-1` (and `0` without unit for some settings) are handled by the caller.
-pub fn parse_time_value(s: &str) -> Option<Duration> {
+pub(crate) fn parse_time_value(s: &str) -> Option<Duration> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit() && c != '.')?;
     let (num, unit) = s.split_at(split);
@@ -399,7 +399,7 @@ const OUR_LETTERS: &str = "yuMdHmsS";
 const JAVA_LETTERS: &str = "GuyDMLdQqYwWEecFahKkHmsSAnNVvzOXxZpgB";
 
 /// Why a date format cannot be used.
-pub enum FormatError {
+pub(crate) enum FormatError {
     /// Elasticsearch refuses it too (`Unknown pattern letter: b`).
     UnknownLetter(char),
     /// Elasticsearch accepts it; this double does not implement it.
@@ -407,7 +407,7 @@ pub enum FormatError {
 }
 
 /// Checks a `format` (`a||b`) the way printing and parsing will read it.
-pub fn check_format(format: &str) -> Result<(), FormatError> {
+pub(crate) fn check_format(format: &str) -> Result<(), FormatError> {
     for f in format.split("||").map(str::trim) {
         if ISO_NAMES.contains(&f)
             || NAMED.iter().any(|(n, _)| *n == f)
@@ -442,7 +442,7 @@ pub fn check_format(format: &str) -> Result<(), FormatError> {
 /// prints sort values and stored dates: ISO formats to the millisecond,
 /// `strict_date_optional_time_nanos` with 3 to 9 fraction digits, `epoch_millis` and
 /// `epoch_second` with a fraction only when there is one.
-pub fn format_nanos(nanos: i128, format: &str) -> String {
+pub(crate) fn format_nanos(nanos: i128, format: &str) -> String {
     let f = format.split("||").next().unwrap_or_default().trim();
     match f {
         "epoch_millis" => decimal(nanos, 1_000_000),

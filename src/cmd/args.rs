@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Where the filesystem's metadata and contents live.
 #[derive(clap::Args, Clone, Debug)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Directory of the embedded metadata store [default: $XDG_DATA_HOME/esfs/store,
     /// else ~/.local/share/esfs/store].
     #[arg(long, value_name = "DIR", env = "ESFS_STORE", conflicts_with = "es")]
@@ -24,7 +24,7 @@ pub struct StoreArgs {
 
 /// Elasticsearch connection (metadata, and contents unless --data is given).
 #[derive(clap::Args, Clone, Debug)]
-pub struct EsArgs {
+pub(crate) struct EsArgs {
     /// Keep metadata in the Elasticsearch cluster at URL instead of the
     /// embedded store (e.g. http://127.0.0.1:9200).
     #[arg(long = "es", value_name = "URL", env = "ESFS_ES_URL")]
@@ -95,7 +95,7 @@ impl EsAuth {
 }
 
 impl EsArgs {
-    pub fn config(&self) -> Option<EsConfig> {
+    pub(crate) fn config(&self) -> Option<EsConfig> {
         let url = self.es.as_ref()?;
         let mut c = EsConfig::new(url, &self.index);
         self.auth.apply(&mut c);
@@ -111,7 +111,7 @@ impl EsArgs {
 impl StoreArgs {
     /// The backend, the contents directory (None: chunks in the cluster),
     /// and the directory for logs. Paths are made absolute.
-    pub fn resolve(&self) -> (Backend, Option<PathBuf>, PathBuf) {
+    pub(crate) fn resolve(&self) -> (Backend, Option<PathBuf>, PathBuf) {
         let home = default_home();
         let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
         match self.es.config() {

@@ -3,7 +3,7 @@
 //! [`CmdError`] is the one place the library's typed errors become the
 //! one-line message a command prints.
 
-pub mod args;
+pub(crate) mod args;
 pub mod fsck;
 pub mod locks;
 pub mod mount;

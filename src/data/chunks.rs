@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 /// 1 MiB: a bulk of a few chunks stays far below request limits, and a
 /// sequential writer issues one store write per MiB.
-pub const CHUNK: u64 = 1 << 20;
+pub(crate) const CHUNK: u64 = 1 << 20;
 /// Dirty bytes per file before its buffer is written out early.
 const MAX_DIRTY: usize = 16;
 /// Clean chunks kept for reads.
@@ -171,7 +171,7 @@ impl State {
     }
 }
 
-pub struct ChunkStore {
+pub(crate) struct ChunkStore {
     store: Arc<dyn MetaStore>,
     state: Mutex<State>,
     /// One write-out (or truncate) per file at a time: two closes' bulks
@@ -194,7 +194,7 @@ fn io_err(e: StoreError) -> io::Error {
 }
 
 impl ChunkStore {
-    pub fn new(store: Arc<dyn MetaStore>) -> ChunkStore {
+    pub(crate) fn new(store: Arc<dyn MetaStore>) -> ChunkStore {
         ChunkStore {
             store,
             state: Mutex::new(State::default()),

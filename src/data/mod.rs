@@ -2,7 +2,7 @@
 //! never move data. The inode document's `size` is the truth for the length;
 //! the data store only has to return what was written (holes read as zeros).
 
-pub mod chunks;
+pub(crate) mod chunks;
 mod small;
 
 use small::{INLINE_MAX, SmallFiles};

@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Contents up to this size stay rows.
-pub const INLINE_MAX: u64 = 64 << 10;
+pub(super) const INLINE_MAX: u64 = 64 << 10;
 
 const DB: &str = "small.db";
 
-pub struct SmallFiles {
+pub(super) struct SmallFiles {
     conn: Connection,
     wal: PathBuf,
 }
@@ -38,7 +38,7 @@ fn io_err(e: rusqlite::Error) -> io::Error {
 
 /// A row's bytes as the result of writing `data` at `off` (a gap before it
 /// reads as zeros).
-pub fn splice(blob: &mut Vec<u8>, off: u64, data: &[u8]) {
+pub(super) fn splice(blob: &mut Vec<u8>, off: u64, data: &[u8]) {
     let (off, end) = (off as usize, off as usize + data.len());
     if blob.len() < end {
         blob.resize(end, 0);
@@ -47,7 +47,7 @@ pub fn splice(blob: &mut Vec<u8>, off: u64, data: &[u8]) {
 }
 
 /// What a read at `off` gets from a row: the bytes copied into `buf`.
-pub fn read_from(blob: &[u8], off: u64, buf: &mut [u8]) -> usize {
+pub(super) fn read_from(blob: &[u8], off: u64, buf: &mut [u8]) -> usize {
     let Some(rest) = blob.get(off as usize..) else {
         return 0;
     };
@@ -57,10 +57,10 @@ pub fn read_from(blob: &[u8], off: u64, buf: &mut [u8]) -> usize {
 }
 
 /// A transaction over the rows; `commit` makes its changes one WAL commit.
-pub struct Tx<'c>(rusqlite::Transaction<'c>);
+pub(super) struct Tx<'c>(rusqlite::Transaction<'c>);
 
 impl SmallFiles {
-    pub fn open(root: &Path) -> io::Result<SmallFiles> {
+    pub(super) fn open(root: &Path) -> io::Result<SmallFiles> {
         let path = root.join(DB);
         crate::private::touch(&path)?;
         let conn = Connection::open(&path).map_err(io_err)?;
@@ -94,7 +94,7 @@ impl SmallFiles {
     /// or changing anything (no database, or no table: false). A non-empty
     /// write-ahead log counts as rows: it is not read (that would make its
     /// shared-memory file), the database file alone is, as immutable.
-    pub fn has_rows(root: &Path) -> io::Result<bool> {
+    pub(super) fn has_rows(root: &Path) -> io::Result<bool> {
         let path = root.join(DB);
         if !path.exists() {
             return Ok(false);
@@ -127,7 +127,7 @@ impl SmallFiles {
             .map_err(io_err)
     }
 
-    pub fn begin(&mut self) -> io::Result<Tx<'_>> {
+    pub(super) fn begin(&mut self) -> io::Result<Tx<'_>> {
         self.conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map(Tx)
@@ -136,12 +136,12 @@ impl SmallFiles {
 
     /// A row's bytes and mtime, outside any transaction (one SELECT is
     /// atomic on its own).
-    pub fn get(&self, key: &str) -> io::Result<Option<(Vec<u8>, i64)>> {
+    pub(super) fn get(&self, key: &str) -> io::Result<Option<(Vec<u8>, i64)>> {
         get(&self.conn, key)
     }
 
     /// Returns whether `key` has a row.
-    pub fn set_mtime(&self, key: &str, ns: i64) -> io::Result<bool> {
+    pub(super) fn set_mtime(&self, key: &str, ns: i64) -> io::Result<bool> {
         let n = self
             .conn
             .prepare_cached("UPDATE small SET mtime = ?2 WHERE key = ?1")
@@ -150,11 +150,11 @@ impl SmallFiles {
         Ok(n > 0)
     }
 
-    pub fn remove(&self, key: &str) -> io::Result<()> {
+    pub(super) fn remove(&self, key: &str) -> io::Result<()> {
         delete(&self.conn, key)
     }
 
-    pub fn keys(&self) -> io::Result<Vec<String>> {
+    pub(super) fn keys(&self) -> io::Result<Vec<String>> {
         let mut st = self.conn.prepare("SELECT key FROM small").map_err(io_err)?;
         let rows = st.query_map([], |r| r.get(0)).map_err(io_err)?;
         rows.collect::<Result<_, _>>().map_err(io_err)
@@ -162,7 +162,7 @@ impl SmallFiles {
 
     /// Every committed row durable against power loss: commits are in the
     /// WAL (checkpoints fsync the database before they reuse it).
-    pub fn sync(&self) -> io::Result<()> {
+    pub(super) fn sync(&self) -> io::Result<()> {
         match std::fs::File::open(&self.wal) {
             Ok(f) => f.sync_data(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -188,11 +188,11 @@ fn delete(c: &Connection, key: &str) -> io::Result<()> {
 }
 
 impl Tx<'_> {
-    pub fn get(&self, key: &str) -> io::Result<Option<(Vec<u8>, i64)>> {
+    pub(super) fn get(&self, key: &str) -> io::Result<Option<(Vec<u8>, i64)>> {
         get(&self.0, key)
     }
 
-    pub fn put(&self, key: &str, data: &[u8], mtime: i64) -> io::Result<()> {
+    pub(super) fn put(&self, key: &str, data: &[u8], mtime: i64) -> io::Result<()> {
         self.0
             .prepare_cached("INSERT OR REPLACE INTO small (key, data, mtime) VALUES (?1, ?2, ?3)")
             .and_then(|mut st| st.execute(params![key, data, mtime]))
@@ -200,11 +200,11 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn delete(&self, key: &str) -> io::Result<()> {
+    pub(super) fn delete(&self, key: &str) -> io::Result<()> {
         delete(&self.0, key)
     }
 
-    pub fn commit(self) -> io::Result<()> {
+    pub(super) fn commit(self) -> io::Result<()> {
         self.0.commit().map_err(io_err)
     }
 }

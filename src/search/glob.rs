@@ -3,7 +3,7 @@
 //! leading dot is not special), on name bytes.
 
 /// Whether `name` matches `pat`.
-pub fn matches(pat: &[u8], name: &[u8]) -> bool {
+pub(crate) fn matches(pat: &[u8], name: &[u8]) -> bool {
     let (mut p, mut n) = (0, 0);
     // Backtracking point of the last `*`: (pattern after it, name position).
     let mut star: Option<(usize, usize)> = None;
@@ -96,7 +96,7 @@ fn bracket(pat: &[u8], p: usize, c: u8) -> Option<(bool, usize)> {
 }
 
 /// The literal start of a glob (up to its first special character).
-pub fn literal_prefix(pat: &[u8]) -> Vec<u8> {
+pub(crate) fn literal_prefix(pat: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < pat.len() {
@@ -117,7 +117,7 @@ pub fn literal_prefix(pat: &[u8]) -> Vec<u8> {
 }
 
 /// Whether the glob has no special characters (it is one exact name).
-pub fn is_literal(pat: &[u8]) -> bool {
+pub(crate) fn is_literal(pat: &[u8]) -> bool {
     !pat.iter().any(|c| matches!(c, b'*' | b'?' | b'[' | b'\\'))
 }
 

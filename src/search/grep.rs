@@ -10,12 +10,12 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Stdio};
 
 /// What grep is asked to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// grep's own output, straight to our stdout (plain `-n`, `-c`, `-l`,
     /// or the lines): the user's output flags are passed as given.
     Passthrough,
@@ -30,20 +30,20 @@ pub enum Mode {
 
 /// grep's verdict over everything run so far, as its exit status would be.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Status {
+pub(crate) struct Status {
     pub found: bool,
     pub error: bool,
 }
 
 impl Status {
-    pub fn add(&mut self, code: Option<i32>) {
+    pub(crate) fn add(&mut self, code: Option<i32>) {
         match code {
             Some(0) => self.found = true,
             Some(1) => {}
             _ => self.error = true,
         }
     }
-    pub fn merge(&mut self, o: Status) {
+    pub(crate) fn merge(&mut self, o: Status) {
         self.found |= o.found;
         self.error |= o.error;
     }
@@ -51,7 +51,7 @@ impl Status {
 
 /// One file's captured result.
 #[derive(Clone, Debug, Default)]
-pub struct FileResult {
+pub(crate) struct FileResult {
     pub path: Vec<u8>,
     pub count: Option<u64>,
     /// (line number, text without the newline).
@@ -62,7 +62,7 @@ pub struct FileResult {
 
 /// The grep invocation: matching flags and patterns.
 #[derive(Clone, Debug)]
-pub struct Grep {
+pub(crate) struct Grep {
     /// Flags that change what matches: -i -w -x and -E/-F/-G, -s, -a.
     pub match_flags: Vec<&'static str>,
     /// Output flags of the user's command, for [`Mode::Passthrough`].
@@ -106,7 +106,7 @@ impl Grep {
 
     /// `grep -r` over `path` (a PATH off any esfs mount), printing straight
     /// to our stdout; its exit code.
-    pub fn recursive(&self, path: &OsStr, quiet: bool) -> std::io::Result<Option<i32>> {
+    pub(crate) fn recursive(&self, path: &OsStr, quiet: bool) -> std::io::Result<Option<i32>> {
         let mut c = Command::new("grep");
         c.arg("-r").args(&self.match_flags);
         if quiet {
@@ -123,7 +123,7 @@ impl Grep {
     }
 
     /// Whether grep accepts the pattern (it prints its own error if not).
-    pub fn validate(&self) -> bool {
+    pub(crate) fn validate(&self) -> bool {
         let mut c = self.command(Mode::Files);
         c.arg("/dev/null")
             .stdin(Stdio::null())
@@ -133,7 +133,7 @@ impl Grep {
 
     /// Run over `files` (in order, in batches). Captured modes return the
     /// per-file results; `stop_after` ends early once that many files matched.
-    pub fn run(
+    pub(crate) fn run(
         &self,
         files: &[Vec<u8>],
         mode: Mode,
@@ -176,7 +176,7 @@ impl Grep {
 
     /// Run over one file's contents given on stdin, named `label` (the
     /// direct-store mode, where no mount holds the files).
-    pub fn run_stdin(
+    pub(crate) fn run_stdin(
         &self,
         label: &[u8],
         contents: &[u8],
@@ -305,9 +305,4 @@ fn parse(mode: Mode, stdout: &[u8], stderr: &[u8], out: &mut Vec<FileResult>) {
             let _ = std::io::stderr().write_all(&other);
         }
     }
-}
-
-/// Bytes of an OsString (paths are bytes).
-pub fn bytes(s: OsString) -> Vec<u8> {
-    s.into_vec()
 }

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Files larger than this are `too_large` unless `ESFS_INDEX_MAX_BYTES` says otherwise.
-pub const DEFAULT_MAX_BYTES: u64 = 1 << 20;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 1 << 20;
 /// Inodes indexed per store bulk.
 const BATCH: usize = 64;
 /// Changes are indexed once the mount has had no new ones for this long
@@ -47,7 +47,7 @@ const MAX_DELAY: Duration = Duration::from_secs(10);
 const MAX_BATCH_FAILURES: u32 = 5;
 const MAX_RETRIES: usize = 50;
 
-pub struct Indexer {
+pub(crate) struct Indexer {
     inner: Arc<Inner>,
 }
 
@@ -74,8 +74,6 @@ struct State {
     stop: bool,
     /// A batch is being indexed (its writes are under way).
     busy: bool,
-    /// Inodes indexed since start (for logs and tests).
-    done: u64,
     /// When the last change was queued, and since when the queue has held
     /// changes not yet picked up.
     last_change: Option<Instant>,
@@ -94,7 +92,11 @@ enum Text {
 impl Indexer {
     /// Start the indexing thread. `max_bytes` 0 indexes no text (every file
     /// is then `too_large`, i.e. always scanned).
-    pub fn start(store: Arc<dyn MetaStore>, data: Arc<dyn DataStore>, max_bytes: u64) -> Indexer {
+    pub(crate) fn start(
+        store: Arc<dyn MetaStore>,
+        data: Arc<dyn DataStore>,
+        max_bytes: u64,
+    ) -> Indexer {
         let inner = Arc::new(Inner {
             store,
             data,
@@ -117,7 +119,7 @@ impl Indexer {
     }
 
     /// Queue `ino` (its contents may have changed).
-    pub fn enqueue(&self, ino: u64) {
+    pub(crate) fn enqueue(&self, ino: u64) {
         let mut st = self.inner.state.lock();
         // Queued and not started yet: that pass will see this change.
         if st.queued.insert(ino) {
@@ -134,19 +136,14 @@ impl Indexer {
     /// `rm -rf` right after a `tar x` was 3x slower while the indexer
     /// competed with it for the store and the CPU (and indexed files about
     /// to go). Lock-free: every namespace change calls it.
-    pub fn activity(&self) {
+    pub(crate) fn activity(&self) {
         let ms = self.inner.epoch.elapsed().as_millis() as u64;
         self.inner.activity_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Inodes queued (changes and backfill).
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.inner.state.lock().queue.len()
-    }
-
-    /// Inodes indexed since start.
-    pub fn done(&self) -> u64 {
-        self.inner.state.lock().done
     }
 }
 
@@ -154,7 +151,7 @@ impl Indexer {
     /// Stop indexing and wait for a batch in progress to finish: at
     /// unmount, the final commit must follow the indexer's last write.
     /// What is still queued is indexed by the next mount (its backfill).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         let mut st = self.inner.state.lock();
         st.stop = true;
         self.inner.work.notify_all();
@@ -236,7 +233,6 @@ impl Inner {
                 log::warn!("content index: {e}");
             }
             st.failures = 0;
-            st.done += batch.len() as u64;
         }
     }
 

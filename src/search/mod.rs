@@ -18,14 +18,14 @@
 //! not indexed yet, or being written right now); the real `grep` binary,
 //! with the user's flags, then reads exactly those files through the mount.
 
-pub mod glob;
-pub mod grep;
-pub mod indexer;
-pub mod operand;
-pub mod output;
-pub mod pattern;
-pub mod query;
-pub mod run;
+pub(crate) mod glob;
+pub(crate) mod grep;
+pub(crate) mod indexer;
+pub(crate) mod operand;
+pub(crate) mod output;
+pub(crate) mod pattern;
+pub(crate) mod query;
+pub(crate) mod run;
 
 use crate::hook::ContentHook;
 use crate::open::OpenError;
@@ -63,7 +63,7 @@ impl From<&str> for SearchError {
 }
 
 /// What a mount's filesystem holds for search: its indexer and description.
-pub struct SearchHook {
+pub(crate) struct SearchHook {
     pub indexer: Arc<Indexer>,
     /// The mount description (`crate::open::Backend::description`).
     pub info: Value,
@@ -94,7 +94,7 @@ impl ContentHook for SearchHook {
 }
 
 /// Maximum size of indexed text: `ESFS_INDEX_MAX_BYTES` (0 = index no text), else 1 MiB.
-pub fn max_index_bytes() -> u64 {
+pub(crate) fn max_index_bytes() -> u64 {
     std::env::var("ESFS_INDEX_MAX_BYTES")
         .ok()
         .and_then(|v| v.trim().parse().ok())
@@ -103,7 +103,7 @@ pub fn max_index_bytes() -> u64 {
 
 /// Start content indexing for a mount's filesystem; `info` is the mount's
 /// description, which `esfs search` reads back to open the same store.
-pub fn attach(fs: &crate::fs::Fs, info: Value) {
+pub(crate) fn attach(fs: &crate::fs::Fs, info: Value) {
     let indexer = Indexer::start(fs.store().clone(), fs.data().clone(), max_index_bytes());
     fs.set_content_hook(Box::new(SearchHook {
         indexer: Arc::new(indexer),

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Where one PATH operand is searched.
-pub struct Root {
+pub(crate) struct Root {
     /// The operand as given (output paths start with it); empty for "no
     /// operand" (grep then prints paths relative to the current directory).
     pub display: Vec<u8>,
@@ -33,7 +33,7 @@ pub struct Root {
 }
 
 /// A store searched for one or more operands.
-pub struct Target {
+pub(crate) struct Target {
     pub store: Arc<dyn MetaStore>,
     /// Direct mode: contents come from here (no mount holds the files).
     pub data: Option<Arc<dyn DataStore>>,
@@ -42,11 +42,11 @@ pub struct Target {
 }
 
 /// An Elasticsearch cluster's configuration from its URL and index name.
-pub type EsConfigOf = dyn Fn(&str, &str) -> EsConfig;
+pub(crate) type EsConfigOf = dyn Fn(&str, &str) -> EsConfig;
 
 /// One operand: handed to grep -r as it is, or searched in a store (the
 /// index of its [`Target`]).
-pub enum Operand {
+pub(crate) enum Operand {
     Plain(OsString),
     Indexed(usize, Root),
     /// Not searchable: grep's own message, without the `grep: `.
@@ -55,7 +55,7 @@ pub enum Operand {
 
 /// The targets and operands of a search through mounts. `es` gives the
 /// configuration of an Elasticsearch mount's cluster from its URL and index.
-pub fn on_mounts(
+pub(crate) fn on_mounts(
     operands: &[OsString],
     es: &EsConfigOf,
 ) -> Result<(Vec<Target>, Vec<Operand>), SearchError> {
@@ -139,7 +139,7 @@ fn open_mount(mnt: &Path, es: &EsConfigOf) -> Result<Target, SearchError> {
 
 /// The target and operands of a search in a store named directly, with
 /// its contents in `data`.
-pub fn in_store(
+pub(crate) fn in_store(
     backend: &Backend,
     data: Option<&Path>,
     operands: &[OsString],
@@ -183,7 +183,7 @@ pub fn in_store(
 
 impl Target {
     /// Every entry matching `q`, in path order (sources without text).
-    pub fn list(&self, q: &Query) -> Result<Vec<Entry>, SearchError> {
+    pub(crate) fn list(&self, q: &Query) -> Result<Vec<Entry>, SearchError> {
         const PAGE: usize = 2000;
         let mut out = Vec::new();
         let mut after: Option<Vec<Value>> = None;
@@ -209,7 +209,7 @@ impl Target {
     }
 
     /// The exact mtime of an entry: from the file (mount) or its inode (store).
-    pub fn mtime_ns(&self, entry: &Entry, display: &[u8]) -> i64 {
+    pub(crate) fn mtime_ns(&self, entry: &Entry, display: &[u8]) -> i64 {
         if self.data.is_none() {
             use std::os::unix::fs::MetadataExt;
             if let Ok(m) = std::fs::symlink_metadata(std::ffi::OsStr::from_bytes(display)) {
@@ -227,7 +227,7 @@ impl Target {
 }
 
 /// A file's contents from the data store (direct mode).
-pub fn read_contents(
+pub(crate) fn read_contents(
     store: &dyn MetaStore,
     data: &dyn DataStore,
     ino: u64,
@@ -244,7 +244,7 @@ pub fn read_contents(
 }
 
 /// The output path of the entry at (encoded) `path` under `root`.
-pub fn display_path(root: &Root, path: &str) -> Vec<u8> {
+pub(crate) fn display_path(root: &Root, path: &str) -> Vec<u8> {
     let f = decode_bytes(path);
     let r = decode_bytes(&root.tree);
     let rel: &[u8] = if f == r {
@@ -271,7 +271,7 @@ fn join(prefix: &[u8], rel: &[u8]) -> Vec<u8> {
 }
 
 /// The output form of a directory (a group key) under `root`.
-pub fn display_dir(root: &Root, dir: &str) -> Vec<u8> {
+pub(crate) fn display_dir(root: &Root, dir: &str) -> Vec<u8> {
     let d = decode_bytes(dir);
     let r = decode_bytes(&root.tree);
     let under = d == r || r == b"/" || (d.starts_with(&r) && d.get(r.len()) == Some(&b'/'));

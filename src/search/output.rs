@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::io::Write;
 
 /// `--find --json`: one entry.
-pub fn entry_json(display: &[u8], e: &Entry) -> Value {
+pub(crate) fn entry_json(display: &[u8], e: &Entry) -> Value {
     json!({"path": lossy(display), "kind": e.kind.as_str(),
         "size": e.size, "mtime": e.mtime, "uid": e.uid, "gid": e.gid,
         "mode": format!("{:o}", e.mode)})
@@ -16,7 +16,7 @@ pub fn entry_json(display: &[u8], e: &Entry) -> Value {
 
 /// `--json`: one file's result in `mode` (None: a file without matches,
 /// which `-c` alone lists).
-pub fn file_json(r: &FileResult, mode: Mode) -> Option<Value> {
+pub(crate) fn file_json(r: &FileResult, mode: Mode) -> Option<Value> {
     if mode == Mode::Counts && r.count == Some(0) {
         return None;
     }
@@ -39,7 +39,7 @@ pub fn file_json(r: &FileResult, mode: Mode) -> Option<Value> {
 }
 
 /// `-c`: one file's count line, `NAME:N` or `N`.
-pub fn write_count(
+pub(crate) fn write_count(
     out: &mut impl Write,
     display: &[u8],
     n: u64,
@@ -55,10 +55,10 @@ pub fn write_count(
 }
 
 /// One hit of a group: its output path, score and number of matching lines.
-pub type GroupHit = (Vec<u8>, f64, u64);
+pub(crate) type GroupHit = (Vec<u8>, f64, u64);
 
 /// `--group-by --json`: one group.
-pub fn group_json(label: &str, b: &Bucket, hits: &[GroupHit]) -> Value {
+pub(crate) fn group_json(label: &str, b: &Bucket, hits: &[GroupHit]) -> Value {
     json!({
         "group": label,
         "key": b.key,
@@ -70,7 +70,7 @@ pub fn group_json(label: &str, b: &Bucket, hits: &[GroupHit]) -> Value {
 
 /// `--group-by`: one group as text, its label and file count, then its
 /// hits indented, `PATH:COUNT`.
-pub fn write_group(
+pub(crate) fn write_group(
     out: &mut impl Write,
     label: &str,
     b: &Bucket,
@@ -91,7 +91,7 @@ pub fn write_group(
 }
 
 /// A group's owner label: the uid, and its user name when /etc/passwd has one.
-pub fn owner_label(uid: u64) -> String {
+pub(crate) fn owner_label(uid: u64) -> String {
     match user_name(uid as u32) {
         Some(n) => format!("{uid} ({n})"),
         None => uid.to_string(),
@@ -108,6 +108,6 @@ fn user_name(uid: u32) -> Option<String> {
     })
 }
 
-pub fn lossy(b: &[u8]) -> String {
+pub(crate) fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

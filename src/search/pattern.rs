@@ -14,7 +14,7 @@
 //! or several `-e`) are alternatives.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Syntax {
+pub(crate) enum Syntax {
     Basic,
     Extended,
     Fixed,
@@ -22,7 +22,7 @@ pub enum Syntax {
 
 /// A formula every matching line satisfies.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Req {
+pub(crate) enum Req {
     /// No constraint.
     All,
     /// The line contains this string.
@@ -32,7 +32,7 @@ pub enum Req {
 }
 
 /// The formula for a list of patterns (alternatives).
-pub fn required(patterns: &[String], syntax: Syntax) -> Req {
+pub(crate) fn required(patterns: &[String], syntax: Syntax) -> Req {
     let mut alts = Vec::new();
     for p in patterns {
         // A pattern holding newlines is one pattern per line.
@@ -62,7 +62,7 @@ impl Req {
     /// literal cut into pieces of at least 3 characters (under
     /// `ignore_case`, pieces free of [`unsafe_under_ignore_case`]
     /// characters); shorter pieces constrain nothing.
-    pub fn for_index(&self, ignore_case: bool) -> Req {
+    pub(crate) fn for_index(&self, ignore_case: bool) -> Req {
         let r = match self {
             Req::All => Req::All,
             Req::Lit(s) => {
@@ -82,15 +82,6 @@ impl Req {
             Req::Or(v) => Req::Or(v.iter().map(|r| r.for_index(ignore_case)).collect()),
         };
         simplify(r)
-    }
-
-    /// Every literal in the formula.
-    pub fn literals(&self) -> Vec<&str> {
-        match self {
-            Req::All => vec![],
-            Req::Lit(s) => vec![s.as_str()],
-            Req::And(v) | Req::Or(v) => v.iter().flat_map(|r| r.literals()).collect(),
-        }
     }
 }
 

@@ -23,7 +23,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// What a search looks for, where, and how it prints what it finds.
-pub struct Options {
+pub(crate) struct Options {
     /// The PATHs; none means the current directory (or the store's root).
     pub operands: Vec<OsString>,
     /// List the entries passing the filters, without reading contents.
@@ -39,7 +39,7 @@ pub struct Options {
 
 /// grep's flags that change which lines match.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Matching {
+pub(crate) struct Matching {
     /// -i
     pub ignore_case: bool,
     /// -w
@@ -52,7 +52,7 @@ pub struct Matching {
 
 /// How the results are printed.
 #[derive(Clone, Debug, Default)]
-pub struct Output {
+pub(crate) struct Output {
     /// -l: only the names of files with matches.
     pub files: bool,
     /// -c: the number of matching lines per file.
@@ -77,13 +77,13 @@ pub struct Output {
 
 /// What `--group-by` groups by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GroupBy {
+pub(crate) enum GroupBy {
     Dir,
     Owner,
 }
 
 /// Where the operands are.
-pub enum Place {
+pub(crate) enum Place {
     /// Paths on the esfs mounts they are on (plain `grep -r` elsewhere);
     /// `es` configures an Elasticsearch mount's cluster from its URL and
     /// index name.
@@ -96,7 +96,7 @@ pub enum Place {
 }
 
 /// Runs the search; returns grep's exit status.
-pub fn search(o: Options) -> Result<i32, SearchError> {
+pub(crate) fn search(o: Options) -> Result<i32, SearchError> {
     Search::new(o).run()
 }
 

@@ -15,7 +15,7 @@ pub(crate) struct Gated {
 }
 
 impl Gated {
-    pub fn open(dir: &std::path::Path) -> Gated {
+    pub(crate) fn open(dir: &std::path::Path) -> Gated {
         Gated {
             inner: EmbeddedStore::open(dir).unwrap(),
             gate: Mutex::new(None),
@@ -24,7 +24,7 @@ impl Gated {
 
     /// Stop the next `op` ("get" or "bulk"; a get of `id` if given):
     /// returns (it stopped, let it go).
-    pub fn arm(&self, op: &'static str, id: Option<&str>) -> (Receiver<()>, Sender<()>) {
+    pub(crate) fn arm(&self, op: &'static str, id: Option<&str>) -> (Receiver<()>, Sender<()>) {
         let (reached_tx, reached) = channel();
         let (go, go_rx) = channel();
         *self.gate.lock() = Some((op, id.map(str::to_string), reached_tx, go_rx));

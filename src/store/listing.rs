@@ -52,7 +52,7 @@ const LISTED: [&str; 5] = ["parent", "name", "ino", "kind", "cookie"];
 
 /// The fields of `src` a listing (or the decision to adopt a new
 /// directory: `kind`) reads; the rest of a source need not be copied.
-pub fn listed_fields(src: &Value) -> Value {
+pub(crate) fn listed_fields(src: &Value) -> Value {
     let mut out = serde_json::Map::new();
     for f in LISTED {
         if let Some(v) = src.get(f) {
@@ -120,7 +120,7 @@ pub struct Listed {
     pub cookie: u64,
 }
 
-pub struct Listings {
+pub(crate) struct Listings {
     dirs: HashMap<u64, Listing>,
     bytes: usize,
     budget: usize,
@@ -140,7 +140,7 @@ fn stripe(dir: u64) -> usize {
 
 /// An entry id's parent and the rest: `<parent>/<name>` or
 /// `<parent>//<base64url(name)>`.
-pub fn split_id(id: &str) -> Option<(u64, &str)> {
+pub(crate) fn split_id(id: &str) -> Option<(u64, &str)> {
     let (p, key) = id.split_once('/')?;
     Some((p.parse().ok()?, key))
 }
@@ -154,7 +154,7 @@ fn entry_key(dir: u64, name: &str) -> String {
 }
 
 /// The `kind` values the filesystem writes, interned.
-pub fn kind_of(v: &Value) -> Option<&'static str> {
+pub(crate) fn kind_of(v: &Value) -> Option<&'static str> {
     Some(match v.as_str()? {
         "file" => "file",
         "dir" => "dir",
@@ -170,7 +170,7 @@ pub fn kind_of(v: &Value) -> Option<&'static str> {
 impl Listings {
     /// `ttl`: how long a listing is trusted (`None`: the sole writer's,
     /// until evicted).
-    pub fn new(budget: usize, ttl: Option<Duration>) -> Listings {
+    pub(crate) fn new(budget: usize, ttl: Option<Duration>) -> Listings {
         Listings {
             dirs: HashMap::new(),
             bytes: 0,
@@ -183,7 +183,7 @@ impl Listings {
     }
 
     /// A directory inode was just created: it has no children.
-    pub fn adopt_empty(&mut self, dir: u64) {
+    pub(crate) fn adopt_empty(&mut self, dir: u64) {
         self.install(dir, Listing::new());
     }
 
@@ -200,7 +200,7 @@ impl Listings {
 
     /// Taken before the searches that read `dir` whole, for
     /// [`Listings::fill`]. `None`: no listing would be kept.
-    pub fn token(&self, dir: u64) -> Option<Token> {
+    pub(crate) fn token(&self, dir: u64) -> Option<Token> {
         // (A zero TTL, `--attr-ttl 0`, would never use one.)
         let useless = self.budget == 0 || self.ttl == Some(Duration::ZERO);
         (!useless).then(|| Token {
@@ -212,7 +212,7 @@ impl Listings {
     /// `children` are all of `dir`'s, in cookie order, from searches begun
     /// after `token` was taken: kept unless a write under `dir` was
     /// applied since.
-    pub fn fill(&mut self, dir: u64, token: Token, children: Vec<Listed>) {
+    pub(crate) fn fill(&mut self, dir: u64, token: Token, children: Vec<Listed>) {
         if self.epochs[stripe(dir)] != token.epoch {
             return;
         }
@@ -246,7 +246,7 @@ impl Listings {
     }
 
     /// A write under `dirs` is about to be sent.
-    pub fn sending(&mut self, dirs: &[u64]) {
+    pub(crate) fn sending(&mut self, dirs: &[u64]) {
         for s in Self::stripes(dirs) {
             self.in_flight[s] += 1;
         }
@@ -254,7 +254,7 @@ impl Listings {
 
     /// The write under `dirs` announced by [`Listings::sending`] was
     /// applied (or abandoned).
-    pub fn sent(&mut self, dirs: &[u64]) {
+    pub(crate) fn sent(&mut self, dirs: &[u64]) {
         for s in Self::stripes(dirs) {
             let n = &mut self.in_flight[s];
             *n = n.saturating_sub(1);
@@ -274,19 +274,19 @@ impl Listings {
         true
     }
 
-    pub fn drop_dir(&mut self, dir: u64) {
+    pub(crate) fn drop_dir(&mut self, dir: u64) {
         if let Some(l) = self.dirs.remove(&dir) {
             self.bytes -= l.bytes;
         }
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.dirs.clear();
         self.bytes = 0;
     }
 
     /// The entry document `id` was written with `src` (created or replaced).
-    pub fn put(&mut self, id: &str, src: &Value) {
+    pub(crate) fn put(&mut self, id: &str, src: &Value) {
         let Some((dir, key)) = split_id(id) else {
             return;
         };
@@ -336,7 +336,7 @@ impl Listings {
     }
 
     /// The entry document `id` is gone.
-    pub fn delete(&mut self, id: &str) {
+    pub(crate) fn delete(&mut self, id: &str) {
         let Some((dir, key)) = split_id(id) else {
             return;
         };
@@ -356,7 +356,7 @@ impl Listings {
     }
 
     /// The entry document `id` may have changed in ways not known here.
-    pub fn invalidate(&mut self, id: &str) {
+    pub(crate) fn invalidate(&mut self, id: &str) {
         if let Some((dir, _)) = split_id(id) {
             self.epochs[stripe(dir)] += 1;
             self.drop_dir(dir);
@@ -365,7 +365,7 @@ impl Listings {
 
     /// A partial update of `id` with `doc`: harmless unless it sets a
     /// listed field.
-    pub fn update(&mut self, id: &str, doc: &Value) {
+    pub(crate) fn update(&mut self, id: &str, doc: &Value) {
         if LISTED.iter().any(|f| doc.get(f).is_some()) {
             self.invalidate(id);
         }
@@ -374,7 +374,7 @@ impl Listings {
     /// Passes the children of `dir` with a cookie above `after` to `f`, in
     /// cookie order, until it returns true. `None`: `dir` is not known (or
     /// no longer trusted).
-    pub fn visit(
+    pub(crate) fn visit(
         &mut self,
         dir: u64,
         after: u64,

@@ -18,8 +18,8 @@ pub mod embedded;
 pub mod es;
 #[cfg(test)]
 pub(crate) mod gated;
-pub mod listing;
-pub mod schema;
+pub(crate) mod listing;
+pub(crate) mod schema;
 
 use serde_json::Value;
 

@@ -102,7 +102,7 @@ const fn f(name: &'static str, ty: FieldType) -> Field {
 
 use FieldType::*;
 
-pub const ENTRY_FIELDS: &[Field] = &[
+pub(crate) const ENTRY_FIELDS: &[Field] = &[
     f("parent", Long),
     f("name", KeywordText),
     f("path", Path),
@@ -123,9 +123,9 @@ pub const ENTRY_FIELDS: &[Field] = &[
     f("xattrs", Keywords),
 ];
 
-pub const INODE_FIELDS: &[Field] = &[f("kind", Keyword), f("orphan", Bool)];
+pub(crate) const INODE_FIELDS: &[Field] = &[f("kind", Keyword), f("orphan", Bool)];
 
-pub const LOCK_FIELDS: &[Field] = &[
+pub(crate) const LOCK_FIELDS: &[Field] = &[
     f("type", Keyword),
     f("owner", Keyword),
     f("path", Keyword),
@@ -133,4 +133,4 @@ pub const LOCK_FIELDS: &[Field] = &[
     f("expires", Date),
 ];
 
-pub const CHUNK_FIELDS: &[Field] = &[f("file", Keyword), f("n", Long)];
+pub(crate) const CHUNK_FIELDS: &[Field] = &[f("file", Keyword), f("n", Long)];

@@ -77,7 +77,7 @@ fn fp_exclude(v: &mut Value, pat: &[String]) {
     }
 }
 
-pub fn filter_path(v: Value, spec: &str) -> Value {
+pub(crate) fn filter_path(v: Value, spec: &str) -> Value {
     let mut inc = Vec::new();
     let mut exc = Vec::new();
     for p in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {

@@ -20,7 +20,7 @@ use crate::store::{Index, PRIMARY_TERM, WriteOk};
 
 use self::bulk::bulk;
 use self::docs::{delete_doc, get_doc, index_doc, mget, update_doc};
-pub use self::filter_path::filter_path;
+pub(crate) use self::filter_path::filter_path;
 use self::indices::{
     create_index, delete_index, get_index, get_mapping, get_settings, head_index, put_mapping,
     put_settings, refresh,
@@ -28,7 +28,7 @@ use self::indices::{
 use self::msearch::msearch;
 use self::search_endpoints::{close_pit, count, open_pit, search};
 
-pub struct Req {
+pub(crate) struct Req {
     pub method: String,
     pub path: String,
     pub segs: Vec<String>,
@@ -36,19 +36,19 @@ pub struct Req {
     pub body: bytes::Bytes,
 }
 
-pub enum Body {
+pub(crate) enum Body {
     Json(Value),
     Text(String),
     Empty,
 }
 
-pub struct Resp {
+pub(crate) struct Resp {
     pub status: u16,
     pub body: Body,
 }
 
 impl Resp {
-    pub fn json(status: u16, v: Value) -> Resp {
+    pub(crate) fn json(status: u16, v: Value) -> Resp {
         Resp {
             status,
             body: Body::Json(v),
@@ -65,7 +65,7 @@ impl Resp {
     }
 }
 
-pub enum Outcome {
+pub(crate) enum Outcome {
     Done(Resp),
     /// Respond once every receiver has seen at least the given sequence number
     /// (`refresh=wait_for`).
@@ -279,7 +279,7 @@ fn finish_write(ix: &mut Index, refresh: Refresh, w: &WriteOk, resp: Resp) -> Ou
 
 // ---------------------------------------------------------------------------------------
 
-pub fn dispatch(sh: &Shared, req: &Req) -> EsResult<Outcome> {
+pub(crate) fn dispatch(sh: &Shared, req: &Req) -> EsResult<Outcome> {
     let segs: Vec<&str> = req.segs.iter().map(String::as_str).collect();
     let m = req.method.as_str();
     macro_rules! methods {

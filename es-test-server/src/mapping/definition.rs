@@ -15,7 +15,7 @@ use super::{
 };
 
 impl Mapping {
-    pub fn empty(analysis: Analysis) -> Mapping {
+    pub(crate) fn empty(analysis: Analysis) -> Mapping {
         Mapping {
             root: ObjectDef {
                 dynamic: None,
@@ -34,12 +34,12 @@ impl Mapping {
         }
     }
 
-    pub fn root_dynamic(&self) -> Dynamic {
+    pub(crate) fn root_dynamic(&self) -> Dynamic {
         self.root.dynamic.unwrap_or(Dynamic::True)
     }
 
     /// Merges a `mappings` body (index creation or PUT _mapping) into this mapping.
-    pub fn merge_json(&mut self, body: &Value) -> EsResult<()> {
+    pub(crate) fn merge_json(&mut self, body: &Value) -> EsResult<()> {
         let Some(obj) = body.as_object() else {
             return Err(mapper_err(
                 "Failed to parse mapping: Expected map for property [mappings]",
@@ -567,16 +567,16 @@ impl Mapping {
         Ok(())
     }
 
-    pub fn field(&self, name: &str) -> Option<&FieldInfo> {
+    pub(crate) fn field(&self, name: &str) -> Option<&FieldInfo> {
         self.by_name.get(name).map(|&id| &self.fields[id as usize])
     }
 
-    pub fn total_fields(&self) -> usize {
+    pub(crate) fn total_fields(&self) -> usize {
         self.by_name.len() + self.objects.len()
     }
 
     /// The mapping as GET _mapping shows it.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut m = Map::new();
         if let Some(d) = self.root.dynamic {
             m.insert("dynamic".into(), json!(dyn_str(d)));

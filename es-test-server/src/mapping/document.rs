@@ -13,7 +13,7 @@ use super::{Dynamic, FType, FieldDef, FieldInfo, Mapping, Node, ObjectDef};
 
 /// Indexed values of one field in one document.
 #[derive(Debug, Clone)]
-pub enum FV {
+pub(crate) enum FV {
     /// Keyword terms (after normalizer), in source order.
     Kw(Vec<Box<str>>),
     /// Text tokens: the distinct terms (sorted) with their positions (values of a
@@ -25,7 +25,7 @@ pub enum FV {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct TextField {
+pub(crate) struct TextField {
     pub terms: Vec<(Box<str>, Vec<u32>)>,
     /// Number of tokens.
     pub len: u32,
@@ -46,7 +46,7 @@ impl TextField {
         TextField { terms, len }
     }
 
-    pub fn positions(&self, term: &str) -> Option<&[u32]> {
+    pub(crate) fn positions(&self, term: &str) -> Option<&[u32]> {
         self.terms
             .binary_search_by(|(t, _)| (**t).cmp(term))
             .ok()
@@ -56,12 +56,12 @@ impl TextField {
 
 /// The indexed form of a document: values per field id, sorted by id.
 #[derive(Debug, Clone, Default)]
-pub struct Indexed {
+pub(crate) struct Indexed {
     pub fields: Vec<(u16, FV)>,
 }
 
 impl Indexed {
-    pub fn get(&self, id: u16) -> Option<&FV> {
+    pub(crate) fn get(&self, id: u16) -> Option<&FV> {
         self.fields
             .binary_search_by_key(&id, |(i, _)| *i)
             .ok()
@@ -77,11 +77,11 @@ pub(super) enum Pending {
 }
 
 /// What indexing needs besides the mapping.
-pub struct DocCtx<'a> {
+pub(crate) struct DocCtx<'a> {
     pub id: &'a str,
 }
 
-pub enum IndexOutcome {
+pub(crate) enum IndexOutcome {
     Done(Indexed),
     /// New dynamic fields to add (paths and definitions), then index again.
     NeedMapping(Vec<(Vec<String>, Value)>),
@@ -642,7 +642,7 @@ fn looks_like_date(s: &str) -> bool {
 impl Mapping {
     /// Indexes a parsed source. New dynamic fields are reported (not added): the caller
     /// adds them with [`Mapping::add_dynamic`] and indexes again.
-    pub fn index_doc(&self, source: &Value, ctx: &DocCtx) -> EsResult<IndexOutcome> {
+    pub(crate) fn index_doc(&self, source: &Value, ctx: &DocCtx) -> EsResult<IndexOutcome> {
         let Value::Object(obj) = source else {
             return Err(EsError::new(
                 400,
@@ -685,7 +685,11 @@ impl Mapping {
     }
 
     /// Adds dynamically detected fields (full paths) to the mapping.
-    pub fn add_dynamic(&mut self, new: &[(Vec<String>, Value)], limit: usize) -> EsResult<()> {
+    pub(crate) fn add_dynamic(
+        &mut self,
+        new: &[(Vec<String>, Value)],
+        limit: usize,
+    ) -> EsResult<()> {
         for (path, def) in new {
             // Rebuild the nesting correctly from the innermost definition outwards.
             let mut node = def.clone();

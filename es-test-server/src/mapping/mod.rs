@@ -6,7 +6,7 @@ mod definition;
 mod document;
 mod stored;
 
-pub use self::document::{DocCtx, FV, IndexOutcome, Indexed, TextField};
+pub(crate) use self::document::{DocCtx, FV, IndexOutcome, Indexed, TextField};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -16,14 +16,14 @@ use crate::analysis::{Analysis, Analyzer, Filter};
 use crate::error::{EsError, EsResult};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Dynamic {
+pub(crate) enum Dynamic {
     True,
     False,
     Strict,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum FType {
+pub(crate) enum FType {
     Keyword,
     Text,
     Long,
@@ -59,7 +59,7 @@ impl FType {
         })
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FType::Keyword => "keyword",
             FType::Text => "text",
@@ -77,14 +77,14 @@ impl FType {
         }
     }
 
-    pub fn is_integer(self) -> bool {
+    pub(crate) fn is_integer(self) -> bool {
         matches!(
             self,
             FType::Long | FType::Integer | FType::Short | FType::Byte
         )
     }
 
-    pub fn is_float(self) -> bool {
+    pub(crate) fn is_float(self) -> bool {
         matches!(self, FType::Double | FType::Float | FType::HalfFloat)
     }
 
@@ -156,7 +156,7 @@ impl FType {
 
 /// A leaf field (or a multi-field) with everything resolved that indexing and search need.
 #[derive(Debug, Clone)]
-pub struct FieldDef {
+pub(crate) struct FieldDef {
     pub ty: FType,
     pub params: Map<String, Value>,
     pub subfields: BTreeMap<String, FieldDef>,
@@ -164,7 +164,7 @@ pub struct FieldDef {
 }
 
 #[derive(Debug, Clone)]
-pub struct ObjectDef {
+pub(crate) struct ObjectDef {
     pub dynamic: Option<Dynamic>,
     pub enabled: bool,
     pub props: BTreeMap<String, Node>,
@@ -172,14 +172,14 @@ pub struct ObjectDef {
 }
 
 #[derive(Debug, Clone)]
-pub enum Node {
+pub(crate) enum Node {
     Object(ObjectDef),
     Field(FieldDef),
 }
 
 /// Resolved facts about one indexed field, looked up by full dotted name.
 #[derive(Debug, Clone)]
-pub struct FieldInfo {
+pub(crate) struct FieldInfo {
     pub name: String,
     pub ty: FType,
     pub id: u16,
@@ -199,7 +199,7 @@ pub struct FieldInfo {
 }
 
 #[derive(Debug, Clone)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     pub root: ObjectDef,
     pub root_extra: Map<String, Value>,
     pub date_detection: bool,

@@ -10,7 +10,7 @@ use crate::time;
 
 impl Mapping {
     /// Checks a requested stored field name: an object is refused as in Elasticsearch.
-    pub fn check_stored_field(&self, name: &str) -> EsResult<()> {
+    pub(crate) fn check_stored_field(&self, name: &str) -> EsResult<()> {
         if self.objects.contains(name) {
             return Err(EsError::bad_request(format!(
                 "field [{name}] isn't a leaf field"
@@ -22,7 +22,7 @@ impl Mapping {
     /// The `fields` object for the requested names: the values of each stored field in
     /// source order, converted as the field type stores them. Unknown, unstored, metadata
     /// and empty fields are left out.
-    pub fn stored_fields(&self, source: &Value, names: &[String]) -> Map<String, Value> {
+    pub(crate) fn stored_fields(&self, source: &Value, names: &[String]) -> Map<String, Value> {
         let mut out = Map::new();
         for name in names {
             let Some(info) = self.field(name).filter(|f| f.store) else {

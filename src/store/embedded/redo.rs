@@ -35,7 +35,7 @@ use crate::store::Idx;
 
 const MAGIC: &[u8; 8] = b"esfsredo";
 /// Magic, generation (u64 LE).
-pub const HEADER: u64 = 16;
+pub(super) const HEADER: u64 = 16;
 /// Length (u32 LE) and CRC-32 (u32 LE) of each record's payload.
 const FRAME: usize = 8;
 
@@ -47,7 +47,7 @@ const DELETE_AT: u8 = 4;
 
 /// One logged change, as replay applies it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Op {
+pub(super) enum Op {
     /// `src` as the table stores it (without `Text` fields); `texts`: the
     /// `Text` fields the write set (absent = removed), the others unchanged.
     Put {
@@ -74,7 +74,7 @@ pub enum Op {
 
 /// The log of the store's current generation, owned (flocked) by this
 /// process.
-pub struct RedoLog {
+pub(super) struct RedoLog {
     path: PathBuf,
     file: File,
     generation: u64,
@@ -88,7 +88,7 @@ pub struct RedoLog {
 
 /// Try to take the log's lock without waiting: `None` if a live process
 /// holds it (or the file cannot be opened: then nobody can have logged).
-pub fn try_lock(path: &Path) -> io::Result<Option<File>> {
+pub(super) fn try_lock(path: &Path) -> io::Result<Option<File>> {
     let file = crate::private::options()
         .read(true)
         .write(true)
@@ -108,7 +108,7 @@ pub fn try_lock(path: &Path) -> io::Result<Option<File>> {
 
 /// A locked log file's generation and the records a crash left in it
 /// (none when the file is empty or has no valid header).
-pub fn read(file: &mut File) -> io::Result<(u64, Vec<Vec<Op>>)> {
+pub(super) fn read(file: &mut File) -> io::Result<(u64, Vec<Vec<Op>>)> {
     let mut data = Vec::new();
     file.seek(SeekFrom::Start(0))?;
     file.read_to_end(&mut data)?;
@@ -139,7 +139,7 @@ pub fn read(file: &mut File) -> io::Result<(u64, Vec<Vec<Op>>)> {
 impl RedoLog {
     /// Start generation `generation` in a file this process has locked
     /// (`try_lock`), discarding what it held.
-    pub fn start(path: &Path, file: File, generation: u64) -> io::Result<RedoLog> {
+    pub(super) fn start(path: &Path, file: File, generation: u64) -> io::Result<RedoLog> {
         let mut log = RedoLog {
             path: path.to_path_buf(),
             file,
@@ -152,17 +152,17 @@ impl RedoLog {
         Ok(log)
     }
 
-    pub fn generation(&self) -> u64 {
+    pub(super) fn generation(&self) -> u64 {
         self.generation
     }
 
     /// Bytes logged since the last commit (written or buffered).
-    pub fn size(&self) -> u64 {
+    pub(super) fn size(&self) -> u64 {
         self.len + self.buf.len() as u64
     }
 
     /// The log now starts generation `generation`: empty but for its header.
-    pub fn reset(&mut self, generation: u64) -> io::Result<()> {
+    pub(super) fn reset(&mut self, generation: u64) -> io::Result<()> {
         self.buf.clear();
         self.open = None;
         self.file.set_len(0)?;
@@ -176,14 +176,14 @@ impl RedoLog {
     }
 
     /// A request starts: its changes form one record.
-    pub fn begin(&mut self) {
+    pub(super) fn begin(&mut self) {
         debug_assert!(self.open.is_none());
         self.open = Some(self.buf.len());
         self.buf.extend_from_slice(&[0; FRAME]);
     }
 
     /// The request succeeded: its record is complete (dropped if empty).
-    pub fn end(&mut self) {
+    pub(super) fn end(&mut self) {
         let Some(start) = self.open.take() else {
             return;
         };
@@ -199,13 +199,13 @@ impl RedoLog {
     }
 
     /// The request failed (SQLite undid it): forget its changes.
-    pub fn abort(&mut self) {
+    pub(super) fn abort(&mut self) {
         if let Some(start) = self.open.take() {
             self.buf.truncate(start);
         }
     }
 
-    pub fn put(
+    pub(super) fn put(
         &mut self,
         idx: Idx,
         id: &str,
@@ -227,7 +227,7 @@ impl RedoLog {
         }
     }
 
-    pub fn delete(&mut self, idx: Idx, id: &str, seq: i64) {
+    pub(super) fn delete(&mut self, idx: Idx, id: &str, seq: i64) {
         debug_assert!(self.open.is_some());
         self.buf.push(DELETE_AT);
         self.buf.push(idx as u8);
@@ -235,7 +235,7 @@ impl RedoLog {
         self.buf.extend_from_slice(&seq.to_le_bytes());
     }
 
-    pub fn rebase(&mut self, idx: Idx, base: i64, old: &str, new: &str) {
+    pub(super) fn rebase(&mut self, idx: Idx, base: i64, old: &str, new: &str) {
         debug_assert!(self.open.is_some());
         self.buf.push(REBASE);
         self.buf.push(idx as u8);
@@ -246,7 +246,7 @@ impl RedoLog {
 
     /// Write the complete records to the file (one `write(2)`): from now on
     /// they survive this process.
-    pub fn flush(&mut self) -> io::Result<()> {
+    pub(super) fn flush(&mut self) -> io::Result<()> {
         debug_assert!(self.open.is_none());
         if self.buf.is_empty() {
             return Ok(());
@@ -265,12 +265,12 @@ impl RedoLog {
     }
 
     /// The records in the file (after a `flush`, all complete ones).
-    pub fn read_back(&mut self) -> io::Result<(u64, Vec<Vec<Op>>)> {
+    pub(super) fn read_back(&mut self) -> io::Result<(u64, Vec<Vec<Op>>)> {
         read(&mut self.file)
     }
 
     #[cfg(test)]
-    pub fn file_mut(&mut self) -> &mut File {
+    pub(crate) fn file_mut(&mut self) -> &mut File {
         &mut self.file
     }
 }

@@ -28,7 +28,7 @@ impl Who {
     /// A transport failure retrying cannot cure, worded; None for the rest
     /// (refused connections, timeouts, resets), which the caller retries
     /// and reports as they are, or as [`Who::hint`] words them.
-    pub fn transport(&self, e: &(dyn Error + 'static)) -> Option<String> {
+    pub(super) fn transport(&self, e: &(dyn Error + 'static)) -> Option<String> {
         use rustls::Error as Tls;
         let cause = match (find::<Tls>(e), find::<hyper::Error>(e)) {
             (Some(Tls::InvalidCertificate(c)), _) => self.certificate(c),
@@ -43,7 +43,7 @@ impl Who {
 
     /// What a transient-looking failure may really mean, worded (the
     /// caller still retries it: a server going down does the same).
-    pub fn hint(&self, e: &(dyn Error + 'static)) -> Option<String> {
+    pub(super) fn hint(&self, e: &(dyn Error + 'static)) -> Option<String> {
         let closed = find::<hyper::Error>(e).is_some_and(|h| h.is_incomplete_message());
         // Elasticsearch closes a plain-HTTP connection to its TLS port
         // without a word.
@@ -57,7 +57,7 @@ impl Who {
     }
 
     /// An answer that refuses this client, worded; None for the others.
-    pub fn answer(&self, status: u16, body: &Value) -> Option<String> {
+    pub(super) fn answer(&self, status: u16, body: &Value) -> Option<String> {
         let cause = match status {
             401 => match (&self.user, self.api_key) {
                 (_, true) => "the API key was refused: check ESFS_ES_API_KEY (the base64 \
