@@ -28,27 +28,27 @@ pub trait ContentHook: Send + Sync {
 /// made); until then, and on a mount that indexes nothing, telling it
 /// anything does nothing.
 #[derive(Default)]
-pub struct HookSlot(std::sync::OnceLock<Box<dyn ContentHook>>);
+pub(crate) struct HookSlot(std::sync::OnceLock<Box<dyn ContentHook>>);
 
 impl HookSlot {
     /// Set the hook; a second one is ignored.
-    pub fn set(&self, hook: Box<dyn ContentHook>) {
+    pub(crate) fn set(&self, hook: Box<dyn ContentHook>) {
         let _ = self.0.set(hook);
     }
 
-    pub fn get(&self) -> Option<&dyn ContentHook> {
+    pub(crate) fn get(&self) -> Option<&dyn ContentHook> {
         self.0.get().map(|h| &**h)
     }
 
     /// [`ContentHook::changed`], if a hook is set.
-    pub fn changed(&self, ino: u64) {
+    pub(crate) fn changed(&self, ino: u64) {
         if let Some(h) = self.get() {
             h.changed(ino);
         }
     }
 
     /// [`ContentHook::activity`], if a hook is set.
-    pub fn activity(&self) {
+    pub(crate) fn activity(&self) {
         if let Some(h) = self.get() {
             h.activity();
         }
