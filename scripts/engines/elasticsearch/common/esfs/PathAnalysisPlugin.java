@@ -7,7 +7,6 @@ import org.apache.lucene.analysis.path.ReversePathHierarchyTokenizer;
 import org.elasticsearch.common.settings.Settings;
 import org.elasticsearch.env.Environment;
 import org.elasticsearch.index.IndexSettings;
-import org.elasticsearch.index.analysis.AbstractTokenizerFactory;
 import org.elasticsearch.index.analysis.TokenizerFactory;
 import org.elasticsearch.indices.analysis.AnalysisModule.AnalysisProvider;
 import org.elasticsearch.plugins.AnalysisPlugin;
@@ -35,7 +34,7 @@ public class PathAnalysisPlugin extends Plugin implements AnalysisPlugin {
         return v.charAt(0);
     }
 
-    static final class PathHierarchyFactory extends AbstractTokenizerFactory {
+    static final class PathHierarchyFactory extends TokenizerBase {
         final int bufferSize, skip;
         final char delimiter, replacement;
         final boolean reverse;
@@ -56,7 +55,7 @@ public class PathAnalysisPlugin extends Plugin implements AnalysisPlugin {
         }
     }
 
-    static final class NGramFactory extends AbstractTokenizerFactory {
+    static final class NGramFactory extends TokenizerBase {
         final int minGram, maxGram;
         final IntPredicate tokenChar; // null: every character
 
