@@ -230,15 +230,11 @@ fn open_meta_for(
             let guard = if mount { Some(lock_store(dir)?) } else { None };
             let s = Arc::new(EmbeddedStore::open(dir).map_err(cannot_open(dir))?);
             // With the lock held this process is the store's only writer,
-            // which is what makes caching documents and deferring commits
-            // safe.
-            let s: Arc<dyn MetaStore> = match guard {
-                Some(_) => {
-                    s.defer_commits().map_err(cannot_open(dir))?;
-                    Arc::new(CachedStore::new(s, DOC_CACHE_BYTES, LISTING_BYTES))
-                }
-                None => s,
-            };
+            // which is what makes deferring commits (and the mount's
+            // document cache, `cache_for_mount`) safe.
+            if guard.is_some() {
+                s.defer_commits().map_err(cannot_open(dir))?;
+            }
             (s, guard)
         }
         Backend::Elasticsearch(cfg) => {
@@ -276,23 +272,19 @@ fn open_meta_for(
     Ok((store, guard))
 }
 
-/// A mount's document cache in front of a store other mounts write too
-/// (Elasticsearch; an embedded store is cached once claimed, in
-/// [`open_meta`]): a document is trusted for `ttl`, the mount's attribute
-/// TTL, so another mount's change is seen within it.
-pub(crate) fn cache_shared(
+/// A mount's document cache in front of its store. The only writer's
+/// (an embedded store claimed by the mount) is exact; in front of a store
+/// other mounts write too (Elasticsearch) a document is trusted for `ttl`,
+/// the mount's attribute TTL, so another mount's change is seen within it.
+pub(crate) fn cache_for_mount(
     meta: Arc<dyn MetaStore>,
     ttl: std::time::Duration,
-) -> Arc<dyn MetaStore> {
-    if meta.capabilities().single_writer {
-        return meta;
-    }
-    Arc::new(CachedStore::shared(
-        meta,
-        DOC_CACHE_BYTES,
-        LISTING_BYTES,
-        ttl,
-    ))
+) -> Arc<CachedStore> {
+    Arc::new(if meta.capabilities().single_writer {
+        CachedStore::new(meta, DOC_CACHE_BYTES, LISTING_BYTES)
+    } else {
+        CachedStore::shared(meta, DOC_CACHE_BYTES, LISTING_BYTES, ttl)
+    })
 }
 
 /// Open the metadata store ([`open_meta`]) and the contents store bound to

@@ -6,6 +6,7 @@
 use esfs::data::LocalDataStore;
 use esfs::fs::{Ctx, Fs, FsConfig, NewNode};
 use esfs::model::{Entry, ROOT_INO, encode_bytes};
+use esfs::store::cache::CachedStore;
 use esfs::store::embedded::EmbeddedStore;
 use esfs::store::{Idx, MetaStore, Query, SearchRequest, Sort, scan};
 use serde_json::json;
@@ -19,7 +20,7 @@ struct T {
 }
 
 /// A filesystem over `store`, its contents under `dir`.
-fn fs_over(store: Arc<dyn MetaStore>, dir: &std::path::Path) -> Fs {
+fn fs_over(store: Arc<CachedStore>, dir: &std::path::Path) -> Fs {
     let data = Arc::new(LocalDataStore::open(&dir.join("data")).unwrap());
     Fs::new(
         store,
@@ -61,7 +62,8 @@ fn setup() -> T {
     let store = Arc::new(EmbeddedStore::open(&dir.path().join("store")).unwrap());
     // Claimed as a mount claims it: this filesystem is its only writer.
     store.defer_commits().unwrap();
-    let fs = fs_over(store.clone(), dir.path());
+    // No cache: the tests also write straight to the store.
+    let fs = fs_over(Arc::new(CachedStore::off(store.clone())), dir.path());
     T {
         _dir: dir,
         fs,
@@ -361,7 +363,6 @@ fn entry_ids_are_realtime_gets_and_searchable_fields_match_inodes() {
 #[test]
 fn cached_listings_match_the_store_after_random_namespace_changes() {
     use esfs::fs::{RENAME_EXCHANGE, RENAME_NOREPLACE};
-    use esfs::store::cache::CachedStore;
     // The shared mode (as on Elasticsearch, with a TTL longer than the
     // test) also fills listings from readdir's searches and drops them on
     // conflicts, so it may not know every directory.
@@ -466,7 +467,6 @@ fn cached_listings_match_the_store_after_random_namespace_changes() {
 /// directory while the pages are read keeps them from becoming one.
 #[test]
 fn a_directory_read_whole_in_pages_becomes_a_listing() {
-    use esfs::store::cache::CachedStore;
     let dir = tempfile::tempdir().unwrap();
     let inner = Arc::new(EmbeddedStore::open(&dir.path().join("store")).unwrap());
     inner.defer_commits().unwrap();

@@ -14,6 +14,8 @@ use crate::error::FsError;
 use crate::fs::{Fs, FsConfig};
 use crate::open::{OpenError, Stores, open_stores};
 use crate::store::StoreError;
+use crate::store::cache::CachedStore;
+use std::sync::Arc;
 use args::StoreArgs;
 
 /// A command's failure, printed as `esfs: MESSAGE`.
@@ -57,7 +59,7 @@ fn open_fs(store: &StoreArgs, contents: bool) -> Result<(Fs, Stores), CmdError> 
     let data = data.filter(|_| contents);
     let stores = open_stores(&backend, data.as_deref(), false)?;
     let fs = Fs::new(
-        stores.meta.clone(),
+        Arc::new(CachedStore::off(stores.meta.clone())),
         stores.data.clone(),
         FsConfig {
             label: "esfs maintenance".into(),

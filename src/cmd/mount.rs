@@ -9,7 +9,7 @@ use super::args::StoreArgs;
 use crate::daemon::{block_signals, is_mounted, unmount_retrying, wait_signal};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
-use crate::open::{Backend, cache_shared, open_stores, unflushed_journal};
+use crate::open::{Backend, cache_for_mount, open_stores, unflushed_journal};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -352,16 +352,16 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     for w in loose_permissions(args) {
         log::warn!("{w}");
     }
-    let mut stores = open_stores(&args.backend, args.data.as_deref(), true)?;
+    let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
     if writeback && !stores.meta.capabilities().single_writer {
         return Err(WRITEBACK_NEEDS_SOLE.into());
     }
-    stores.meta = cache_shared(stores.meta, args.attr_ttl);
+    let cached = cache_for_mount(stores.meta.clone(), args.attr_ttl);
 
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let fs = Fs::new(
-        stores.meta.clone(),
+        cached,
         stores.data.clone(),
         FsConfig {
             root_uid: uid,

@@ -6,9 +6,8 @@
 //! pages have read it whole.
 
 use crate::model::{Inode, Kind};
-use crate::store::listing;
+use crate::store::cache::Gather;
 use parking_lot::Mutex;
-use serde_json::Value;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::Arc;
@@ -197,60 +196,3 @@ impl DirHandle {
     }
 }
 
-/// A directory being read whole, page after page from offset 0: what the
-/// searches returned so far, offered to the store as its listing once a
-/// short page ends it (so a directory of any size, up to `GATHER_MAX`
-/// names, is listed from memory next time).
-pub(super) struct Gather {
-    token: listing::Token,
-    /// The highest cookie gathered.
-    upto: u64,
-    rows: Vec<listing::Listed>,
-}
-
-/// Names gathered at most: about what a quarter of the listings' memory
-/// budget (the most one directory may take) holds.
-const GATHER_MAX: usize = 100_000;
-
-impl Gather {
-    /// Gathering from the start (the dots are offsets 1 and 2), under the
-    /// store's `token`.
-    pub(super) fn start(token: listing::Token) -> Gather {
-        Gather {
-            token,
-            upto: 2,
-            rows: Vec::new(),
-        }
-    }
-
-    /// The highest cookie gathered.
-    pub(super) fn upto(&self) -> u64 {
-        self.upto
-    }
-
-    /// An entry read (`kind` as stored); those up to `upto` are in already.
-    /// False: it cannot be gathered (too many names, an unknown kind).
-    pub(super) fn add(&mut self, name: &str, ino: u64, kind: &Value, cookie: u64) -> bool {
-        if cookie <= self.upto {
-            return true;
-        }
-        match listing::kind_of(kind) {
-            Some(k) if self.rows.len() < GATHER_MAX => {
-                self.rows.push(listing::Listed {
-                    name: name.to_string(),
-                    ino,
-                    kind: k,
-                    cookie,
-                });
-                self.upto = cookie;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// The token and the directory's rows, for the store.
-    pub(super) fn into_listing(self) -> (listing::Token, Vec<listing::Listed>) {
-        (self.token, self.rows)
-    }
-}

@@ -9,6 +9,7 @@ use super::pending::Pending;
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
 use crate::model::{Entry, Inode, Kind, decode_bytes, entry_id, inode_id};
+use crate::store::cache::CachedStore;
 use crate::store::{
     BulkItemResult, BulkOp, Capabilities, Doc, Idx, MetaStore, StoreError, StoreResult, Version,
 };
@@ -68,7 +69,7 @@ pub(super) fn stale(e: FsError) -> FsError {
 }
 
 pub(super) struct Docs {
-    store: Arc<dyn MetaStore>,
+    store: Arc<CachedStore>,
     data: Arc<dyn DataStore>,
     caps: Capabilities,
     /// Directory times waiting in memory go in with any write of their
@@ -78,7 +79,7 @@ pub(super) struct Docs {
 
 impl Docs {
     pub(super) fn new(
-        store: Arc<dyn MetaStore>,
+        store: Arc<CachedStore>,
         data: Arc<dyn DataStore>,
         pending: Arc<Pending>,
     ) -> Docs {
@@ -144,7 +145,7 @@ impl Docs {
     }
 
     /// [`Docs::inode`] from the store itself, not a cache in front of a
-    /// shared one (see `MetaStore::get_fresh`).
+    /// shared one (see [`CachedStore::get_fresh`]).
     pub(super) fn inode_fresh(&self, ino: u64) -> FsResult<(Inode, Version)> {
         typed(self.store.get_fresh(Idx::Inodes, &inode_id(ino))?)?.ok_or(FsError::NotFound)
     }

@@ -45,6 +45,7 @@ use crate::error::{FsError, FsResult};
 use crate::hook::{ContentHook, HookSlot};
 use crate::locks::LockManager;
 use crate::model::{Inode, Kind, Link, NAME_MAX, ROOT_INO, encode_bytes, inode_id, now_ns};
+use crate::store::cache::CachedStore;
 use crate::store::{Capabilities, Idx, MetaStore, StoreError};
 use dir_handles::DirHandles;
 use docs::{Docs, to_doc};
@@ -142,7 +143,9 @@ pub const RENAME_NOREPLACE: u32 = libc::RENAME_NOREPLACE;
 pub const RENAME_EXCHANGE: u32 = libc::RENAME_EXCHANGE;
 
 pub struct Fs {
-    store: Arc<dyn MetaStore>,
+    /// The store behind this mount's document cache (every write goes
+    /// through it, so what it holds stays true).
+    store: Arc<CachedStore>,
     /// What the store offers (read once): where it is this mount's alone,
     /// stale orphans are reclaimed at start, dead owners' locks broken at
     /// once, and the kernel may keep its caches.
@@ -165,7 +168,9 @@ pub struct Fs {
 }
 
 impl Fs {
-    pub fn new(store: Arc<dyn MetaStore>, data: Arc<dyn DataStore>, cfg: FsConfig) -> FsResult<Fs> {
+    /// A filesystem over `store` (see `crate::open::cache_for_mount`; a
+    /// maintenance command's is [`CachedStore::off`]).
+    pub fn new(store: Arc<CachedStore>, data: Arc<dyn DataStore>, cfg: FsConfig) -> FsResult<Fs> {
         let lm = LockManager::new(store.clone(), &session_id(), &cfg.label)?;
         lm.spawn_heartbeat();
         let caps = store.capabilities();
@@ -269,8 +274,9 @@ impl Fs {
         self.caps
     }
 
-    pub fn store(&self) -> &Arc<dyn MetaStore> {
-        &self.store
+    /// The store, through this mount's cache.
+    pub fn store(&self) -> Arc<dyn MetaStore> {
+        self.store.clone()
     }
 
     pub fn data(&self) -> &Arc<dyn DataStore> {

@@ -104,7 +104,7 @@ pub(crate) fn max_index_bytes() -> u64 {
 /// Start content indexing for a mount's filesystem; `info` is the mount's
 /// description, which `esfs search` reads back to open the same store.
 pub(crate) fn attach(fs: &crate::fs::Fs, info: Value) {
-    let indexer = Indexer::start(fs.store().clone(), fs.data().clone(), max_index_bytes());
+    let indexer = Indexer::start(fs.store(), fs.data().clone(), max_index_bytes());
     fs.set_content_hook(Box::new(SearchHook {
         indexer: Arc::new(indexer),
         info,

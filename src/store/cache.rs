@@ -42,9 +42,8 @@ use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 use serde_json::Value;
 
-use super::listing::{
-    Child, Listed as ListedChild, Listings, Token as ListingToken, listed_fields, split_id,
-};
+pub use super::listing::{Child, Gather};
+use super::listing::{Listings, listed_fields, split_id};
 use super::{
     Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MetaStore, Query, SearchRequest,
     Sort, StoreError, StoreResult, Version,
@@ -135,6 +134,9 @@ enum Mode {
         stripes: Box<[Mutex<u64>]>,
         hasher: std::collections::hash_map::RandomState,
     },
+    /// No caching: every call goes to the store (a maintenance command,
+    /// which must see the store as it is).
+    Off,
 }
 
 pub struct CachedStore {
@@ -197,7 +199,8 @@ enum Answer {
     Evict,
 }
 
-fn cached(idx: Idx) -> bool {
+/// The indices whose documents are cached.
+fn cacheable(idx: Idx) -> bool {
     matches!(idx, Idx::Inodes | Idx::Entries)
 }
 
@@ -236,8 +239,29 @@ impl CachedStore {
         }
     }
 
+    /// No cache: the store itself, behind the same type (a maintenance
+    /// command's filesystem).
+    pub fn off(inner: Arc<dyn MetaStore>) -> CachedStore {
+        CachedStore {
+            inner,
+            docs: Cache::with_weighter(1, 1, DocWeight),
+            mode: Mode::Off,
+            listings: Mutex::new(Listings::new(0, None)),
+        }
+    }
+
+    /// The store behind the cache.
+    pub fn inner(&self) -> &Arc<dyn MetaStore> {
+        &self.inner
+    }
+
     fn sole(&self) -> bool {
         matches!(self.mode, Mode::Sole { .. })
+    }
+
+    /// Whether documents of `idx` are cached here.
+    fn cached(&self, idx: Idx) -> bool {
+        !matches!(self.mode, Mode::Off) && cacheable(idx)
     }
 
     /// The shared mode's stripe of an id.
@@ -250,7 +274,7 @@ impl CachedStore {
                 KeyRef(idx, id).hash(&mut h);
                 Some(&stripes[std::hash::Hasher::finish(&h) as usize % STRIPES])
             }
-            Mode::Sole { .. } => None,
+            Mode::Sole { .. } | Mode::Off => None,
         }
     }
 
@@ -259,6 +283,9 @@ impl CachedStore {
     /// [`Listings::sending`] and [`Listings::sent`], which catch writes
     /// under one directory overtaking each other).
     fn list(&self, idx: Idx, id: &str, wrote: Wrote<'_>) {
+        if matches!(self.mode, Mode::Off) {
+            return;
+        }
         let dir = || id.parse::<u64>().ok();
         match (idx, wrote) {
             (Idx::Entries, Wrote::Created(src) | Wrote::Put(src)) => {
@@ -289,7 +316,7 @@ impl CachedStore {
     /// The cached answer for an id, if it is still to be trusted (and
     /// whole, unless `brief` will do).
     fn lookup(&self, idx: Idx, id: &str, brief: bool) -> Option<Option<Doc>> {
-        if !cached(idx) {
+        if !self.cached(idx) {
             return None;
         }
         let slot = self
@@ -297,7 +324,7 @@ impl CachedStore {
             .get(&KeyRef(idx, id))
             .filter(|s| brief || !s.brief)?;
         match &self.mode {
-            Mode::Sole { .. } => Some(slot.doc),
+            Mode::Sole { .. } | Mode::Off => Some(slot.doc),
             Mode::Shared { .. } if super::Caller::current().reads_fresh() => None,
             Mode::Shared { ttl, .. } => (slot.at.elapsed() < *ttl).then_some(slot.doc),
         }
@@ -336,7 +363,7 @@ impl CachedStore {
     /// lock, keeping the newer of this and what is cached, and bumping the
     /// stripe so that a fill which read before this cannot land after it.
     fn answer(&self, idx: Idx, id: &str, a: Answer) {
-        if !cached(idx) {
+        if !self.cached(idx) {
             return;
         }
         let _stripe = self.stripe(idx, id).map(|s| {
@@ -386,7 +413,7 @@ impl CachedStore {
                 epoch.fetch_add(1, Ordering::AcqRel);
                 r
             }
-            Mode::Shared { .. } => f(),
+            Mode::Shared { .. } | Mode::Off => f(),
         }
     }
 
@@ -395,13 +422,14 @@ impl CachedStore {
         match &self.mode {
             Mode::Sole { epoch, .. } => epoch.load(Ordering::Acquire),
             Mode::Shared { .. } => *self.stripe(idx, id).expect("shared").lock(),
+            Mode::Off => 0,
         }
     }
 
     /// Cache what a read answered, unless a write's answer for the same
     /// id (sole: any write) may have landed since `token` was taken.
     fn fill(&self, idx: Idx, id: &str, token: u64, doc: &Option<Doc>, brief: bool) {
-        if !cached(idx) {
+        if !self.cached(idx) {
             return;
         }
         let version = doc.as_ref().map(|d| d.version);
@@ -429,6 +457,7 @@ impl CachedStore {
                     self.put_slot(idx, id, doc.clone(), version, brief);
                 }
             }
+            Mode::Off => {}
         }
     }
 
@@ -481,7 +510,7 @@ impl CachedStore {
                     BulkOp::Update { index, id, .. } => (*index, id, None, false),
                     BulkOp::Delete { index, id, .. } => (*index, id, None, true),
                 };
-                if !cached(idx) {
+                if !self.cached(idx) {
                     return None;
                 }
                 // For the listings, only the fields they read.
@@ -548,6 +577,91 @@ impl CachedStore {
     }
 }
 
+/// What only a cache offers, beside the store's primitives.
+impl CachedStore {
+    /// `get` that the cache may not answer: the document as the store
+    /// has it now. For reads a conditional write will not check (a
+    /// directory's parent chain under a newly taken tree lock, the names
+    /// a rename reads under its locks).
+    pub fn get_fresh(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        match self.mode {
+            // Nothing else writes: the cache is the store.
+            Mode::Sole { .. } | Mode::Off => self.get(index, id),
+            Mode::Shared { .. } => self.read(index, id),
+        }
+    }
+
+    /// `mget` that the cache may answer however old its copies: for a hint
+    /// a fresh read verifies (the lock scope a rename peeks for).
+    pub fn mget_hint(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        if !self.cached(index) {
+            return self.inner.mget(index, ids);
+        }
+        let held: Vec<Option<Option<Doc>>> = ids
+            .iter()
+            .map(|id| self.docs.get(&KeyRef(index, id)).map(|s| s.doc))
+            .collect();
+        if held.iter().all(|d| d.is_some()) {
+            return Ok(held.into_iter().flatten().collect());
+        }
+        self.mget(index, ids)
+    }
+
+    /// Whether a `get` (`get_brief` if `brief`) of this document would be
+    /// answered without a round trip (the cache holds a copy it trusts).
+    pub fn holds(&self, index: Idx, id: &str, brief: bool) -> bool {
+        self.lookup(index, id, brief).is_some()
+    }
+
+    /// Any copy the cache holds of this document, however old (None: none;
+    /// Some(None): it was absent): a hint of what to read along with it
+    /// when it is read again.
+    pub fn hint(&self, index: Idx, id: &str) -> Option<Option<Doc>> {
+        self.cached(index)
+            .then(|| self.docs.get(&KeyRef(index, id)).map(|s| s.doc))
+            .flatten()
+    }
+
+    /// `mget` that the cache may not answer (see `get_fresh`).
+    pub fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        match self.mode {
+            Mode::Sole { .. } | Mode::Off => self.mget(index, ids),
+            Mode::Shared { .. } => self.read_many(index, ids),
+        }
+    }
+
+    /// The children of directory `parent` with a cookie above `after`, in
+    /// cookie order, from a listing kept in memory (see [`super::listing`]),
+    /// passed to `f` until it returns true. `None`: no such listing here;
+    /// the caller searches (`parent` term, sorted by `cookie`).
+    pub fn cached_children(
+        &self,
+        parent: u64,
+        after: u64,
+        f: &mut dyn FnMut(Child<'_>) -> bool,
+    ) -> Option<()> {
+        self.listings.lock().visit(parent, after, f)
+    }
+
+    /// To begin before the searches that may read directory `parent`
+    /// whole, from offset 0: what they return is gathered for
+    /// [`CachedStore::offer_children`]. `None`: no listing would be kept.
+    pub fn gather(&self, parent: u64) -> Option<Gather> {
+        if matches!(self.mode, Mode::Off) {
+            return None;
+        }
+        self.listings.lock().token(parent).map(Gather::start)
+    }
+
+    /// Every child of `parent`, gathered from searches begun after
+    /// [`CachedStore::gather`]; kept as its listing unless a write under
+    /// `parent` was applied since.
+    pub fn offer_children(&self, parent: u64, gathered: Gather) {
+        let (token, children) = gathered.into_listing();
+        self.listings.lock().fill(parent, token, children)
+    }
+}
+
 /// The directory of an entry id, for [`CachedStore::writing`].
 fn entry_dir(index: Idx, id: &str) -> Option<u64> {
     (index == Idx::Entries)
@@ -565,30 +679,19 @@ fn doc(id: &str, version: Version, source: Value) -> Doc {
 
 impl MetaStore for CachedStore {
     fn capabilities(&self) -> crate::store::Capabilities {
-        crate::store::Capabilities {
-            listings: true,
-            ..self.inner.capabilities()
-        }
+        self.inner.capabilities()
     }
 
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         match self.lookup(index, id, false) {
             Some(d) => Ok(d),
-            None if cached(index) => self.read(index, id),
+            None if self.cached(index) => self.read(index, id),
             None => self.inner.get(index, id),
         }
     }
 
-    fn get_fresh(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
-        match self.mode {
-            // Nothing else writes: the cache is the store.
-            Mode::Sole { .. } => self.get(index, id),
-            Mode::Shared { .. } => self.read(index, id),
-        }
-    }
-
     fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
-        if !cached(index) {
+        if !self.cached(index) {
             return self.inner.mget(index, ids);
         }
         let mut out: Vec<Option<Option<Doc>>> =
@@ -608,20 +711,6 @@ impl MetaStore for CachedStore {
         Ok(out.into_iter().map(|d| d.expect("filled")).collect())
     }
 
-    fn mget_hint(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
-        if !cached(index) {
-            return self.inner.mget(index, ids);
-        }
-        let held: Vec<Option<Option<Doc>>> = ids
-            .iter()
-            .map(|id| self.docs.get(&KeyRef(index, id)).map(|s| s.doc))
-            .collect();
-        if held.iter().all(|d| d.is_some()) {
-            return Ok(held.into_iter().flatten().collect());
-        }
-        self.mget(index, ids)
-    }
-
     /// Cached documents from the cache, the rest in one read through
     /// (filling the cache as `mget` does).
     fn mget_docs(&self, keys: &[(Idx, String)], brief: bool) -> StoreResult<Vec<Option<Doc>>> {
@@ -638,7 +727,7 @@ impl MetaStore for CachedStore {
         if !missing.is_empty() {
             let tokens: Vec<Option<u64>> = missing
                 .iter()
-                .map(|(idx, id)| cached(*idx).then(|| self.fill_token(*idx, id)))
+                .map(|(idx, id)| self.cached(*idx).then(|| self.fill_token(*idx, id)))
                 .collect();
             let docs = self.inner.mget_docs(&missing, brief)?;
             for (((idx, id), t), d) in missing.iter().zip(tokens).zip(&docs) {
@@ -653,23 +742,6 @@ impl MetaStore for CachedStore {
             }
         }
         Ok(out.into_iter().map(|d| d.expect("filled")).collect())
-    }
-
-    fn holds(&self, index: Idx, id: &str, brief: bool) -> bool {
-        self.lookup(index, id, brief).is_some()
-    }
-
-    fn hint(&self, index: Idx, id: &str) -> Option<Option<Doc>> {
-        cached(index)
-            .then(|| self.docs.get(&KeyRef(index, id)).map(|s| s.doc))
-            .flatten()
-    }
-
-    fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
-        match self.mode {
-            Mode::Sole { .. } => self.mget(index, ids),
-            Mode::Shared { .. } => self.read_many(index, ids),
-        }
     }
 
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
@@ -748,7 +820,7 @@ impl MetaStore for CachedStore {
     fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         match self.lookup(index, id, true) {
             Some(d) => Ok(d),
-            None if cached(index) => self.read_brief(index, id),
+            None if self.cached(index) => self.read_brief(index, id),
             None => self.inner.get_brief(index, id),
         }
     }
@@ -784,7 +856,7 @@ impl MetaStore for CachedStore {
     fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
         self.writing(Vec::new(), || {
             let r = self.inner.rebase_paths(index, old, new);
-            if cached(index) && !matches!(r, Ok(None) | Ok(Some(0))) {
+            if self.cached(index) && !matches!(r, Ok(None) | Ok(Some(0))) {
                 // The moved documents keep their ids: drop the cached ones
                 // below `old` (after an error, every document of the index).
                 let below = format!("{old}/");
@@ -801,23 +873,6 @@ impl MetaStore for CachedStore {
             }
             r
         })
-    }
-
-    fn cached_children(
-        &self,
-        parent: u64,
-        after: u64,
-        f: &mut dyn FnMut(Child<'_>) -> bool,
-    ) -> Option<()> {
-        self.listings.lock().visit(parent, after, f)
-    }
-
-    fn listing_token(&self, parent: u64) -> Option<ListingToken> {
-        self.listings.lock().token(parent)
-    }
-
-    fn offer_children(&self, parent: u64, token: ListingToken, children: Vec<ListedChild>) {
-        self.listings.lock().fill(parent, token, children)
     }
 
     fn begin_batch(&self) {

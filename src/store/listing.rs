@@ -106,14 +106,14 @@ const STRIPES: usize = 256;
 /// Taken before the search (or the first of the searches) that reads a
 /// directory whole, for [`Listings::fill`].
 #[derive(Clone, Copy, Debug)]
-pub struct Token {
+pub(crate) struct Token {
     epoch: u64,
     /// The listing is trusted from here (not from when the last page came).
     at: Instant,
 }
 
 /// One child of a directory read whole by a search, for [`Listings::fill`].
-pub struct Listed {
+pub(crate) struct Listed {
     pub name: String,
     pub ino: u64,
     pub kind: &'static str,
@@ -412,6 +412,64 @@ impl Listings {
             }
             self.drop_dir(d);
         }
+    }
+}
+
+/// A directory being read whole, page after page from offset 0: what the
+/// searches returned so far, offered to the store as its listing once a
+/// short page ends it (so a directory of any size, up to `GATHER_MAX`
+/// names, is listed from memory next time).
+pub struct Gather {
+    token: Token,
+    /// The highest cookie gathered.
+    upto: u64,
+    rows: Vec<Listed>,
+}
+
+/// Names gathered at most: about what a quarter of the listings' memory
+/// budget (the most one directory may take) holds.
+const GATHER_MAX: usize = 100_000;
+
+impl Gather {
+    /// Gathering from the start (the dots are offsets 1 and 2), under the
+    /// store's `token`.
+    pub(crate) fn start(token: Token) -> Gather {
+        Gather {
+            token,
+            upto: 2,
+            rows: Vec::new(),
+        }
+    }
+
+    /// The highest cookie gathered.
+    pub fn upto(&self) -> u64 {
+        self.upto
+    }
+
+    /// An entry read (`kind` as stored); those up to `upto` are in already.
+    /// False: it cannot be gathered (too many names, an unknown kind).
+    pub fn add(&mut self, name: &str, ino: u64, kind: &Value, cookie: u64) -> bool {
+        if cookie <= self.upto {
+            return true;
+        }
+        match kind_of(kind) {
+            Some(k) if self.rows.len() < GATHER_MAX => {
+                self.rows.push(Listed {
+                    name: name.to_string(),
+                    ino,
+                    kind: k,
+                    cookie,
+                });
+                self.upto = cookie;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The token and the directory's rows, for the store.
+    pub(crate) fn into_listing(self) -> (Token, Vec<Listed>) {
+        (self.token, self.rows)
     }
 }
 

@@ -367,21 +367,21 @@ pub struct Capabilities {
     /// [`MetaStore::begin_batch`]/[`MetaStore::end_batch`] group a call's
     /// writes into one commit.
     pub batches: bool,
-    /// [`MetaStore::cached_children`] lists directories from memory.
-    pub listings: bool,
     /// `search` sees every acknowledged write at once (no refresh needed).
     pub realtime_search: bool,
 }
 
-/// The metadata store. Synchronous on purpose: FUSE handlers run on their own
-/// threads and block; a network backend owns its own async runtime inside.
+/// The metadata store: the primitives an engine implements. Synchronous on
+/// purpose: FUSE handlers run on their own threads and block; a network
+/// backend owns its own async runtime inside.
 ///
 /// Three tiers: the required primitives (Elasticsearch's own: get, mget,
 /// bulk, search, count, refresh, plus sync, describe and the
 /// [`Capabilities`]); single-document writes and projections, provided in
 /// terms of those and overridden where an engine has a cheaper path; and
 /// the optional primitives a capability declares, whose defaults say "not
-/// offered".
+/// offered". What only a cache needs (fresh reads, hints, directory
+/// listings) is not here: it is [`cache::CachedStore`]'s, a layer above.
 pub trait MetaStore: Send + Sync {
     // ---- required primitives ----
 
@@ -445,23 +445,6 @@ pub trait MetaStore: Send + Sync {
         }
     }
 
-    /// `get` that no cache in front may answer: the document as the store
-    /// has it now. For reads a conditional write will not check (a
-    /// directory's parent chain under a newly taken tree lock, the names
-    /// a rename reads under its locks). Plain stores: `get`.
-    fn get_fresh(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
-        self.get(index, id)
-    }
-    /// `mget` that no cache may answer (see `get_fresh`).
-    fn mget_fresh(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
-        self.mget(index, ids)
-    }
-    /// `mget` that a cache may answer however old its copies: for a hint
-    /// a fresh read verifies (the lock scope a rename peeks for).
-    fn mget_hint(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
-        self.mget(index, ids)
-    }
-
     /// Realtime get of documents of several indices, results in order: one
     /// round trip where the engine can (Elasticsearch's `_mget` names an
     /// index per document), by default one `mget` per index. `brief`: the
@@ -483,19 +466,6 @@ pub trait MetaStore: Send + Sync {
         }
         Ok(out)
     }
-    /// Whether a `get` (`get_brief` if `brief`) of this document would be
-    /// answered without a round trip (a cache in front holds a copy it
-    /// trusts).
-    fn holds(&self, _index: Idx, _id: &str, _brief: bool) -> bool {
-        false
-    }
-    /// Any copy a cache in front holds of this document, however old (None:
-    /// none; Some(None): it was absent): a hint of what to read along with
-    /// it when it is read again.
-    fn hint(&self, _index: Idx, _id: &str) -> Option<Option<Doc>> {
-        None
-    }
-
     // ---- provided: projections (whole documents by default) ----
 
     /// `get` whose source leaves out the `Text` fields (a file's contents):
@@ -556,34 +526,6 @@ pub trait MetaStore: Send + Sync {
     /// An error means some of the batch's writes may be lost.
     fn end_batch(&self) -> StoreResult<()> {
         Ok(())
-    }
-    /// `listings`: the children of directory `parent` with a cookie above
-    /// `after`, in cookie order, from a listing kept in memory (see
-    /// [`listing`]), passed to `f` until it returns true. `None`: no such
-    /// listing here; the caller searches (`parent` term, sorted by `cookie`).
-    fn cached_children(
-        &self,
-        _parent: u64,
-        _after: u64,
-        _f: &mut dyn FnMut(listing::Child<'_>) -> bool,
-    ) -> Option<()> {
-        None
-    }
-    /// `listings`: a token to take before the searches that may read
-    /// directory `parent` whole, for [`MetaStore::offer_children`]. `None`:
-    /// no listing would be kept.
-    fn listing_token(&self, _parent: u64) -> Option<listing::Token> {
-        None
-    }
-    /// `listings`: every child of `parent`, in cookie order, from searches
-    /// begun after `token` was taken; kept as its listing unless a write
-    /// under `parent` was applied since.
-    fn offer_children(
-        &self,
-        _parent: u64,
-        _token: listing::Token,
-        _children: Vec<listing::Listed>,
-    ) {
     }
     /// `rebase_paths`: a directory rename's path rewrite done inside the
     /// store (what Elasticsearch's `_update_by_query` with a script would

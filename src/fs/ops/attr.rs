@@ -5,7 +5,7 @@ use crate::data::Piece;
 use crate::error::{FsError, FsResult};
 use crate::fs::{BLOCK_SIZE, Ctx, Fs, SetAttr, StatFs, TimeSpec, in_group};
 use crate::model::{Entry, Inode, Kind, NAME_MAX, decode_bytes, entry_id, inode_id, now_ns};
-use crate::store::{Doc, Idx, Query};
+use crate::store::{Doc, Idx, MetaStore, Query};
 
 /// Files up to this size are read with their inode by a lookup.
 const PREFETCH_MAX: u64 = 16 << 10;

@@ -11,7 +11,7 @@ use crate::fs::{Ctx, Fs, NewNode, encode_name};
 use crate::model::{
     Entry, Inode, Kind, Link, decode_bytes, encode_bytes, entry_id, inode_id, join_path, now_ns,
 };
-use crate::store::{BulkOp, Idx, StoreError};
+use crate::store::{BulkOp, Idx, MetaStore, StoreError};
 
 impl Fs {
     /// create(2): make the file and open it in one step.

@@ -7,6 +7,7 @@ use crate::fs::Fs;
 use crate::fs::docs::stale;
 use crate::fs::files::NO_HANDLE;
 use crate::model::Kind;
+use crate::store::MetaStore;
 
 impl Fs {
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
@@ -130,6 +131,7 @@ mod tests {
     use crate::fs::{Ctx, Fs, FsConfig};
     use crate::model::{ROOT_INO, inode_id};
     use crate::store::MetaStore;
+    use crate::store::cache::CachedStore;
     use crate::store::gated::Gated;
     use std::sync::Arc;
 
@@ -144,7 +146,7 @@ mod tests {
         let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
         let fs = Arc::new(
             Fs::new(
-                store.clone(),
+                Arc::new(CachedStore::off(store.clone())),
                 data,
                 FsConfig {
                     label: "test".into(),
@@ -178,7 +180,9 @@ mod tests {
         let store = Arc::new(Gated::open(&dir.path().join("store")));
         assert!(!store.capabilities().single_writer);
         let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
-        let fs = Arc::new(Fs::new(store.clone(), data, FsConfig::default()).unwrap());
+        let fs = Arc::new(
+            Fs::new(Arc::new(CachedStore::off(store.clone())), data, FsConfig::default()).unwrap(),
+        );
         let (old, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"target", 0o644, 0).unwrap();
         fs.write(old.ino, fh, 0, b"v0").unwrap();
         fs.release(old.ino, fh).unwrap();

@@ -4,7 +4,7 @@ use crate::error::{FsError, FsResult};
 use crate::fs::docs::to_doc;
 use crate::fs::{Fs, encode_name};
 use crate::model::{Entry, Inode, Kind, Link, entry_id, join_path, now_ns};
-use crate::store::{Idx, StoreError};
+use crate::store::{Idx, MetaStore, StoreError};
 
 impl Fs {
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Inode> {

@@ -8,16 +8,17 @@
 //! "." and ".." take offsets 1 and 2; cookies start above them.
 //!
 //! Each open directory keeps the last fetched page and serves consecutive
-//! calls from it (see [`crate::fs::dir_handles`]). Directories whose listing the store keeps in memory (`cached_children`:
+//! calls from it (see [`crate::fs::dir_handles`]). Directories whose listing the document cache keeps in memory (`cached_children`:
 //! the document cache's, filled when a directory is created or a search
 //! reads one whole) skip the search, and plain READDIR copies their names
 //! straight into the reply.
 
 use crate::error::{FsError, FsResult};
-use crate::fs::dir_handles::{Cached, Gather};
+use crate::fs::dir_handles::Cached;
+use crate::store::cache::Gather;
 use crate::fs::{DirEnt, DirItem, Fs};
 use crate::model::{Inode, Kind, ROOT_INO, decode_cow, decode_string, inode_id};
-use crate::store::{Idx, Query, SearchRequest, Sort};
+use crate::store::{Idx, MetaStore, Query, SearchRequest, Sort};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -110,7 +111,7 @@ impl Fs {
         // (unless a write under it landed meanwhile), and the next listing
         // needs no search.
         if offset <= 2 {
-            *gather = self.store.listing_token(ino).map(Gather::start);
+            *gather = self.store.gather(ino);
         } else if gather.as_ref().is_some_and(|g| offset > g.upto()) {
             *gather = None; // a seekdir past what was gathered
         }
@@ -144,8 +145,7 @@ impl Fs {
             entries.push((decode_string(name), child, kind, cookie));
         }
         if whole && let Some(g) = gather.take() {
-            let (token, rows) = g.into_listing();
-            self.store.offer_children(ino, token, rows);
+            self.store.offer_children(ino, g);
         }
         Ok(())
     }

@@ -6,7 +6,7 @@ use crate::error::{FsError, FsResult};
 use crate::fs::docs::MAX_RETRIES;
 use crate::fs::{Fs, encode_name};
 use crate::model::{Kind, entry_id};
-use crate::store::{BulkItemResult, BulkOp, Idx, StoreError, Version};
+use crate::store::{BulkItemResult, BulkOp, Idx, MetaStore, StoreError, Version};
 
 impl Fs {
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {

@@ -11,7 +11,7 @@ use crate::fs::moves::{Intent, MoveIntent, Seen};
 use crate::fs::tree::TreeLock;
 use crate::fs::{Fs, RENAME_EXCHANGE, RENAME_NOREPLACE, encode_name};
 use crate::model::{Entry, Inode, Kind, join_path};
-use crate::store::{BulkOp, Idx, Version};
+use crate::store::{BulkOp, Idx, MetaStore, Version};
 
 /// What a move read and decided before writing anything.
 struct Prepared {

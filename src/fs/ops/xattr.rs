@@ -9,7 +9,7 @@
 use crate::error::{FsError, FsResult};
 use crate::fs::Fs;
 use crate::model::{ROOT_INO, decode_bytes, encode_bytes, now_ns};
-use crate::store::Idx;
+use crate::store::{Idx, MetaStore};
 use base64::Engine;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;

@@ -608,7 +608,6 @@ impl MetaStore for EmbeddedStore {
             atomic_bulk: true,
             rebase_paths: true,
             batches: true,
-            listings: false,
             realtime_search: true,
         }
     }
