@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::{Map, Value, json};
 
 use crate::error::{EsError, EsResult};
+use crate::hits::{Match, Target, top_hits};
 use crate::mapping::{FType, FV};
 use crate::query::Ctx;
-use crate::search::{Match, Target, top_hits};
 use crate::sort::fielddata_err;
 use crate::time::format_millis;
 

@@ -23,6 +23,7 @@ mod aggs;
 mod analysis;
 mod api;
 mod error;
+mod hits;
 mod mapping;
 mod query;
 mod search;
@@ -30,6 +31,7 @@ mod settings;
 mod sort;
 mod store;
 mod time;
+mod wildcard;
 
 use std::io;
 use std::net::SocketAddr;

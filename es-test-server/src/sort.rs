@@ -7,8 +7,8 @@ use std::cmp::Ordering;
 use serde_json::{Value, json};
 
 use crate::error::{EsError, EsResult};
+use crate::hits::Target;
 use crate::mapping::{FType, FV};
-use crate::search::Target;
 use crate::store::Doc;
 use crate::time::{self, FormatError};
 

@@ -742,7 +742,7 @@ pub(crate) fn validate_index_name(name: &str) -> EsResult<()> {
 }
 
 fn glob(pat: &str, s: &str) -> bool {
-    crate::query::wildcard_match(pat.as_bytes(), s.as_bytes(), false)
+    crate::wildcard::wildcard_match(pat.as_bytes(), s.as_bytes(), false)
 }
 
 impl Cluster {

@@ -15,8 +15,8 @@ use crate::fs::{Fs, FsConfig};
 use crate::open::{OpenError, Stores, open_stores};
 use crate::store::StoreError;
 use crate::store::cache::CachedStore;
-use std::sync::Arc;
 use args::StoreArgs;
+use std::sync::Arc;
 
 /// A command's failure, printed as `esfs: MESSAGE`.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use crate::Shared;
 use crate::error::{EsError, EsResult};
-use crate::search::SourceFilter;
+use crate::hits::SourceFilter;
 use crate::store::{Index, PRIMARY_TERM, UpdateReq, random_id};
 
 use super::{

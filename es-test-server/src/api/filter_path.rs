@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 
 fn fp_glob(p: &str, k: &str) -> bool {
-    crate::query::wildcard_match(p.as_bytes(), k.as_bytes(), false)
+    crate::wildcard::wildcard_match(p.as_bytes(), k.as_bytes(), false)
 }
 
 fn fp_include(v: &Value, pats: &[Vec<String>]) -> Option<Value> {

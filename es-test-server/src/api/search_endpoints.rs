@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::error::{EsError, EsResult};
-use crate::search::{self, SearchReq, Target};
+use crate::hits::Target;
+use crate::search::{self, SearchReq};
 use crate::store::{Cluster, Pit, PitIndex, random_id};
 
 use super::{Body, Outcome, Req, Resp, check_params, flag, parse_body, require_body};

@@ -181,7 +181,12 @@ mod tests {
         assert!(!store.capabilities().single_writer);
         let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
         let fs = Arc::new(
-            Fs::new(Arc::new(CachedStore::off(store.clone())), data, FsConfig::default()).unwrap(),
+            Fs::new(
+                Arc::new(CachedStore::off(store.clone())),
+                data,
+                FsConfig::default(),
+            )
+            .unwrap(),
         );
         let (old, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"target", 0o644, 0).unwrap();
         fs.write(old.ino, fh, 0, b"v0").unwrap();

@@ -15,9 +15,9 @@
 
 use crate::error::{FsError, FsResult};
 use crate::fs::dir_handles::Cached;
-use crate::store::cache::Gather;
 use crate::fs::{DirEnt, DirItem, Fs};
 use crate::model::{Inode, Kind, ROOT_INO, decode_cow, decode_string, inode_id};
+use crate::store::cache::Gather;
 use crate::store::{Idx, MetaStore, Query, SearchRequest, Sort};
 use serde::Deserialize;
 use serde_json::Value;

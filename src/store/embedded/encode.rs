@@ -295,7 +295,3 @@ pub(super) fn attach_text(
     }
     Ok(())
 }
-
-pub(super) fn has_text(idx: Idx) -> bool {
-    side_fields(idx).any(|f| f.ty == FieldType::Text)
-}

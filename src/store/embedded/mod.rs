@@ -37,6 +37,7 @@ mod encode;
 mod query;
 mod read;
 mod redo;
+mod setup;
 mod tables;
 mod write;
 
@@ -56,10 +57,11 @@ use crate::store::{
     Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MAX_ID_BYTES, MetaStore, Query,
     SearchRequest, StoreError, StoreResult, Version,
 };
-use encode::{has_text, json_of};
+use encode::json_of;
 use read::{Pool, Readers, check_get_id, get_doc};
 use redo::RedoLog;
-use tables::{TableSql, columnar, configure, init_schema, purge_dead_text};
+use setup::init_schema;
+use tables::{TableSql, columnar, configure, has_text, purge_dead_text};
 use write::{SeqState, Write, Writer, apply, bulk_tx, rebase_tx, replay};
 
 const PRIMARY_TERM: u64 = 1;

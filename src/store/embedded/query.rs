@@ -6,9 +6,9 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, Row, ToSql};
 use serde_json::Value;
 
-use super::encode::{attach_text, has_text, json_of, param};
+use super::encode::{attach_text, json_of, param};
 use super::read::parse_source;
-use super::tables::{columnar, side_table, text_table};
+use super::tables::{columnar, has_text, side_table, text_table};
 use super::{Core, invalid, sql_err, version};
 use crate::store::schema::{Field, FieldType};
 use crate::store::{Bucket, Doc, GroupRequest, Hit, Idx, Query, SearchRequest, Sort, StoreResult};

@@ -8,8 +8,8 @@ use parking_lot::{Condvar, Mutex};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use super::encode::{attach_text, has_text};
-use super::tables::{TableSql, configure};
+use super::encode::attach_text;
+use super::tables::{TableSql, configure, has_text};
 use super::{MAX_READERS, invalid, sql_err, version};
 use crate::store::{Doc, MAX_ID_BYTES, StoreError, StoreResult};
 

@@ -9,10 +9,10 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Statement};
 use serde_json::Value;
 
-use super::encode::{Col, Encoded, Side, encode, has_text, write_side};
+use super::encode::{Col, Encoded, Side, encode, write_side};
 use super::read::parse_source;
 use super::redo::{self, RedoLog};
-use super::tables::{TableSql, side_fields, side_table, text_table};
+use super::tables::{TableSql, has_text, side_fields, side_table, text_table};
 use super::{SEQ_BLOCK, SEQ_KEY, check_id, expected_seq, invalid, sql_err, version};
 use crate::store::schema::FieldType;
 use crate::store::{BulkItemResult, BulkOp, Idx, StoreError, StoreResult, Version};
