@@ -17,6 +17,8 @@
 //! (the stores, the filesystem, its model and locks) use; `pub` items
 //! elsewhere are reachable from those, or `pub(crate)`.
 #![warn(unreachable_pub)]
+// No function over 120 lines (clippy.toml) outside the integration tests.
+#![warn(clippy::too_many_lines)]
 
 pub mod cmd;
 pub mod data;

@@ -1,4 +1,6 @@
 //! The `esfs` command line: parse, dispatch to `esfs::cmd`, exit.
+// No function over 120 lines (clippy.toml) outside the integration tests.
+#![warn(clippy::too_many_lines)]
 
 use clap::{Parser, Subcommand};
 use esfs::cmd;

@@ -18,6 +18,8 @@
 // `pub` marks the API a test uses (`EsTestServer` and what it returns);
 // everything else is `pub(crate)` or narrower.
 #![warn(unreachable_pub)]
+// No function over 120 lines (clippy.toml) outside the integration tests.
+#![warn(clippy::too_many_lines)]
 
 mod aggs;
 mod analysis;

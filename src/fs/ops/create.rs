@@ -61,18 +61,7 @@ impl Fs {
             NewNode::Symlink(t) => (Kind::Symlink, 0, Some(encode_bytes(t))),
             NewNode::Special(k, rdev) => (k, rdev, None),
         };
-        let mut mode = match kind {
-            Kind::Symlink => 0o777,
-            _ => mode & 0o7777 & !umask,
-        };
-        // BSD group semantics in setgid directories (as ext4 does).
-        let mut gid = ctx.gid;
-        if pinode.mode & libc::S_ISGID != 0 {
-            gid = pinode.gid;
-            if kind == Kind::Dir {
-                mode |= libc::S_ISGID;
-            }
-        }
+        let (mode, gid) = mode_and_group(kind, mode, umask, ctx, &pinode);
         let now = now_ns();
         // A symlink's size is the length of its target.
         let size = target
@@ -102,25 +91,7 @@ impl Fs {
             // Nothing stored yet: the base a chunk store counts from.
             stored: (kind == Kind::File).then_some(0),
         };
-        let mut entry = Entry {
-            parent,
-            name: ename.clone(),
-            path: join_path(&dir, &ename),
-            dir,
-            ino,
-            kind,
-            cookie,
-            size: 0,
-            mtime: 0,
-            mode: 0,
-            uid: 0,
-            gid: 0,
-            contents: None,
-            indexed: None,
-            text_mtime_ns: None,
-            xattrs: vec![],
-        };
-        entry.refresh_attrs(&inode);
+        let entry = new_entry(parent, &ename, dir, &inode, cookie);
         let eid = entry_id(parent, name);
         // The parent's times (and a new directory's ".." link) go in the
         // same bulk: one request per node made.
@@ -174,4 +145,46 @@ impl Fs {
         }
         Ok(inode)
     }
+}
+
+/// A new node's mode (the umask applied; a symlink's is 0777) and group:
+/// BSD group semantics in setgid directories (as ext4 does).
+fn mode_and_group(kind: Kind, mode: u32, umask: u32, ctx: Ctx, parent: &Inode) -> (u32, u32) {
+    let mut mode = match kind {
+        Kind::Symlink => 0o777,
+        _ => mode & 0o7777 & !umask,
+    };
+    let mut gid = ctx.gid;
+    if parent.mode & libc::S_ISGID != 0 {
+        gid = parent.gid;
+        if kind == Kind::Dir {
+            mode |= libc::S_ISGID;
+        }
+    }
+    (mode, gid)
+}
+
+/// The entry naming a new `inode` `ename` in directory `parent` (at `dir`),
+/// with its copies of the inode's attributes.
+fn new_entry(parent: u64, ename: &str, dir: String, inode: &Inode, cookie: u64) -> Entry {
+    let mut entry = Entry {
+        parent,
+        name: ename.to_string(),
+        path: join_path(&dir, ename),
+        dir,
+        ino: inode.ino,
+        kind: inode.kind,
+        cookie,
+        size: 0,
+        mtime: 0,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        contents: None,
+        indexed: None,
+        text_mtime_ns: None,
+        xattrs: vec![],
+    };
+    entry.refresh_attrs(inode);
+    entry
 }
