@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::{Map, Value, json};
 
 use crate::error::{EsError, EsResult};
-use crate::hits::{Match, Target, top_hits};
+use crate::hits::{Match, top_hits};
 use crate::mapping::{FType, FV};
 use crate::query::Ctx;
 use crate::sort::fielddata_err;
+use crate::target::Target;
 use crate::time::format_millis;
 
 pub(crate) fn run(aggs: &Value, targets: &[Target], all: &[Match]) -> EsResult<Value> {

@@ -1,27 +1,16 @@
-//! What a search hit is made of and how it is rendered: the indices a
-//! search runs over ([`Target`]), a matching document ([`Match`]), `_source`
-//! filtering, a hit's JSON, and the `top_hits` aggregation's hits (shared by
-//! `search` and `aggs`, which sit above this).
+//! What a search hit is made of and how it is rendered: a matching document
+//! ([`Match`]), `_source` filtering, a hit's JSON, and the `top_hits`
+//! aggregation's hits (shared by `search` and `aggs`, which sit above this).
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use crate::error::{EsError, EsResult};
-use crate::mapping::Mapping;
 use crate::query::json_token;
 use crate::sort::{SV, SortSpec, cmp_keys, compile_sort, field_sv, sort_values_json};
-use crate::store::{Doc, PRIMARY_TERM, Snapshot};
-
-/// One index (or PIT member) a search runs over.
-pub(crate) struct Target {
-    pub name: String,
-    pub uuid: String,
-    pub snap: Arc<Snapshot>,
-    pub mapping: Arc<Mapping>,
-    pub max_result_window: usize,
-    pub shards: u32,
-}
+use crate::store::{Doc, PRIMARY_TERM};
+use crate::target::Target;
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SourceFilter {

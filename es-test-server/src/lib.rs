@@ -32,6 +32,7 @@ mod search;
 mod settings;
 mod sort;
 mod store;
+mod target;
 mod time;
 mod wildcard;
 

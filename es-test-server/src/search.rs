@@ -8,10 +8,11 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::error::{EsError, EsResult};
-use crate::hits::{HitOpts, Match, SourceFilter, Target, as_usize, hit_json};
+use crate::hits::{HitOpts, Match, SourceFilter, as_usize, hit_json};
 use crate::query::{Ctx, Q, json_token};
 use crate::sort::{SV, SortSpec, after_value, cmp_keys, compile_sort, field_sv, sort_values_json};
 use crate::store::Doc;
+use crate::target::Target;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum TrackTotal {

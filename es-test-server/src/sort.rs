@@ -7,9 +7,9 @@ use std::cmp::Ordering;
 use serde_json::{Value, json};
 
 use crate::error::{EsError, EsResult};
-use crate::hits::Target;
 use crate::mapping::{FType, FV};
 use crate::store::Doc;
+use crate::target::Target;
 use crate::time::{self, FormatError};
 
 #[derive(Debug, Clone)]

@@ -7,9 +7,9 @@ use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::error::{EsError, EsResult};
-use crate::hits::Target;
 use crate::search::{self, SearchReq};
 use crate::store::{Cluster, Pit, PitIndex, random_id};
+use crate::target::Target;
 
 use super::{Body, Outcome, Req, Resp, check_params, flag, parse_body, require_body};
 
