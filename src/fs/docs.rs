@@ -8,8 +8,8 @@
 use super::pending::Pending;
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
-use crate::model::{Entry, Inode, Kind, decode_bytes, entry_id, inode_id};
-use crate::store::cache::CachedStore;
+use crate::model::{Entry, Inode, Kind, decode_bytes, decode_cow, entry_id, inode_id};
+use crate::store::cache::{CachedStore, Gather};
 use crate::store::{
     BulkItemResult, BulkOp, Capabilities, Doc, Idx, MetaStore, StoreError, StoreResult, Version,
 };
@@ -31,6 +31,14 @@ pub(super) enum Fate {
     Delete {
         open_size: Option<u64>,
     },
+}
+
+/// A child of a directory as a listing in memory holds it.
+pub(super) struct Listed<'a> {
+    pub(super) name: std::borrow::Cow<'a, [u8]>,
+    pub(super) ino: u64,
+    pub(super) kind: Kind,
+    pub(super) cookie: u64,
 }
 
 pub(super) fn to_doc<T: serde::Serialize>(v: &T) -> Value {
@@ -161,6 +169,56 @@ impl Docs {
                 Ok((serde_json::from_value(d.source)?, d.version))
             })
             .collect()
+    }
+
+    /// Whether the cache holds inode `ino` and trusts its copy (a read of
+    /// it costs no round trip).
+    pub(super) fn holds_inode(&self, ino: u64) -> bool {
+        self.store.holds(Idx::Inodes, &inode_id(ino), false)
+    }
+
+    /// The entry `name` in `parent` as the cache last held it, when it
+    /// holds a copy it no longer trusts (None: none, or one it trusts): a
+    /// hint of what to read along with the entry.
+    pub(super) fn stale_entry(&self, parent: u64, name: &[u8]) -> Option<Entry> {
+        let id = entry_id(parent, name);
+        if self.store.holds(Idx::Entries, &id, true) {
+            return None;
+        }
+        let doc = self.store.hint(Idx::Entries, &id).flatten()?;
+        serde_json::from_value(doc.source).ok()
+    }
+
+    // ---- directory listings kept in memory (see `crate::store::listing`) ----
+
+    /// Passes the children of directory `dir` with a cookie above `after`
+    /// to `f`, in cookie order, until it returns true. None: the cache
+    /// keeps no listing of `dir` (the caller searches, and may gather).
+    pub(super) fn listed_children(
+        &self,
+        dir: u64,
+        after: u64,
+        f: &mut dyn FnMut(Listed<'_>) -> bool,
+    ) -> Option<()> {
+        self.store.cached_children(dir, after, &mut |c| {
+            f(Listed {
+                name: decode_cow(c.name),
+                ino: c.ino,
+                kind: Kind::from_name(c.kind),
+                cookie: c.cookie,
+            })
+        })
+    }
+
+    /// Begin gathering directory `dir` from its searches (from offset 0),
+    /// for [`Docs::offer_listing`]; None: no listing would be kept.
+    pub(super) fn gather(&self, dir: u64) -> Option<Gather> {
+        self.store.gather(dir)
+    }
+
+    /// `dir` was read whole since [`Docs::gather`]: the cache may keep it.
+    pub(super) fn offer_listing(&self, dir: u64, gathered: Gather) {
+        self.store.offer_children(dir, gathered)
     }
 
     pub(super) fn entry(&self, parent: u64, name: &[u8]) -> FsResult<Found> {

@@ -24,15 +24,7 @@ impl Fs {
         let id = entry_id(parent, name);
         // A name seen before, its copy expired: read again along with its
         // inode (and a small file's first bytes) in one request.
-        let known = match self.store.holds(Idx::Entries, &id, true) {
-            true => None,
-            false => self
-                .store
-                .hint(Idx::Entries, &id)
-                .flatten()
-                .and_then(|d| serde_json::from_value::<Entry>(d.source).ok()),
-        };
-        if let Some(old) = known {
+        if let Some(old) = self.docs.stale_entry(parent, name) {
             let (mut keys, piece) = self.along(&old);
             keys.insert(0, (Idx::Entries, id));
             // Brief: a lookup needs the inode number, not the indexed text.
@@ -66,10 +58,10 @@ impl Fs {
     /// to the data store). The entry's size copy picks the files; the
     /// inode read with the bytes decides whether they serve.
     fn along(&self, e: &Entry) -> (Vec<(Idx, String)>, Option<Piece>) {
-        let id = inode_id(e.ino);
-        if self.store.holds(Idx::Inodes, &id, false) {
+        if self.docs.holds_inode(e.ino) {
             return (Vec::new(), None);
         }
+        let id = inode_id(e.ino);
         let small = e.kind == Kind::File && (1..=PREFETCH_MAX).contains(&e.size);
         // A file's content key is its inode number (see make_node).
         let piece = small

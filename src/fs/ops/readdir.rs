@@ -8,7 +8,7 @@
 //! "." and ".." take offsets 1 and 2; cookies start above them.
 //!
 //! Each open directory keeps the last fetched page and serves consecutive
-//! calls from it (see [`crate::fs::dir_handles`]). Directories whose listing the document cache keeps in memory (`cached_children`:
+//! calls from it (see [`crate::fs::dir_handles`]). Directories whose listing the document cache keeps in memory (`Docs::listed_children`:
 //! the document cache's, filled when a directory is created or a search
 //! reads one whole) skip the search, and plain READDIR copies their names
 //! straight into the reply.
@@ -16,7 +16,7 @@
 use crate::error::{FsError, FsResult};
 use crate::fs::dir_handles::Cached;
 use crate::fs::{DirEnt, DirItem, Fs};
-use crate::model::{Inode, Kind, ROOT_INO, decode_cow, decode_string, inode_id};
+use crate::model::{Inode, Kind, ROOT_INO, decode_string, inode_id};
 use crate::store::cache::Gather;
 use crate::store::{Idx, MetaStore, Query, SearchRequest, Sort};
 use serde::Deserialize;
@@ -68,14 +68,13 @@ impl Fs {
         // straight from the listing into the reply.
         if !plus && offset >= 2 {
             let returned = &mut h.returned;
-            let served = self.store.cached_children(ino, offset, &mut |c| {
-                let name = decode_cow(c.name);
-                returned.first_time(&name, c.cookie)
+            let served = self.docs.listed_children(ino, offset, &mut |c| {
+                returned.first_time(&c.name, c.cookie)
                     && add(DirEnt {
                         offset: c.cookie,
                         ino: c.ino,
-                        kind: Kind::from_name(c.kind),
-                        name: &name,
+                        kind: c.kind,
+                        name: &c.name,
                         attr: None,
                     })
             });
@@ -111,7 +110,7 @@ impl Fs {
         // (unless a write under it landed meanwhile), and the next listing
         // needs no search.
         if offset <= 2 {
-            *gather = self.store.gather(ino);
+            *gather = self.docs.gather(ino);
         } else if gather.as_ref().is_some_and(|g| offset > g.upto()) {
             *gather = None; // a seekdir past what was gathered
         }
@@ -119,6 +118,7 @@ impl Fs {
         // reads them from columns, Elasticsearch filters `_source`).
         let rows = self.store.search_fields(
             &SearchRequest {
+                past_own_writes: false,
                 index: Idx::Entries,
                 query: Query::term("parent", ino),
                 sort: vec![Sort::asc("cookie")],
@@ -145,7 +145,7 @@ impl Fs {
             entries.push((decode_string(name), child, kind, cookie));
         }
         if whole && let Some(g) = gather.take() {
-            self.store.offer_children(ino, g);
+            self.docs.offer_listing(ino, g);
         }
         Ok(())
     }
@@ -189,13 +189,8 @@ impl Fs {
         }
         let size = PAGE;
         let mut entries = Vec::with_capacity(size.min(64));
-        let cached = self.store.cached_children(ino, offset.max(2), &mut |c| {
-            entries.push((
-                decode_cow(c.name).into_owned(),
-                c.ino,
-                Kind::from_name(c.kind),
-                c.cookie,
-            ));
+        let cached = self.docs.listed_children(ino, offset.max(2), &mut |c| {
+            entries.push((c.name.into_owned(), c.ino, c.kind, c.cookie));
             entries.len() >= size
         });
         if cached.is_none() {
