@@ -344,6 +344,7 @@ fn entry_ids_are_realtime_gets_and_searchable_fields_match_inodes() {
     let hits = t
         .store
         .search(&SearchRequest {
+            past_own_writes: false,
             index: Idx::Entries,
             query: Query::term("parent", ROOT_INO),
             sort: vec![Sort::asc("cookie")],
@@ -545,6 +546,7 @@ fn t_search(store: &dyn MetaStore, d: u64) -> Vec<(String, u64, String, u64)> {
     store
         .search_fields(
             &SearchRequest {
+                past_own_writes: false,
                 index: Idx::Entries,
                 query: Query::term("parent", d),
                 sort: vec![Sort::asc("cookie")],

@@ -156,6 +156,7 @@ fn conformance(s: &dyn MetaStore) {
     // Sort by a numeric field, resuming from a value alone (readdir does).
     let page = s
         .search(&SearchRequest {
+            past_own_writes: false,
             index: Idx::Entries,
             query: Query::MatchAll,
             sort: vec![Sort::asc("cookie")],
@@ -238,6 +239,7 @@ fn partial_updates(s: &dyn MetaStore) {
     // Indexed fields follow the update; the text is still searchable.
     let ids = |q: Query| -> Vec<String> {
         s.search_brief(&SearchRequest {
+            past_own_writes: false,
             index: Idx::Entries,
             query: q,
             sort: vec![Sort::asc("cookie")],
@@ -321,6 +323,7 @@ fn rebased_paths(s: &dyn MetaStore) {
     let paths = |p: &str| -> Vec<String> {
         let mut v: Vec<String> = s
             .search_brief(&SearchRequest {
+                past_own_writes: false,
                 index: Idx::Entries,
                 query: Query::tree("path", p),
                 sort: vec![Sort::asc("path")],
@@ -522,6 +525,7 @@ fn doc(parent: u64, name: &str, cookie: i64) -> Value {
 
 fn req(index: Idx, query: Query, sort: Vec<Sort>, size: usize) -> SearchRequest {
     SearchRequest {
+        past_own_writes: false,
         index,
         query,
         sort,

@@ -373,6 +373,7 @@ impl ChunkStore {
         let mut after = None;
         loop {
             let req = SearchRequest {
+                past_own_writes: false,
                 index: Idx::Chunks,
                 query: q.clone(),
                 sort: fields[..sorted].iter().map(|s| Sort::asc(s)).collect(),

@@ -495,39 +495,38 @@ impl Moves {
         };
         let mut retry: Vec<String> = Vec::new();
         // Refreshed just above; each page's bulk rewrites only documents the
-        // cursor has passed, so the next page needs no refresh first.
-        crate::store::past_own_writes(|| {
-            crate::store::scan_brief(
-                &*self.store,
-                Idx::Entries,
-                query,
-                // Paths are unique, and this order is served by the path index
-                // (a second key would force a sort of the whole subtree per page).
-                vec![Sort::asc("path")],
-                1000,
-                |hits| {
-                    let mut ops = Vec::with_capacity(hits.len());
-                    for h in hits {
-                        ops.push(BulkOp::Update {
-                            index: Idx::Entries,
-                            doc: moved(&h.doc.source)?,
-                            id: h.doc.id,
-                            if_version: Some(h.doc.version),
-                        });
+        // cursor has passed, so the next page needs no refresh first
+        // (scan_brief's searches skip read-your-writes).
+        crate::store::scan_brief(
+            &*self.store,
+            Idx::Entries,
+            query,
+            // Paths are unique, and this order is served by the path index
+            // (a second key would force a sort of the whole subtree per page).
+            vec![Sort::asc("path")],
+            1000,
+            |hits| {
+                let mut ops = Vec::with_capacity(hits.len());
+                for h in hits {
+                    ops.push(BulkOp::Update {
+                        index: Idx::Entries,
+                        doc: moved(&h.doc.source)?,
+                        id: h.doc.id,
+                        if_version: Some(h.doc.version),
+                    });
+                }
+                let results = self.store.bulk(ops.clone())?;
+                for (op, r) in ops.into_iter().zip(results) {
+                    match r {
+                        Ok(_) | Err(StoreError::NotFound(_)) => {}
+                        // Changed concurrently (an attribute refresh): redo alone.
+                        Err(StoreError::Conflict(_)) => retry.push(op.id().to_string()),
+                        Err(e) => return Err(e),
                     }
-                    let results = self.store.bulk(ops.clone())?;
-                    for (op, r) in ops.into_iter().zip(results) {
-                        match r {
-                            Ok(_) | Err(StoreError::NotFound(_)) => {}
-                            // Changed concurrently (an attribute refresh): redo alone.
-                            Err(StoreError::Conflict(_)) => retry.push(op.id().to_string()),
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    Ok(true)
-                },
-            )
-        })?;
+                }
+                Ok(true)
+            },
+        )?;
         for id in retry {
             self.repath_entry(&id, |src| {
                 let path = src["path"].as_str().unwrap_or_default();

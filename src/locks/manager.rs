@@ -937,6 +937,7 @@ impl LockManager {
         const PAGE: usize = 1000;
         let sort = vec![crate::store::Sort::asc("since")];
         let hits = store.search(&crate::store::SearchRequest {
+            past_own_writes: false,
             index: Idx::Locks,
             query: Query::MatchAll,
             sort: sort.clone(),

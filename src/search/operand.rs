@@ -189,6 +189,7 @@ impl Target {
         let mut after: Option<Vec<Value>> = None;
         loop {
             let hits = self.store.search_brief(&SearchRequest {
+                past_own_writes: false,
                 index: Idx::Entries,
                 query: q.clone(),
                 sort: vec![Sort::asc("path"), Sort::asc("cookie")],

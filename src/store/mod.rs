@@ -225,6 +225,11 @@ pub struct SearchRequest {
     pub sort: Vec<Sort>,
     pub search_after: Option<Vec<Value>>,
     pub size: usize,
+    /// Skip read-your-writes: the caller made the index current itself
+    /// and pages past what it writes between pages (a subtree rename's
+    /// path rewrite: its `search_after` cursor is beyond every document it
+    /// rewrote). On Elasticsearch that is a refresh fewer per page.
+    pub past_own_writes: bool,
 }
 
 /// Field collapsing (terms + top_hits, as in Elasticsearch: The Definitive
@@ -283,23 +288,6 @@ pub enum Caller {
 
 thread_local! {
     static CALLER: std::cell::Cell<Caller> = const { std::cell::Cell::new(Caller::Fs) };
-    static PAST_OWN_WRITES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Run `f` with this thread's searches skipping read-your-writes: for a
-/// scan that writes between its pages what it already paged past (a
-/// subtree rename's path rewrite: its `search_after` cursor is beyond every
-/// document it rewrote), once it has made the index current itself. On
-/// Elasticsearch that is a refresh fewer per page.
-pub fn past_own_writes<T>(f: impl FnOnce() -> T) -> T {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            PAST_OWN_WRITES.with(|p| p.set(self.0));
-        }
-    }
-    let _reset = Reset(PAST_OWN_WRITES.with(|p| p.replace(true)));
-    f()
 }
 
 impl Caller {
@@ -338,10 +326,10 @@ impl Caller {
     /// The janitor looks for sessions and intents at least a lease old,
     /// which a near-real-time search sees without a refresh: its searches
     /// skip read-your-writes (otherwise the heartbeat's write to the same
-    /// index makes every janitor pass cost a refresh too). So do scans
-    /// inside [`past_own_writes`], on any thread.
+    /// index makes every janitor pass cost a refresh too). So do searches
+    /// [`SearchRequest::past_own_writes`], on any thread.
     pub fn reads_only_old_documents(self) -> bool {
-        self == Caller::Janitor || PAST_OWN_WRITES.with(|p| p.get())
+        self == Caller::Janitor
     }
 
     /// The janitor rolls other mounts' half-done changes forward: what it
@@ -594,7 +582,9 @@ pub fn search_after_pages<S: MetaStore + ?Sized>(
 /// `search_after` paging of brief sources (no file text): for a caller
 /// that rewrites some fields with partial updates, so never needs the text.
 /// No snapshot: the sort must be on a unique field the caller's changes
-/// keep consistent (a subtree rename under its exclusive lock).
+/// keep consistent (a subtree rename under its exclusive lock), which
+/// made the index current before and pages past what it writes
+/// ([`SearchRequest::past_own_writes`]).
 pub fn scan_brief(
     store: &dyn MetaStore,
     index: Idx,
@@ -623,6 +613,9 @@ fn pages<S: MetaStore + ?Sized>(
             sort: sort.to_vec(),
             search_after: after.clone(),
             size: page,
+            // Brief pages are scan_brief's, whose callers page past their own
+            // writes (see there).
+            past_own_writes: brief,
         };
         let hits = if brief {
             store.search_brief(&req)?

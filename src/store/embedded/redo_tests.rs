@@ -138,6 +138,7 @@ fn assert_same(a: &EmbeddedStore, b: &EmbeddedStore) {
         let ids = |s: &EmbeddedStore| {
             let mut v: Vec<String> = s
                 .search(&SearchRequest {
+                    past_own_writes: false,
                     index: Idx::Entries,
                     query: q.clone(),
                     sort: vec![],

@@ -29,6 +29,7 @@ fn entry(parent: u64, name: &str, cookie: i64) -> Value {
 
 fn req(index: Idx, query: Query, sort: Vec<Sort>, size: usize) -> SearchRequest {
     SearchRequest {
+        past_own_writes: false,
         index,
         query,
         sort,

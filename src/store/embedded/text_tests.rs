@@ -24,6 +24,7 @@ fn text(t: &str) -> Query {
 fn ids(s: &EmbeddedStore, q: Query) -> Vec<String> {
     let hits = s
         .search_brief(&SearchRequest {
+            past_own_writes: false,
             index: Idx::Entries,
             query: q,
             sort: vec![Sort::asc("path")],
@@ -79,6 +80,7 @@ fn text_fields_are_substring_searchable_and_kept_apart() {
     assert_eq!(brief.version, full.version);
     let hits = s
         .search(&SearchRequest {
+            past_own_writes: false,
             index: Idx::Entries,
             query: text("yellow"),
             sort: vec![],
@@ -217,6 +219,7 @@ fn keywords_fields_hold_several_values() {
     assert!(ids(&s, Query::term("xattrs", "one")).is_empty());
     assert!(matches!(
         s.search(&SearchRequest {
+            past_own_writes: false,
             index: Idx::Entries,
             query: Query::MatchAll,
             sort: vec![Sort::asc("xattrs")],

@@ -730,6 +730,7 @@ impl MetaStore for EsStore {
         // (OpenSearch adds no tiebreaker and has no `_shard_doc`), so a
         // sort-less scan pages too.
         let mut body = self.search_body(&SearchRequest {
+            past_own_writes: false,
             index,
             query: query.clone(),
             sort: sort.to_vec(),

@@ -92,7 +92,9 @@ impl EsStore {
         brief: bool,
         fields: Option<&[&str]>,
     ) -> StoreResult<Vec<Hit>> {
-        self.refresh_if_dirty(req.index)?;
+        if !req.past_own_writes {
+            self.refresh_if_dirty(req.index)?;
+        }
         let name = &self.index_name(req.index);
         let name = name.as_str();
         let mut body = self.search_body(req);
