@@ -100,11 +100,27 @@ impl From<StoreError> for FsError {
     }
 }
 
+/// Object storage of contents: an unreachable store is ETIMEDOUT as for
+/// the metadata store; anything else (a missing or short block, refused
+/// credentials) is EIO with its message for the log.
+impl From<crate::data::blocks::BlockError> for FsError {
+    fn from(e: crate::data::blocks::BlockError) -> Self {
+        use crate::data::blocks::BlockError;
+        match e {
+            BlockError::Unavailable(m) => FsError::Unavailable(m),
+            e => FsError::Io(e.to_string()),
+        }
+    }
+}
+
 impl From<std::io::Error> for FsError {
     fn from(e: std::io::Error) -> Self {
         match e.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::EDQUOT) => FsError::NoSpace,
             Some(libc::EFBIG) => FsError::TooBig,
+            // A store reached through an io::Result that gave up within its
+            // retry budget (`BlockError::Unavailable` made into io::Error).
+            None if e.kind() == std::io::ErrorKind::TimedOut => FsError::Unavailable(e.to_string()),
             _ => FsError::Io(e.to_string()),
         }
     }

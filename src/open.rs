@@ -294,6 +294,11 @@ pub(crate) fn open_stores(
     data: Option<&Path>,
     mount: bool,
 ) -> Result<Stores, OpenError> {
+    if data.and_then(|d| d.to_str()).is_some_and(crate::data::blocks::is_object_url) {
+        return Err(OpenError::DataBinding(
+            crate::data::blocks::OBJECT_DATA_NOT_YET.into(),
+        ));
+    }
     let (store, guard) = open_meta_for(backend, mount, data)?;
     // The filesystem id, and the data directory bound to it.
     if mount || data.is_some() {

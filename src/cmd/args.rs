@@ -1,6 +1,7 @@
 //! Command-line options shared by the commands that open a store
 //! (`mount`, `fsck`, `locks`, `search`).
 
+use crate::data::blocks::{BlockConfig, OBJECT_DATA_NOT_YET, S3Location, is_object_url};
 use crate::open::{Backend, default_data, default_home};
 use crate::store::es::EsConfig;
 use std::path::PathBuf;
@@ -15,11 +16,62 @@ pub(crate) struct StoreArgs {
     pub store: Option<PathBuf>,
     /// Directory holding file contents [default with the embedded store:
     /// STORE/data; with --es: chunk documents in the cluster]. It is bound
-    /// to its filesystem: another store's is refused.
+    /// to its filesystem: another store's is refused. (s3://BUCKET/PREFIX,
+    /// contents in object storage, is not supported yet.)
     #[arg(long, value_name = "DIR", env = "ESFS_DATA")]
     pub data: Option<PathBuf>,
     #[command(flatten)]
     pub es: EsArgs,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+/// Contents in S3-compatible object storage (`--data s3://BUCKET/PREFIX`);
+/// credentials and region come from the AWS environment variables and
+/// shared files.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct S3Args {
+    /// Endpoint URL of an S3-compatible server (e.g. http://127.0.0.1:8333)
+    /// [default: AWS_ENDPOINT_URL, the AWS profile's endpoint_url, or AWS].
+    #[arg(long, value_name = "URL", env = "ESFS_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// Directory of the local block cache [default:
+    /// $XDG_CACHE_HOME/esfs, else ~/.cache/esfs].
+    #[arg(long, value_name = "DIR", env = "ESFS_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Bytes the block cache may hold, with a K/M/G/T suffix (binary); 0
+    /// turns it off [default: 1G].
+    #[arg(long, value_name = "SIZE", env = "ESFS_CACHE_SIZE")]
+    pub cache_size: Option<String>,
+}
+
+impl S3Args {
+    fn given(&self) -> bool {
+        self.s3_endpoint.is_some() || self.cache_dir.is_some() || self.cache_size.is_some()
+    }
+}
+
+/// "1G", "512M", "4096": bytes (binary multiples).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("bad size {s:?} (a number with K, M, G or T)")),
+            };
+            (&t[..i], 1u64 << shift)
+        }
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("bad size {s:?} (a number with K, M, G or T)"))
 }
 
 /// Elasticsearch connection (metadata, and contents unless --data is given).
@@ -109,15 +161,45 @@ impl EsArgs {
 }
 
 impl StoreArgs {
+    /// The object-storage configuration `--data s3://BUCKET/PREFIX` and
+    /// the S3 options describe; None for contents elsewhere (where the S3
+    /// options are refused: they would do nothing).
+    pub fn block_config(&self) -> Result<Option<BlockConfig>, String> {
+        let url = self.data.as_deref().and_then(|d| d.to_str());
+        let Some(url) = url.filter(|u| is_object_url(u)) else {
+            if self.s3.given() {
+                return Err(
+                    "--s3-endpoint, --cache-dir and --cache-size apply to --data s3://BUCKET/PREFIX only"
+                        .into(),
+                );
+            }
+            return Ok(None);
+        };
+        let mut c = BlockConfig::new(S3Location::parse(url)?);
+        c.endpoint = self.s3.s3_endpoint.clone();
+        c.cache_size = match &self.s3.cache_size {
+            Some(s) => parse_size(s).map_err(|e| format!("--cache-size: {e}"))?,
+            None => 1 << 30,
+        };
+        let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+        c.cache_dir = Some(abs(self.s3.cache_dir.clone().unwrap_or_else(default_cache)));
+        Ok(Some(c))
+    }
+
     /// The backend, the contents directory (None: chunks in the cluster),
-    /// and the directory for logs. Paths are made absolute.
-    pub(crate) fn resolve(&self) -> (Backend, Option<PathBuf>, PathBuf) {
+    /// and the directory for logs. Paths are made absolute. Contents in
+    /// object storage are refused (not supported yet), after their
+    /// options are checked.
+    pub(crate) fn resolve(&self) -> Result<(Backend, Option<PathBuf>, PathBuf), String> {
+        if self.block_config()?.is_some() {
+            return Err(OBJECT_DATA_NOT_YET.into());
+        }
         let home = default_home();
         let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
         match self.es.config() {
             Some(mut es) => {
                 es.ca = es.ca.map(abs);
-                (Backend::Elasticsearch(es), self.data.clone().map(abs), home)
+                Ok((Backend::Elasticsearch(es), self.data.clone().map(abs), home))
             }
             None => {
                 let store = abs(self.store.clone().unwrap_or_else(|| home.join("store")));
@@ -125,8 +207,58 @@ impl StoreArgs {
                     Some(d) => abs(d),
                     None => default_data(&store),
                 };
-                (Backend::Embedded(store.clone()), Some(data), store)
+                Ok((Backend::Embedded(store.clone()), Some(data), store))
             }
         }
+    }
+}
+
+/// The block cache's default directory: $XDG_CACHE_HOME/esfs, else
+/// ~/.cache/esfs.
+fn default_cache() -> PathBuf {
+    let var = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    match var("XDG_CACHE_HOME") {
+        Some(d) => d.join("esfs"),
+        None => var("HOME")
+            .unwrap_or_else(|| PathBuf::from("/tmp"))
+            .join(".cache/esfs"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        store: StoreArgs,
+    }
+
+    fn args(a: &[&str]) -> StoreArgs {
+        Cli::try_parse_from(std::iter::once("esfs").chain(a.iter().copied()))
+            .unwrap()
+            .store
+    }
+
+    #[test]
+    fn object_storage_is_checked_then_refused_as_not_yet_supported() {
+        let a = args(&["--data", "s3://bkt/fs1", "--s3-endpoint", "http://127.0.0.1:9", "--cache-size", "2G"]);
+        let c = a.block_config().unwrap().unwrap();
+        assert_eq!(c.location.to_string(), "s3://bkt/fs1");
+        assert_eq!(c.cache_size, 2 << 30);
+        assert_eq!(c.endpoint.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(a.resolve().unwrap_err(), OBJECT_DATA_NOT_YET);
+        let bad = args(&["--data", "s3://B/x"]);
+        assert!(bad.resolve().unwrap_err().contains("bad bucket name"));
+        let size = args(&["--data", "s3://bkt/x", "--cache-size", "lots"]);
+        assert!(size.resolve().unwrap_err().starts_with("--cache-size: bad size"));
+        let stray = args(&["--data", "/tmp/d", "--cache-dir", "/tmp/c"]);
+        assert!(stray.resolve().unwrap_err().contains("apply to --data s3://"));
+        assert!(args(&["--data", "/tmp/d"]).resolve().is_ok());
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("0").unwrap(), 0);
+        assert!(parse_size("5X").is_err() && parse_size("").is_err());
     }
 }

@@ -24,7 +24,7 @@ pub fn run(f: FsckCmd) -> Result<i32, CmdError> {
     // A dead mount's unflushed journal is checked (and, with --repair,
     // applied); a live mount's is its own business. Holding the mount lock
     // also keeps a mount from starting halfway through.
-    let sole = match f.store.resolve().0 {
+    let sole = match f.store.resolve()?.0 {
         Backend::Embedded(dir) => match lock_store(&dir) {
             Ok(lock) => Some((lock, unflushed_journal(&dir))),
             Err(e) => {

@@ -55,7 +55,7 @@ impl From<&str> for CmdError {
 /// An Fs for a maintenance command: no formatting or recovery on open.
 /// Without `contents` the data directory is not opened (nor checked).
 fn open_fs(store: &StoreArgs, contents: bool) -> Result<(Fs, Stores), CmdError> {
-    let (backend, data, _) = store.resolve();
+    let (backend, data, _) = store.resolve()?;
     let data = data.filter(|_| contents);
     let stores = open_stores(&backend, data.as_deref(), false)?;
     let fs = Fs::new(

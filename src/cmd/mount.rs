@@ -57,7 +57,7 @@ pub struct UmountCmd {
 
 /// `esfs mount`: exit status 0 once the mount is live.
 pub fn run(m: MountCmd) -> Result<i32, CmdError> {
-    let (backend, data, log_dir) = m.store.resolve();
+    let (backend, data, log_dir) = m.store.resolve()?;
     let ttl = m.attr_ttl.unwrap_or(match backend {
         Backend::Embedded(_) => 60.0,
         Backend::Elasticsearch(_) => 1.0,

@@ -2,6 +2,7 @@
 //! never move data. The inode document's `size` is the truth for the length;
 //! the data store only has to return what was written (holes read as zeros).
 
+pub mod blocks;
 pub(crate) mod chunks;
 mod small;
 
