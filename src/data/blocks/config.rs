@@ -2,7 +2,7 @@
 //! endpoint, the region and the credentials, found as the AWS tools find
 //! them (environment first, then the shared files of `AWS_PROFILE`).
 
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::aws::AmazonS3Builder;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -181,7 +181,8 @@ fn ini_section(path: &Path, section: &str) -> HashMap<String, String> {
 /// The object_store builder for `cfg`: the environment's AWS_* settings
 /// (object_store's own reading, which also covers container and web
 /// identity credentials), then what the environment lacks from the shared
-/// profile, then the command line over both.
+/// profile, then the command line over both. Also the endpoint URL, for
+/// messages (plain http is to be allowed when it is http://).
 pub(super) fn builder(cfg: &BlockConfig) -> Result<(AmazonS3Builder, String), String> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let profile = shared_profile(&env);
@@ -218,11 +219,7 @@ pub(super) fn builder(cfg: &BlockConfig) -> Result<(AmazonS3Builder, String), St
             // subdomains to resolve), plain http allowed when asked for.
             b = b
                 .with_endpoint(url.trim_end_matches('/'))
-                .with_virtual_hosted_style_request(false)
-                .with_config(
-                    AmazonS3ConfigKey::Client(object_store::ClientConfigKey::AllowHttp),
-                    url.starts_with("http://").to_string(),
-                );
+                .with_virtual_hosted_style_request(false);
             url.trim_end_matches('/').to_string()
         }
         None => format!("https://s3.{region}.amazonaws.com"),

@@ -136,7 +136,7 @@ impl ReadAhead {
         const SLACK: u64 = 1 << 20;
         let seq = off == 0 || (off + SLACK >= self.next && off <= self.next + SLACK);
         if seq {
-            self.window = (self.window * 2).clamp(len.max(1 << 20), self.max_window.max(1));
+            self.window = (self.window * 2).max(len.max(1 << 20)).min(self.max_window);
         } else {
             self.window = 0;
             self.prefetched_to = 0;
@@ -170,6 +170,7 @@ impl BlockStore {
         let s3 = builder
             .with_client_options(
                 ClientOptions::new()
+                    .with_allow_http(endpoint.starts_with("http://"))
                     .with_timeout(cfg.request_timeout)
                     .with_connect_timeout(Duration::from_secs(5)),
             )
@@ -590,7 +591,7 @@ impl Inner {
                 BlockError::Denied(format!("{} refused {op} {what}: {cause}", self.shown))
             }
             _ if transient(&e) => BlockError::Unavailable(format!(
-                "object store {} unavailable (retried for {} s): {op} {what}: {cause}",
+                "object store {} unavailable (retry budget {} s): {op} {what}: {cause}",
                 self.shown,
                 self.budget.as_secs_f64()
             )),
