@@ -80,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cached.cache_size = 2 * len as u64;
     let store = BlockStore::open(&cached)?;
     read(&store, "read cold, cache")?;
+    store.settle();
     read(&store, "read warm (cache)")?;
     store.delete_file("1")?;
     Ok(())

@@ -98,6 +98,12 @@ struct Inner {
     /// Whole-block fetches in progress, by cache name: a second reader of
     /// a block waits for the first's download instead of repeating it.
     inflight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Blocks on their way into the cache (written in the background, so
+    /// readers go at the network's speed, not the cache disk's), served
+    /// from memory meanwhile; at most `backlog` of them (beyond, a block
+    /// is not cached).
+    pending: Mutex<HashMap<String, Bytes>>,
+    backlog: usize,
 }
 
 pub struct BlockStore {
@@ -219,6 +225,8 @@ impl BlockStore {
                 uploads: Semaphore::new(n),
                 downloads: Semaphore::new(n),
                 inflight: Mutex::new(HashMap::new()),
+                pending: Mutex::new(HashMap::new()),
+                backlog: 2 * n,
             }),
             rt,
             block_size: cfg.block_size.max(1),
@@ -232,6 +240,14 @@ impl BlockStore {
 
     pub fn cache(&self) -> Option<&BlockCache> {
         self.inner.cache.as_ref()
+    }
+
+    /// Wait until the blocks on their way into the cache are written
+    /// (tests, unmount).
+    pub fn settle(&self) {
+        while !self.inner.pending.lock().is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     pub fn block_size(&self) -> usize {
@@ -336,8 +352,15 @@ impl BlockStore {
                 dst.copy_from_slice(&data[at as usize..(at + p.len) as usize]);
                 continue;
             }
+            let name = cache_name(file, block);
+            if let Some(data) = inner.pending.lock().get(&name)
+                && data.len() as u64 >= at + p.len
+            {
+                dst.copy_from_slice(&data[at as usize..(at + p.len) as usize]);
+                continue;
+            }
             if let Some(c) = &inner.cache {
-                match c.read_at(&cache_name(file, block), at, dst) {
+                match c.read_at(&name, at, dst) {
                     Ok(Some(k)) if k == dst.len() => continue,
                     Ok(_) => {}
                     Err(e) => log::warn!("block cache read of {}: {e}", cache_name(file, block)),
@@ -440,7 +463,30 @@ impl Inner {
         ObjPath::from(format!("{}/{file}/{block}", self.root))
     }
 
-    async fn upload(&self, file: &str, block: BlockId, data: Bytes) -> BlockResult<()> {
+    /// Put a block in the cache, if there is one, in the background.
+    fn keep(self: &Arc<Self>, name: &str, data: &Bytes) {
+        if self.cache.is_none() {
+            return;
+        }
+        {
+            let mut pending = self.pending.lock();
+            if pending.len() >= self.backlog || pending.contains_key(name) {
+                return;
+            }
+            pending.insert(name.to_string(), data.clone());
+        }
+        let (inner, name, data) = (self.clone(), name.to_string(), data.clone());
+        tokio::task::spawn_blocking(move || {
+            if let Some(c) = &inner.cache
+                && let Err(e) = c.insert(&name, &data)
+            {
+                log::warn!("block cache: {e}");
+            }
+            inner.pending.lock().remove(&name);
+        });
+    }
+
+    async fn upload(self: &Arc<Self>, file: &str, block: BlockId, data: Bytes) -> BlockResult<()> {
         let path = self.path(file, block);
         {
             let _permit = self.uploads.acquire().await.expect("never closed");
@@ -452,17 +498,18 @@ impl Inner {
                 .map_err(|e| self.error("PUT", path.as_ref(), e))?;
         }
         // Written blocks are read soon (the indexer, another open).
-        if let Some(c) = &self.cache
-            && let Err(e) = c.insert(&cache_name(file, block), &data)
-        {
-            log::warn!("block cache: {e}");
-        }
+        self.keep(&cache_name(file, block), &data);
         Ok(())
     }
 
     /// A miss of [`BlockStore::read`]: the whole block when reading
     /// sequentially (kept in the cache), else just the piece.
-    async fn fetch_piece(&self, file: &str, p: &Piece, seq: bool) -> BlockResult<Fetched> {
+    async fn fetch_piece(
+        self: &Arc<Self>,
+        file: &str,
+        p: &Piece,
+        seq: bool,
+    ) -> BlockResult<Fetched> {
         let (block, at) = p.source.expect("a block piece");
         if seq {
             let bytes = self.fetch_whole(file, block).await?;
@@ -480,12 +527,15 @@ impl Inner {
 
     /// Download a whole block once (concurrent askers wait for the first)
     /// and keep it in the cache.
-    async fn fetch_whole(&self, file: &str, block: BlockId) -> BlockResult<Bytes> {
+    async fn fetch_whole(self: &Arc<Self>, file: &str, block: BlockId) -> BlockResult<Bytes> {
         let name = cache_name(file, block);
         let lock = self.inflight.lock().entry(name.clone()).or_default().clone();
         let _turn = lock.lock().await;
+        if let Some(b) = self.pending.lock().get(&name) {
+            return Ok(b.clone());
+        }
         if let Some(c) = &self.cache
-            && let Ok(Some(v)) = c.get(&name)
+            && let Ok(Some(v)) = tokio::task::block_in_place(|| c.get(&name))
         {
             return Ok(Bytes::from(v));
         }
@@ -496,11 +546,7 @@ impl Inner {
         }
         .await;
         let bytes = got.map_err(|e| self.error("GET", path.as_ref(), e))?;
-        if let Some(c) = &self.cache
-            && let Err(e) = c.insert(&name, &bytes)
-        {
-            log::warn!("block cache: {e}");
-        }
+        self.keep(&name, &bytes);
         self.inflight.lock().remove(&name);
         Ok(bytes)
     }
