@@ -16,7 +16,10 @@ use esfs::data::blocks::{BlockConfig, BlockMap, BlockStore, ReadAhead, S3Locatio
 use std::time::Instant;
 
 fn var(k: &str, d: usize) -> usize {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -294,7 +294,10 @@ pub(crate) fn open_stores(
     data: Option<&Path>,
     mount: bool,
 ) -> Result<Stores, OpenError> {
-    if data.and_then(|d| d.to_str()).is_some_and(crate::data::blocks::is_object_url) {
+    if data
+        .and_then(|d| d.to_str())
+        .is_some_and(crate::data::blocks::is_object_url)
+    {
         return Err(OpenError::DataBinding(
             crate::data::blocks::OBJECT_DATA_NOT_YET.into(),
         ));

@@ -42,7 +42,11 @@ fn s3(args: &[&str], port: u16) -> String {
 
 /// Start (or find) instance `name` on ports from `port`.
 fn server(name: &'static str, port: u16) -> Server {
-    let url = s3(&["start", name], port).lines().last().unwrap().to_string();
+    let url = s3(&["start", name], port)
+        .lines()
+        .last()
+        .unwrap()
+        .to_string();
     let env: HashMap<String, String> = s3(&["env", name], port)
         .lines()
         .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
@@ -51,7 +55,10 @@ fn server(name: &'static str, port: u16) -> Server {
     Server {
         name,
         url,
-        key: (env["AWS_ACCESS_KEY_ID"].clone(), env["AWS_SECRET_ACCESS_KEY"].clone()),
+        key: (
+            env["AWS_ACCESS_KEY_ID"].clone(),
+            env["AWS_SECRET_ACCESS_KEY"].clone(),
+        ),
         bucket: env["ESFS_S3_BUCKET"].clone(),
     }
 }
@@ -63,7 +70,8 @@ fn shared() -> Server {
 /// A fresh prefix per test and run, so runs never see each other's blocks.
 fn config(srv: &Server, test: &str) -> BlockConfig {
     let prefix = format!("t{}-{}/{test}", std::process::id(), esfs::model::now_ns());
-    let mut c = BlockConfig::new(S3Location::parse(&format!("s3://{}/{prefix}", srv.bucket)).unwrap());
+    let mut c =
+        BlockConfig::new(S3Location::parse(&format!("s3://{}/{prefix}", srv.bucket)).unwrap());
     c.endpoint = Some(srv.url.clone());
     c.credentials = Some(srv.key.clone());
     c
@@ -110,7 +118,10 @@ fn put_get_range_list_delete() {
     let map = BlockMap::default().write(&extents);
     let block = extents[0].block;
     assert_eq!(store.get_block("42", block).unwrap(), data);
-    assert_eq!(store.get_range("42", block, 1000..1010).unwrap(), data.slice(1000..1010));
+    assert_eq!(
+        store.get_range("42", block, 1000..1010).unwrap(),
+        data.slice(1000..1010)
+    );
     // A read past the map's end returns what the map holds.
     let mut buf = vec![7u8; 100];
     let n = store
@@ -121,7 +132,13 @@ fn put_get_range_list_delete() {
     let listed = store.list_file("42").unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].block, listed[0].size), (block, 300_000));
-    assert!(store.list().unwrap().iter().any(|m| m.block == block && m.file == "42"));
+    assert!(
+        store
+            .list()
+            .unwrap()
+            .iter()
+            .any(|m| m.block == block && m.file == "42")
+    );
     store.delete("42", &[block]).unwrap();
     store.delete("42", &[block]).unwrap(); // already gone: fine
     assert!(store.list_file("42").unwrap().is_empty());
@@ -169,15 +186,24 @@ fn parallel_64_mib_upload_reads_back_whole() {
     // Cached in the background, all of it unless the disk fell behind.
     warm.settle();
     let usage = warm.cache().unwrap().usage();
-    assert!(usage.entries > 0 && usage.bytes == usage.entries as u64 * 4 * MIB as u64, "{usage:?}");
+    assert!(
+        usage.entries > 0 && usage.bytes == usage.entries as u64 * 4 * MIB as u64,
+        "{usage:?}"
+    );
     let t = Instant::now();
     let got = read_all(&warm, "7", &map, 64 * MIB, 128 << 10);
     eprintln!("64 MiB again (cache) in {:?}", t.elapsed());
     assert_eq!(crc32fast::hash(&got), want);
     // Random small reads: exact bytes.
     let mut buf = [0u8; 4096];
-    for off in [5u64, 4 * MIB as u64 - 100, 33_333_333, 64 * MIB as u64 - 4096] {
-        cold.read("7", &map, off, &mut buf, &mut ReadAhead::new(0)).unwrap();
+    for off in [
+        5u64,
+        4 * MIB as u64 - 100,
+        33_333_333,
+        64 * MIB as u64 - 4096,
+    ] {
+        cold.read("7", &map, off, &mut buf, &mut ReadAhead::new(0))
+            .unwrap();
         assert_eq!(&buf[..], &data[off as usize..off as usize + 4096]);
     }
     assert_eq!(store.delete_file("7").unwrap(), 16);
@@ -199,9 +225,8 @@ fn cache_evicts_under_its_size_and_drops_damaged_entries() {
     store.settle();
     let usage = store.cache().unwrap().usage();
     assert_eq!((usage.entries, usage.bytes), (3, 3 * MIB as u64));
-    let on_disk = |d: &std::path::Path| -> u64 {
-        walk(d).iter().map(|p| p.metadata().unwrap().len()).sum()
-    };
+    let on_disk =
+        |d: &std::path::Path| -> u64 { walk(d).iter().map(|p| p.metadata().unwrap().len()).sum() };
     assert!(on_disk(dir.path()) <= cfg.cache_size + 3 * 20);
     // The first blocks were evicted: read again from the store.
     assert_eq!(read_all(&store, "9", &map, 8 * MIB, 1 << 20), data);
@@ -264,12 +289,18 @@ fn versions_superseded_blocks_and_audit() {
     // Referenced: the committed map, and the superseded blocks still
     // waiting for their grace period.
     let mut refs: HashMap<String, BTreeSet<BlockId>> = HashMap::new();
-    refs.insert("5".into(), m2.blocks().into_iter().chain(gone.clone()).collect());
+    refs.insert(
+        "5".into(),
+        m2.blocks().into_iter().chain(gone.clone()).collect(),
+    );
     let a = audit(&listed, &refs, now, 3_600_000_000_000);
     assert!(a.orphans.is_empty() && a.missing.is_empty());
     assert_eq!(a.young, 1, "the fresh orphan is within the grace period");
     let a = audit(&listed, &refs, now + 7_200_000_000_000, 3_600_000_000_000);
-    assert_eq!(a.orphans.iter().map(|m| m.block).collect::<Vec<_>>(), vec![orphan]);
+    assert_eq!(
+        a.orphans.iter().map(|m| m.block).collect::<Vec<_>>(),
+        vec![orphan]
+    );
     // Collection: the old version's blocks go; the new version is whole.
     store.delete("5", &gone).unwrap();
     store.delete("5", &[orphan]).unwrap();
@@ -280,7 +311,12 @@ fn versions_superseded_blocks_and_audit() {
         .unwrap_err();
     assert!(matches!(e, BlockError::Missing(_)), "{e}");
     let a = audit(&store.list_file("5").unwrap(), &refs, now, 0);
-    assert_eq!(a.missing, gone.iter().map(|b| ("5".to_string(), *b)).collect::<Vec<_>>());
+    assert_eq!(
+        a.missing,
+        gone.iter()
+            .map(|b| ("5".to_string(), *b))
+            .collect::<Vec<_>>()
+    );
     store.delete_file("5").unwrap();
 }
 
@@ -314,7 +350,10 @@ fn store_down_mid_upload_then_back() {
     let e = result.expect_err("the upload outlived the server");
     assert!(matches!(e, BlockError::Unavailable(_)), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains(&srv.url) && msg.contains("unavailable"), "{msg}");
+    assert!(
+        msg.contains(&srv.url) && msg.contains("unavailable"),
+        "{msg}"
+    );
     assert!(took < Duration::from_secs(60), "gave up after {took:?}");
     let fs = FsError::from(e);
     assert_eq!(fs.errno(), libc::ETIMEDOUT);
@@ -344,14 +383,29 @@ fn store_down_mid_upload_then_back() {
     // Earlier data survived; nothing of the failed upload is half there:
     // every object of file 2 is a whole block (the cut-short ones are not
     // listed at all), and all are young unreferenced blocks for fsck.
-    assert_eq!(read_all(&store, "1", &m0, 5 * MIB, 1 << 20), before.to_vec());
+    assert_eq!(
+        read_all(&store, "1", &m0, 5 * MIB, 1 << 20),
+        before.to_vec()
+    );
     let partial = store.list_file("2").unwrap();
     for m in &partial {
-        assert_eq!(m.size, 4 * MIB as u64, "a partial object of the failed upload");
+        assert_eq!(
+            m.size,
+            4 * MIB as u64,
+            "a partial object of the failed upload"
+        );
     }
-    let a = audit(&partial, &HashMap::new(), esfs::model::now_ns(), 3_600_000_000_000);
+    let a = audit(
+        &partial,
+        &HashMap::new(),
+        esfs::model::now_ns(),
+        3_600_000_000_000,
+    );
     assert_eq!(a.young, partial.len());
-    eprintln!("{} whole blocks of the failed upload remain for collection", partial.len());
+    eprintln!(
+        "{} whole blocks of the failed upload remain for collection",
+        partial.len()
+    );
     store.delete_file("2").unwrap();
     store.delete_file("1").unwrap();
     store.delete_file("3").unwrap();

@@ -216,7 +216,11 @@ impl StoreArgs {
 /// The block cache's default directory: $XDG_CACHE_HOME/esfs, else
 /// ~/.cache/esfs.
 fn default_cache() -> PathBuf {
-    let var = |k| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |k| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     match var("XDG_CACHE_HOME") {
         Some(d) => d.join("esfs"),
         None => var("HOME")
@@ -244,7 +248,14 @@ mod tests {
 
     #[test]
     fn object_storage_is_checked_then_refused_as_not_yet_supported() {
-        let a = args(&["--data", "s3://bkt/fs1", "--s3-endpoint", "http://127.0.0.1:9", "--cache-size", "2G"]);
+        let a = args(&[
+            "--data",
+            "s3://bkt/fs1",
+            "--s3-endpoint",
+            "http://127.0.0.1:9",
+            "--cache-size",
+            "2G",
+        ]);
         let c = a.block_config().unwrap().unwrap();
         assert_eq!(c.location.to_string(), "s3://bkt/fs1");
         assert_eq!(c.cache_size, 2 << 30);
@@ -253,9 +264,18 @@ mod tests {
         let bad = args(&["--data", "s3://B/x"]);
         assert!(bad.resolve().unwrap_err().contains("bad bucket name"));
         let size = args(&["--data", "s3://bkt/x", "--cache-size", "lots"]);
-        assert!(size.resolve().unwrap_err().starts_with("--cache-size: bad size"));
+        assert!(
+            size.resolve()
+                .unwrap_err()
+                .starts_with("--cache-size: bad size")
+        );
         let stray = args(&["--data", "/tmp/d", "--cache-dir", "/tmp/c"]);
-        assert!(stray.resolve().unwrap_err().contains("apply to --data s3://"));
+        assert!(
+            stray
+                .resolve()
+                .unwrap_err()
+                .contains("apply to --data s3://")
+        );
         assert!(args(&["--data", "/tmp/d"]).resolve().is_ok());
         assert_eq!(parse_size("512M").unwrap(), 512 << 20);
         assert_eq!(parse_size("0").unwrap(), 0);

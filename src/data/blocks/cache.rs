@@ -322,7 +322,13 @@ mod tests {
         assert_eq!(c.read_at("a1", 95, &mut buf).unwrap(), Some(5));
         c.insert("c3", &[3; 100]).unwrap();
         assert!(c.contains("a1") && c.contains("c3") && !c.contains("b2"));
-        assert_eq!(c.usage(), CacheUsage { entries: 2, bytes: 200 });
+        assert_eq!(
+            c.usage(),
+            CacheUsage {
+                entries: 2,
+                bytes: 200
+            }
+        );
         assert_eq!(c.read_at("b2", 0, &mut buf).unwrap(), None);
         // Too big for the cache: not kept, nothing evicted.
         c.insert("d4", &[4; 300]).unwrap();
@@ -330,7 +336,13 @@ mod tests {
         // Reopened: the entries are found again, and verified on first read.
         drop(c);
         let c = BlockCache::open(dir.path(), 250).unwrap();
-        assert_eq!(c.usage(), CacheUsage { entries: 2, bytes: 200 });
+        assert_eq!(
+            c.usage(),
+            CacheUsage {
+                entries: 2,
+                bytes: 200
+            }
+        );
         assert_eq!(c.get("c3").unwrap().unwrap(), vec![3; 100]);
         // Reopened smaller: the oldest go.
         drop(c);
@@ -356,7 +368,10 @@ mod tests {
         std::fs::write(&p, &d[..900]).unwrap();
         std::fs::write(dir.path().join("tmp/z3.1.1"), b"partial").unwrap();
         let c = BlockCache::open(dir.path(), 1 << 20).unwrap();
-        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+            0
+        );
         let mut buf = [0u8; 4];
         assert_eq!(c.read_at("x1", 0, &mut buf).unwrap(), None);
         assert_eq!(c.read_at("y2", 0, &mut buf).unwrap(), None);

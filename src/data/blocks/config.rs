@@ -248,7 +248,15 @@ mod tests {
         let l = S3Location::parse("s3://my-bucket/a/b/").unwrap();
         assert_eq!((l.bucket.as_str(), l.prefix.as_str()), ("my-bucket", "a/b"));
         assert_eq!(S3Location::parse("s3://bkt").unwrap().prefix, "");
-        for bad in ["s3://", "s3://B/x", "s3://ab/x", "s3://b_k/x", "/dir", "s3://bkt/a/../b", "s3://bkt/a//b"] {
+        for bad in [
+            "s3://",
+            "s3://B/x",
+            "s3://ab/x",
+            "s3://b_k/x",
+            "/dir",
+            "s3://bkt/a/../b",
+            "s3://bkt/a//b",
+        ] {
             assert!(S3Location::parse(bad).is_err(), "{bad}");
         }
         assert!(is_object_url("s3://x/y") && !is_object_url("/s3://x"));

@@ -77,7 +77,12 @@ pub struct Extent {
 
 impl From<(u64, u64, BlockId, u64)> for Extent {
     fn from((off, len, block, at): (u64, u64, BlockId, u64)) -> Self {
-        Extent { off, len, block, at }
+        Extent {
+            off,
+            len,
+            block,
+            at,
+        }
     }
 }
 
@@ -225,7 +230,10 @@ impl BlockMap {
     /// once no reader can hold `self` any more (the grace period).
     pub fn superseded_by(&self, new: &BlockMap) -> Vec<BlockId> {
         let keep = new.blocks();
-        self.blocks().into_iter().filter(|b| !keep.contains(b)).collect()
+        self.blocks()
+            .into_iter()
+            .filter(|b| !keep.contains(b))
+            .collect()
     }
 
     /// What to read for `off..off+len`, holes included, up to the map's
@@ -307,7 +315,10 @@ pub fn audit(
     let mut present: HashMap<&str, BTreeSet<BlockId>> = HashMap::new();
     for m in listed {
         present.entry(&m.file).or_default().insert(m.block);
-        if referenced.get(&m.file).is_some_and(|r| r.contains(&m.block)) {
+        if referenced
+            .get(&m.file)
+            .is_some_and(|r| r.contains(&m.block))
+        {
             continue;
         }
         if now_ns.saturating_sub(m.block.created_ns()) > grace_ns {
@@ -386,9 +397,30 @@ mod tests {
         assert_eq!(m3.end(), 210);
         assert_eq!(m3.stored_bytes(), 110);
         let p = m3.pieces(95, 200);
-        assert_eq!(p[0], Piece { off: 95, len: 5, source: Some((id(1), 95)) });
-        assert_eq!(p[1], Piece { off: 100, len: 100, source: None });
-        assert_eq!(p[2], Piece { off: 200, len: 10, source: Some((id(3), 5)) });
+        assert_eq!(
+            p[0],
+            Piece {
+                off: 95,
+                len: 5,
+                source: Some((id(1), 95))
+            }
+        );
+        assert_eq!(
+            p[1],
+            Piece {
+                off: 100,
+                len: 100,
+                source: None
+            }
+        );
+        assert_eq!(
+            p[2],
+            Piece {
+                off: 200,
+                len: 10,
+                source: Some((id(3), 5))
+            }
+        );
         assert_eq!(p.len(), 3);
         // Covering all of block 1 supersedes it.
         let m4 = m3.write(&[ext(0, 40, 4, 0), ext(50, 60, 5, 0)]);
@@ -409,7 +441,9 @@ mod tests {
         let mut bytes: Vec<Option<(u128, u64)>> = vec![None; size as usize];
         let mut seed = 12345u64;
         let mut rnd = |n: u64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (seed >> 33) % n
         };
         for step in 1..500u128 {
@@ -440,7 +474,11 @@ mod tests {
             assert_eq!(model(&m, size), bytes, "step {step}");
             // No two adjacent extents that could be one.
             for w in m.extents().windows(2) {
-                assert!(!(w[0].block == w[1].block && w[0].end() == w[1].off && w[0].at + w[0].len == w[1].at));
+                assert!(
+                    !(w[0].block == w[1].block
+                        && w[0].end() == w[1].off
+                        && w[0].at + w[0].len == w[1].at)
+                );
             }
         }
     }
@@ -452,7 +490,11 @@ mod tests {
         let now = crate::model::now_ns();
         let young = BlockId::fresh();
         let kept = BlockId(2 << 80);
-        let meta = |f: &str, b| BlockMeta { file: f.into(), block: b, size: 1 };
+        let meta = |f: &str, b| BlockMeta {
+            file: f.into(),
+            block: b,
+            size: 1,
+        };
         let listed = vec![meta("7", old), meta("7", young), meta("7", kept)];
         let mut refs = HashMap::new();
         refs.insert("7".to_string(), BTreeSet::from([kept, BlockId(3 << 80)]));
@@ -462,7 +504,10 @@ mod tests {
         assert_eq!(a.young, 1);
         assert_eq!(
             a.missing,
-            vec![("7".into(), BlockId(3 << 80)), ("8".into(), BlockId(4 << 80))]
+            vec![
+                ("7".into(), BlockId(3 << 80)),
+                ("8".into(), BlockId(4 << 80))
+            ]
         );
     }
 }

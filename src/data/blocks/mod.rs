@@ -299,14 +299,22 @@ impl BlockStore {
         let inner = self.inner.clone();
         let done = Arc::new(Mutex::new(Vec::new()));
         let uploads = pieces.iter().map(|(e, d)| {
-            let (inner, done, file, d, id) = (inner.clone(), done.clone(), file.to_string(), d.clone(), e.block);
+            let (inner, done, file, d, id) = (
+                inner.clone(),
+                done.clone(),
+                file.to_string(),
+                d.clone(),
+                e.block,
+            );
             async move {
                 inner.upload(&file, id, d).await?;
                 done.lock().push(id);
                 Ok::<_, BlockError>(())
             }
         });
-        let result = self.rt.block_on(futures_util::future::try_join_all(uploads));
+        let result = self
+            .rt
+            .block_on(futures_util::future::try_join_all(uploads));
         if let Err(e) = result {
             let ids = std::mem::take(&mut *done.lock());
             if !ids.is_empty() {
@@ -529,7 +537,12 @@ impl Inner {
     /// and keep it in the cache.
     async fn fetch_whole(self: &Arc<Self>, file: &str, block: BlockId) -> BlockResult<Bytes> {
         let name = cache_name(file, block);
-        let lock = self.inflight.lock().entry(name.clone()).or_default().clone();
+        let lock = self
+            .inflight
+            .lock()
+            .entry(name.clone())
+            .or_default()
+            .clone();
         let _turn = lock.lock().await;
         if let Some(b) = self.pending.lock().get(&name) {
             return Ok(b.clone());
@@ -602,7 +615,9 @@ impl Inner {
         let mut out = Vec::with_capacity(metas.len());
         for m in metas {
             let loc = m.location.as_ref();
-            let rest = loc.strip_prefix(&self.root).and_then(|r| r.strip_prefix('/'));
+            let rest = loc
+                .strip_prefix(&self.root)
+                .and_then(|r| r.strip_prefix('/'));
             match rest.and_then(|r| r.split_once('/')) {
                 Some((f, b)) if !b.contains('/') && b.parse::<BlockId>().is_ok() => {
                     out.push(BlockMeta {
@@ -654,7 +669,9 @@ impl Inner {
 fn transient(e: &object_store::Error) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cur {
-        if c.downcast_ref::<object_store::client::HttpError>().is_some() {
+        if c.downcast_ref::<object_store::client::HttpError>()
+            .is_some()
+        {
             return true;
         }
         cur = c.source();
@@ -708,10 +725,16 @@ mod tests {
     fn readahead_follows_sequential_readers_only() {
         let mut ra = ReadAhead::new(8 << 20);
         assert!(ra.observe(0, 128 << 10));
-        assert_eq!(ra.ahead(128 << 10), Some((128 << 10)..(128 << 10) + (1 << 20)));
+        assert_eq!(
+            ra.ahead(128 << 10),
+            Some((128 << 10)..(128 << 10) + (1 << 20))
+        );
         assert!(ra.observe(128 << 10, 128 << 10));
         // The window doubled; only what lies past the last prefetch is new.
-        assert_eq!(ra.ahead(256 << 10), Some(((128 << 10) + (1 << 20))..(256 << 10) + (2 << 20)));
+        assert_eq!(
+            ra.ahead(256 << 10),
+            Some(((128 << 10) + (1 << 20))..(256 << 10) + (2 << 20))
+        );
         for i in 2..40u64 {
             assert!(ra.observe(i * (128 << 10), 128 << 10));
         }
@@ -727,8 +750,14 @@ mod tests {
     #[test]
     fn errors_have_errnos() {
         use crate::error::FsError;
-        assert_eq!(FsError::from(BlockError::Unavailable("x".into())).errno(), libc::ETIMEDOUT);
-        assert_eq!(FsError::from(BlockError::Missing("x".into())).errno(), libc::EIO);
+        assert_eq!(
+            FsError::from(BlockError::Unavailable("x".into())).errno(),
+            libc::ETIMEDOUT
+        );
+        assert_eq!(
+            FsError::from(BlockError::Missing("x".into())).errno(),
+            libc::EIO
+        );
         let io: std::io::Error = BlockError::Unavailable("down".into()).into();
         assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
         assert_eq!(FsError::from(io).errno(), libc::ETIMEDOUT);
