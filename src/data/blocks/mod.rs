@@ -558,10 +558,14 @@ impl Inner {
             self.s3.get(&path).await?.bytes().await
         }
         .await;
-        let bytes = got.map_err(|e| self.error("GET", path.as_ref(), e))?;
-        self.keep(&name, &bytes);
+        let got = got.map_err(|e| self.error("GET", path.as_ref(), e));
+        if let Ok(bytes) = &got {
+            self.keep(&name, bytes);
+        }
+        // Waiters hold their clone of the lock; later askers find the
+        // block pending or cached, or, after a failure, try again.
         self.inflight.lock().remove(&name);
-        Ok(bytes)
+        got
     }
 
     async fn get_range(&self, file: &str, block: BlockId, range: Range<u64>) -> BlockResult<Bytes> {
