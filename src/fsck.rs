@@ -76,6 +76,11 @@ pub(crate) fn fsck(
     let links = c.check_links(&inodes, &tree, live_sessions);
     let orphan_data = c.check_contents(&inodes)?;
     let behind = c.check_unflushed(unflushed)?;
+    // Object storage: orphan and missing blocks (repaired at once: the
+    // store knows what it may delete).
+    let audit = data.audit(repair)?;
+    c.r.problems.extend(audit.problems);
+    c.r.repaired += audit.repaired;
     if repair {
         c.repair_entries(&tree)?;
         c.repair_links(links)?;

@@ -4,7 +4,9 @@
 //! store bound to it by a filesystem id, and the mount description that
 //! `esfs search` reads back. Mount, fsck, locks and search all open stores here.
 
+use crate::data::blocks::{BlockConfig, BlockStore, S3Location, is_object_url};
 use crate::data::chunks::ChunkStore;
+use crate::data::objects::ObjectStore;
 use crate::data::{DataStore, LocalDataStore};
 use crate::store::cache::CachedStore;
 use crate::store::embedded::EmbeddedStore;
@@ -15,6 +17,7 @@ use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Memory bound of a mount's document cache.
 const DOC_CACHE_BYTES: u64 = 64 << 20;
@@ -292,15 +295,16 @@ pub(crate) fn cache_for_mount(
 pub(crate) fn open_stores(
     backend: &Backend,
     data: Option<&Path>,
+    blocks: Option<&BlockConfig>,
     mount: bool,
 ) -> Result<Stores, OpenError> {
-    if data
-        .and_then(|d| d.to_str())
-        .is_some_and(crate::data::blocks::is_object_url)
-    {
-        return Err(OpenError::DataBinding(
-            crate::data::blocks::OBJECT_DATA_NOT_YET.into(),
-        ));
+    let url = data.and_then(|d| d.to_str()).filter(|u| is_object_url(u));
+    if let Some(url) = url {
+        let cfg = match blocks {
+            Some(c) => c.clone(),
+            None => BlockConfig::new(S3Location::parse(url).map_err(OpenError::DataBinding)?),
+        };
+        return open_objects(backend, &cfg, mount);
     }
     let (store, guard) = open_meta_for(backend, mount, data)?;
     // The filesystem id, and the data directory bound to it.
@@ -346,6 +350,49 @@ pub(crate) fn open_stores(
         data,
         _lock: guard,
     })
+}
+
+/// [`open_stores`] with contents in object storage: the metadata store
+/// as for chunks in the cluster, the bucket checked with one request (a
+/// mount fails fast, with one line naming the URL and the cause), and a
+/// mount's collector of superseded blocks started.
+fn open_objects(backend: &Backend, cfg: &BlockConfig, mount: bool) -> Result<Stores, OpenError> {
+    let (store, guard) = open_meta_for(backend, mount, None)?;
+    if mount {
+        let id = ident(&*store)?;
+        ensure_fsid(&*store, &id)?;
+    }
+    let blocks = BlockStore::open(cfg).map_err(|e| OpenError::DataBinding(e.to_string()))?;
+    blocks
+        .check()
+        .map_err(|e| OpenError::DataBinding(e.to_string()))?;
+    let objects = Arc::new(ObjectStore::new(
+        store.clone(),
+        Arc::new(blocks),
+        gc_grace(),
+    ));
+    if mount {
+        crate::data::objects::spawn_collector(objects.clone(), GC_EVERY.min(gc_grace()));
+    }
+    Ok(Stores {
+        meta: store,
+        data: objects,
+        _lock: guard,
+    })
+}
+
+/// How often a mount collects superseded blocks.
+const GC_EVERY: Duration = Duration::from_secs(60);
+
+/// How long superseded and deleted blocks are kept (an open reader on
+/// another mount keeps reading its version meanwhile): 1 hour, or
+/// `ESFS_GC_GRACE` seconds (tests).
+fn gc_grace() -> Duration {
+    std::env::var("ESFS_GC_GRACE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(Duration::from_secs(3600), Duration::from_secs_f64)
 }
 
 /// The metadata document holding the filesystem's id.

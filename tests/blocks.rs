@@ -6,7 +6,6 @@ use bytes::Bytes;
 use esfs::data::blocks::{
     BlockConfig, BlockError, BlockId, BlockMap, BlockStore, ReadAhead, S3Location, audit,
 };
-use esfs::error::FsError;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::Command;
@@ -146,7 +145,7 @@ fn put_get_range_list_delete() {
     let e = store.get_block("42", block).unwrap_err();
     assert!(matches!(e, BlockError::Missing(_)), "{e}");
     assert!(e.to_string().contains(&block.to_string()), "{e}");
-    assert_eq!(FsError::from(e).errno(), libc::EIO);
+    assert_eq!(e.errno(), libc::EIO);
 }
 
 /// 64 MiB in 4 MiB blocks, uploaded in parallel, read back by a fresh
@@ -355,8 +354,7 @@ fn store_down_mid_upload_then_back() {
         "{msg}"
     );
     assert!(took < Duration::from_secs(60), "gave up after {took:?}");
-    let fs = FsError::from(e);
-    assert_eq!(fs.errno(), libc::ETIMEDOUT);
+    assert_eq!(e.errno(), libc::ETIMEDOUT);
     eprintln!("upload failed after {took:?}: {msg}");
 
     // Down: a read fails the same way, quickly.

@@ -1,7 +1,7 @@
 //! Command-line options shared by the commands that open a store
 //! (`mount`, `fsck`, `locks`, `search`).
 
-use crate::data::blocks::{BlockConfig, OBJECT_DATA_NOT_YET, S3Location, is_object_url};
+use crate::data::blocks::{BlockConfig, S3Location, is_object_url};
 use crate::open::{Backend, default_data, default_home};
 use crate::store::es::EsConfig;
 use std::path::PathBuf;
@@ -30,7 +30,7 @@ pub(crate) struct StoreArgs {
 /// credentials and region come from the AWS environment variables and
 /// shared files.
 #[derive(clap::Args, Clone, Debug, Default)]
-pub struct S3Args {
+pub(crate) struct S3Args {
     /// Endpoint URL of an S3-compatible server (e.g. http://127.0.0.1:8333)
     /// [default: AWS_ENDPOINT_URL, the AWS profile's endpoint_url, or AWS].
     #[arg(long, value_name = "URL", env = "ESFS_S3_ENDPOINT")]
@@ -52,7 +52,7 @@ impl S3Args {
 }
 
 /// "1G", "512M", "4096": bytes (binary multiples).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mul) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
@@ -164,7 +164,7 @@ impl StoreArgs {
     /// The object-storage configuration `--data s3://BUCKET/PREFIX` and
     /// the S3 options describe; None for contents elsewhere (where the S3
     /// options are refused: they would do nothing).
-    pub fn block_config(&self) -> Result<Option<BlockConfig>, String> {
+    pub(crate) fn block_config(&self) -> Result<Option<BlockConfig>, String> {
         let url = self.data.as_deref().and_then(|d| d.to_str());
         let Some(url) = url.filter(|u| is_object_url(u)) else {
             if self.s3.given() {
@@ -186,25 +186,27 @@ impl StoreArgs {
         Ok(Some(c))
     }
 
-    /// The backend, the contents directory (None: chunks in the cluster),
-    /// and the directory for logs. Paths are made absolute. Contents in
-    /// object storage are refused (not supported yet), after their
-    /// options are checked.
+    /// The backend, the contents directory (None: chunks in the cluster;
+    /// an `s3://` URL as given: object storage, see `block_config`), and
+    /// the directory for logs. Paths are made absolute.
     pub(crate) fn resolve(&self) -> Result<(Backend, Option<PathBuf>, PathBuf), String> {
-        if self.block_config()?.is_some() {
-            return Err(OBJECT_DATA_NOT_YET.into());
-        }
+        let objects = self.block_config()?.is_some();
         let home = default_home();
         let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+        let abs_data = |p: PathBuf| if objects { p } else { abs(p) };
         match self.es.config() {
             Some(mut es) => {
                 es.ca = es.ca.map(abs);
-                Ok((Backend::Elasticsearch(es), self.data.clone().map(abs), home))
+                Ok((
+                    Backend::Elasticsearch(es),
+                    self.data.clone().map(abs_data),
+                    home,
+                ))
             }
             None => {
                 let store = abs(self.store.clone().unwrap_or_else(|| home.join("store")));
                 let data = match self.data.clone() {
-                    Some(d) => abs(d),
+                    Some(d) => abs_data(d),
                     None => default_data(&store),
                 };
                 Ok((Backend::Embedded(store.clone()), Some(data), store))
@@ -247,7 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn object_storage_is_checked_then_refused_as_not_yet_supported() {
+    fn object_storage_options_are_checked() {
         let a = args(&[
             "--data",
             "s3://bkt/fs1",
@@ -260,7 +262,7 @@ mod tests {
         assert_eq!(c.location.to_string(), "s3://bkt/fs1");
         assert_eq!(c.cache_size, 2 << 30);
         assert_eq!(c.endpoint.as_deref(), Some("http://127.0.0.1:9"));
-        assert_eq!(a.resolve().unwrap_err(), OBJECT_DATA_NOT_YET);
+        assert_eq!(a.resolve().unwrap().1, Some(PathBuf::from("s3://bkt/fs1")));
         let bad = args(&["--data", "s3://B/x"]);
         assert!(bad.resolve().unwrap_err().contains("bad bucket name"));
         let size = args(&["--data", "s3://bkt/x", "--cache-size", "lots"]);

@@ -7,6 +7,7 @@
 use super::CmdError;
 use super::args::StoreArgs;
 use crate::daemon::{block_signals, is_mounted, unmount_retrying, wait_signal};
+use crate::data::blocks::BlockConfig;
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
 use crate::open::{Backend, cache_for_mount, open_stores, unflushed_journal};
@@ -58,6 +59,7 @@ pub struct UmountCmd {
 /// `esfs mount`: exit status 0 once the mount is live.
 pub fn run(m: MountCmd) -> Result<i32, CmdError> {
     let (backend, data, log_dir) = m.store.resolve()?;
+    let blocks = m.store.block_config()?;
     let ttl = m.attr_ttl.unwrap_or(match backend {
         Backend::Embedded(_) => 60.0,
         Backend::Elasticsearch(_) => 1.0,
@@ -70,6 +72,7 @@ pub fn run(m: MountCmd) -> Result<i32, CmdError> {
         mountpoint: m.mountpoint,
         backend,
         data,
+        blocks,
         foreground: m.foreground,
         options: m.options,
         attr_ttl: Duration::from_secs_f64(ttl),
@@ -92,6 +95,8 @@ struct MountArgs {
     pub backend: Backend,
     /// Contents directory; `None` on Elasticsearch keeps contents in the cluster.
     pub data: Option<PathBuf>,
+    /// Contents in object storage (`data` is then its s3:// URL).
+    pub blocks: Option<BlockConfig>,
     pub foreground: bool,
     pub options: Vec<String>,
     pub attr_ttl: Duration,
@@ -190,6 +195,15 @@ fn background(args: &MountArgs) -> Result<(), CmdError> {
     }
     if let Some(data) = &args.data {
         cmd.arg("--data").arg(data);
+    }
+    if let Some(b) = &args.blocks {
+        if let Some(e) = &b.endpoint {
+            cmd.arg("--s3-endpoint").arg(e);
+        }
+        if let Some(d) = &b.cache_dir {
+            cmd.arg("--cache-dir").arg(d);
+        }
+        cmd.arg("--cache-size").arg(b.cache_size.to_string());
     }
     cmd.arg("--attr-ttl")
         .arg(args.attr_ttl.as_secs_f64().to_string())
@@ -325,6 +339,9 @@ fn fuse_config(args: &MountArgs) -> Result<fuser::Config, CmdError> {
 
 fn describe_data(args: &MountArgs) -> String {
     match (&args.data, &args.backend) {
+        (Some(d), _) if args.blocks.is_some() => {
+            format!("{} (small files inline in the store)", d.display())
+        }
         (Some(d), _) => d.display().to_string(),
         (None, Backend::Elasticsearch(es)) => format!("{}-chunks index", es.index),
         (None, Backend::Embedded(_)) => "?".into(),
@@ -352,7 +369,12 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     for w in loose_permissions(args) {
         log::warn!("{w}");
     }
-    let stores = open_stores(&args.backend, args.data.as_deref(), true)?;
+    let stores = open_stores(
+        &args.backend,
+        args.data.as_deref(),
+        args.blocks.as_ref(),
+        true,
+    )?;
     if writeback && !stores.meta.capabilities().single_writer {
         return Err(WRITEBACK_NEEDS_SOLE.into());
     }
@@ -372,7 +394,9 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
             // Lazy close needs contents written through on every write(2)
             // (the local data store, which embedded mounts always have).
             journal: match (&args.backend, &args.data) {
-                (Backend::Embedded(dir), Some(_)) => Some(unflushed_journal(dir)),
+                (Backend::Embedded(dir), Some(_)) if args.blocks.is_none() => {
+                    Some(unflushed_journal(dir))
+                }
                 _ => None,
             },
         },

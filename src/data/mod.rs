@@ -4,6 +4,7 @@
 
 pub mod blocks;
 pub(crate) mod chunks;
+pub(crate) mod objects;
 mod small;
 
 use small::{INLINE_MAX, SmallFiles};
@@ -26,6 +27,13 @@ pub struct Piece {
     pub id: String,
     /// The store's state when named (what was written meanwhile wins).
     pub mark: u64,
+}
+
+/// What [`DataStore::audit`] found (one line per problem) and repaired.
+#[derive(Default, Debug)]
+pub struct StoreAudit {
+    pub problems: Vec<String>,
+    pub repaired: u64,
 }
 
 /// Capacity figures for statfs, in bytes and file slots.
@@ -133,6 +141,12 @@ pub trait DataStore: Send + Sync {
     fn capacity(&self) -> io::Result<Capacity>;
     /// Every key held (for fsck's orphan check).
     fn keys(&self) -> io::Result<Vec<String>>;
+    /// fsck's check of what the store keeps beyond keys (object storage:
+    /// blocks no map names, blocks a map names that are gone); with
+    /// `repair`, what can be repaired is.
+    fn audit(&self, _repair: bool) -> io::Result<StoreAudit> {
+        Ok(StoreAudit::default())
+    }
 }
 
 /// [`DataStore::copy_range`] a piece at a time through a buffer: the

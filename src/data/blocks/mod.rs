@@ -43,9 +43,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-/// What `--data s3://...` answers until mounts keep contents in blocks.
-pub const OBJECT_DATA_NOT_YET: &str = "--data s3://BUCKET/PREFIX: contents in object storage are not yet supported by esfs mount, fsck or search (the block store exists, the filesystem does not use it yet; issue 35): use --data DIR, or no --data";
-
 /// A block store failure; `crate::error` maps each to its errno.
 #[derive(Debug, thiserror::Error)]
 pub enum BlockError {
@@ -72,6 +69,14 @@ pub enum BlockError {
 }
 
 pub type BlockResult<T> = Result<T, BlockError>;
+
+impl BlockError {
+    /// The errno a filesystem operation fails with (mapped in
+    /// `crate::error`, the one place for that).
+    pub fn errno(self) -> i32 {
+        crate::error::FsError::from(self).errno()
+    }
+}
 
 impl From<BlockError> for std::io::Error {
     fn from(e: BlockError) -> Self {
