@@ -567,6 +567,7 @@ fn reopened_file_unlinked_while_open_then_reclaimed() {
     // It counts the local data directory's files (no-open mode is the
     // embedded store's).
     embedded_only!("reopened_file_unlinked_while_open_then_reclaimed");
+    local_data_only!("reopened_file_unlinked_while_open_then_reclaimed");
     let m = Mount::new();
     let data_files = || {
         use esfs::data::DataStore;

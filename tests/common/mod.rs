@@ -9,6 +9,12 @@
 //! fresh index on Elasticsearch instead of the embedded store: the cluster at
 //! `ESFS_TEST_ES_URL` (a real engine), else one test double per test process.
 //! Tests about the embedded store itself say so with `embedded_only!`.
+//!
+//! The contents switch: with `ESFS_TEST_DATA=s3`, mounts keep file contents
+//! in object storage (`--data s3://esfs/<fresh prefix>`) on SeaweedFS:
+//! `ESFS_TEST_S3_URL` (its credentials in the AWS_* variables), else the
+//! instance "tests" of scripts/s3, started on first use. Tests about the
+//! local data directory say so with `local_data_only!`.
 
 #![allow(dead_code)]
 
@@ -61,6 +67,84 @@ pub fn es_backend_args() -> Vec<String> {
     vec!["--es".into(), url, "--index".into(), index]
 }
 
+/// Whether mounts keep contents in object storage (`ESFS_TEST_DATA=s3`).
+pub fn s3_data() -> bool {
+    std::env::var("ESFS_TEST_DATA").is_ok_and(|v| v == "s3")
+}
+
+/// The S3 server for `ESFS_TEST_DATA=s3`: its endpoint (the test process's
+/// AWS_* variables name its credentials, for every esfs command it runs).
+pub fn s3_endpoint() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("ESFS_TEST_S3_URL") {
+            return url;
+        }
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3");
+        let run = |cmd: &str| {
+            let out = Command::new(&script)
+                .args([cmd, "tests"])
+                .env("ESFS_S3_PORT", "19730")
+                .output()
+                .expect("run scripts/s3");
+            assert!(
+                out.status.success(),
+                "scripts/s3 {cmd} tests: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let url = run("start").lines().last().unwrap().to_string();
+        for line in run("env").lines() {
+            if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('='))
+                && k.starts_with("AWS_")
+            {
+                // SAFETY: once, before any mount or command this test
+                // process starts reads them.
+                unsafe { std::env::set_var(k, v) };
+            }
+        }
+        url
+    })
+    .clone()
+}
+
+/// `--data s3://esfs/PREFIX --s3-endpoint URL --cache-dir DIR` for a fresh
+/// prefix (one per mount made, so tests never see each other's blocks).
+pub fn s3_data_args(cache: &Path) -> Vec<String> {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let url = s3_endpoint();
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let prefix = format!(
+        "t{}-{}-{n}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    );
+    vec![
+        "--data".into(),
+        format!("s3://esfs/{prefix}"),
+        "--s3-endpoint".into(),
+        url,
+        "--cache-dir".into(),
+        cache.to_string_lossy().into_owned(),
+    ]
+}
+
+/// Early-return from a test about the local data directory (its files)
+/// when contents are in object storage.
+#[macro_export]
+macro_rules! local_data_only {
+    ($name:expr) => {
+        if $crate::common::s3_data() {
+            eprintln!("{}: local data directory only; skipped with ESFS_TEST_DATA=s3", $name);
+            return;
+        }
+    };
+}
+
 /// Early-return from a test about the embedded store itself (its files,
 /// its options) when the suite runs on another backend.
 #[macro_export]
@@ -100,6 +184,8 @@ pub struct Mount {
     backend: Option<Vec<String>>,
     /// Extra `-o` options.
     options: Vec<String>,
+    /// `--data s3://... --s3-endpoint ...` with ESFS_TEST_DATA=s3.
+    s3: Option<Vec<String>>,
     /// The daemon's RUST_LOG (from its next start on: see `set_log_filter`).
     log_filter: String,
 }
@@ -125,8 +211,9 @@ impl Mount {
     }
 
     fn build(backend: Option<Vec<String>>, allow_plain: bool, options: &[&str]) -> Mount {
+        let s3 = (backend.is_none() && s3_data()).then_some(());
         let backend = backend.or_else(|| (test_backend() == "es").then(es_backend_args));
-        let allow_plain = allow_plain && test_backend() == "embedded";
+        let allow_plain = allow_plain && test_backend() == "embedded" && s3.is_none();
         let tmp = tempfile::Builder::new()
             .prefix("esfs-test-")
             .tempdir()
@@ -142,6 +229,7 @@ impl Mount {
             fs::set_permissions(root.join(d), fs::Permissions::from_mode(0o700)).unwrap();
         }
         let mnt = root.join("mnt");
+        let s3 = s3.map(|_| s3_data_args(&root.join("cache")));
         let mut m = Mount {
             tmp,
             mnt,
@@ -150,6 +238,7 @@ impl Mount {
             plain: allow_plain && plain_mode(),
             backend,
             options: options.iter().map(|o| o.to_string()).collect(),
+            s3,
             log_filter: "warn".into(),
         };
         if !m.plain {
@@ -182,10 +271,13 @@ impl Mount {
     /// The `esfs` options naming this mount's store (for fsck, locks,
     /// search): `--store DIR --data DIR`, or `--es URL --index NAME`.
     pub fn store_args(&self) -> Vec<String> {
-        self.backend.clone().unwrap_or_else(|| {
-            let arg = |d: &str| self.tmp.path().join(d).to_string_lossy().into_owned();
-            vec!["--store".into(), arg("store"), "--data".into(), arg("data")]
-        })
+        let arg = |d: &str| self.tmp.path().join(d).to_string_lossy().into_owned();
+        match (&self.backend, &self.s3) {
+            (Some(b), None) => b.clone(),
+            (Some(b), Some(s3)) => [b.clone(), s3.clone()].concat(),
+            (None, Some(s3)) => [vec!["--store".into(), arg("store")], s3.clone()].concat(),
+            (None, None) => vec!["--store".into(), arg("store"), "--data".into(), arg("data")],
+        }
     }
 
     /// RUST_LOG of the daemon from its next start (e.g. after `remount`).
