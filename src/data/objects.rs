@@ -248,7 +248,9 @@ impl ObjectStore {
         }
     }
 
-    /// Log the first failure of an outage and the recovery, once each.
+    /// Note the store's state: each failed operation is logged by the FUSE
+    /// layer (one line naming the URL and the cause); the recovery once,
+    /// here.
     fn note<T>(&self, r: Result<T, BlockError>) -> io::Result<T> {
         match r {
             Ok(v) => {
@@ -258,12 +260,8 @@ impl ObjectStore {
                 Ok(v)
             }
             Err(e) => {
-                if matches!(e, BlockError::Unavailable(_))
-                    && !self.down.swap(true, Ordering::Relaxed)
-                {
-                    log::error!(
-                        "{e} (writes fail with ETIMEDOUT and stay buffered until it answers)"
-                    );
+                if matches!(e, BlockError::Unavailable(_)) {
+                    self.down.store(true, Ordering::Relaxed);
                 }
                 Err(e.into())
             }
@@ -592,9 +590,32 @@ impl ObjectStore {
         }
     }
 
+    /// Delete `key`'s map document, then record its blocks for
+    /// collection (a crash in between leaves orphans for fsck, never a map
+    /// naming collected blocks).
+    fn drop_map(&self, key: &str) -> io::Result<()> {
+        while let Some((map, v)) = self.read_map(key)? {
+            match self.meta.delete(Idx::Chunks, &map_id(key), Some(v)) {
+                Ok(_) | Err(StoreError::NotFound(_)) => {}
+                // Another mount committed meanwhile: its map goes instead.
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(store_err(e)),
+            }
+            let blocks: Vec<BlockId> = map.blocks().into_iter().collect();
+            return self.record_garbage(key, &blocks);
+        }
+        Ok(())
+    }
+
     fn truncate_locked(&self, key: &str, size: u64) -> io::Result<()> {
         self.write_out_locked(key)?;
         match self.locate(key)? {
+            // An empty file has no map (so a file opened empty is known to
+            // be inline without a read).
+            Where::Map(..) if size == 0 => {
+                self.drop_map(key)?;
+                self.files.lock().entry(key.to_string()).or_default().at = Where::Inline;
+            }
             Where::Map(..) => self.commit(key, |m| m.truncate(size))?,
             _ => self.inline.truncate(key, size)?,
         }
@@ -677,20 +698,11 @@ impl DataStore for ObjectStore {
         self.remove_sized(key, u64::MAX)
     }
 
-    /// The map document goes first, then its blocks are recorded for
-    /// collection (a crash in between leaves orphans for fsck, never a map
-    /// naming collected blocks), then the inline chunks.
+    /// The map and its blocks (see `drop_map`), then the inline chunks.
     fn remove_sized(&self, key: &str, size: u64) -> io::Result<()> {
         let _w = self.writing[stripe(key)].lock();
         self.files.lock().remove(key);
-        if let Some((map, v)) = self.read_map(key)? {
-            match self.meta.delete(Idx::Chunks, &map_id(key), Some(v)) {
-                Ok(_) | Err(StoreError::NotFound(_)) => {}
-                Err(e) => return Err(store_err(e)),
-            }
-            let blocks: Vec<BlockId> = map.blocks().into_iter().collect();
-            self.record_garbage(key, &blocks)?;
-        }
+        self.drop_map(key)?;
         if size == u64::MAX {
             self.inline.remove(key)
         } else {
@@ -717,7 +729,11 @@ impl DataStore for ObjectStore {
         let f = files.entry(key.to_string()).or_default();
         f.end.get_or_insert(size);
         if f.dirty.is_empty() && f.flushing.is_empty() {
-            f.at = Where::Unknown;
+            f.at = if size == 0 {
+                Where::Inline
+            } else {
+                Where::Unknown
+            };
             f.small_at_open = (size <= INLINE_MAX).then_some(size);
             f.ra = Some(ReadAhead::new(READ_AHEAD));
         }

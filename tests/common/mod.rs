@@ -139,7 +139,10 @@ pub fn s3_data_args(cache: &Path) -> Vec<String> {
 macro_rules! local_data_only {
     ($name:expr) => {
         if $crate::common::s3_data() {
-            eprintln!("{}: local data directory only; skipped with ESFS_TEST_DATA=s3", $name);
+            eprintln!(
+                "{}: local data directory only; skipped with ESFS_TEST_DATA=s3",
+                $name
+            );
             return;
         }
     };
