@@ -366,11 +366,7 @@ fn open_objects(backend: &Backend, cfg: &BlockConfig, mount: bool) -> Result<Sto
     blocks
         .check()
         .map_err(|e| OpenError::DataBinding(e.to_string()))?;
-    let objects = Arc::new(ObjectStore::new(
-        store.clone(),
-        Arc::new(blocks),
-        gc_grace(),
-    ));
+    let objects = ObjectStore::new(store.clone(), Arc::new(blocks), gc_grace());
     if mount {
         crate::data::objects::spawn_collector(objects.clone(), GC_EVERY.min(gc_grace()));
     }

@@ -200,7 +200,12 @@ struct FileState {
     /// Opened with at most INLINE_MAX bytes: the inline chunk is read
     /// first and trusted if it holds exactly that many (see `locate`).
     small_at_open: Option<u64>,
-    ra: Option<ReadAhead>,
+    /// The sequential-read detector, shared by the reads in flight (the
+    /// kernel sends several at once): held across a read, so they see
+    /// one stream and fetch whole blocks, not ranges.
+    ra: Arc<Mutex<ReadAhead>>,
+    /// A background write-out of this file is under way (see `write`).
+    uploading: bool,
 }
 
 impl Default for FileState {
@@ -211,12 +216,15 @@ impl Default for FileState {
             flushing: Dirty::default(),
             end: None,
             small_at_open: None,
-            ra: Some(ReadAhead::new(READ_AHEAD)),
+            ra: Arc::new(Mutex::new(ReadAhead::new(READ_AHEAD))),
+            uploading: false,
         }
     }
 }
 
 pub(crate) struct ObjectStore {
+    /// Itself, for the background write-outs it starts.
+    me: std::sync::Weak<ObjectStore>,
     /// The store itself, no cache in front: a map read is the committed one.
     meta: Arc<dyn MetaStore>,
     blocks: Arc<BlockStore>,
@@ -236,8 +244,9 @@ impl ObjectStore {
         meta: Arc<dyn MetaStore>,
         blocks: Arc<BlockStore>,
         grace: Duration,
-    ) -> ObjectStore {
-        ObjectStore {
+    ) -> Arc<ObjectStore> {
+        Arc::new_cyclic(|me| ObjectStore {
+            me: me.clone(),
             inline: ChunkStore::new(meta.clone()),
             meta,
             blocks,
@@ -245,7 +254,7 @@ impl ObjectStore {
             writing: std::array::from_fn(|_| Mutex::new(())),
             down: AtomicBool::new(false),
             grace,
-        }
+        })
     }
 
     /// Note the store's state: each failed operation is logged by the FUSE
@@ -574,16 +583,14 @@ impl ObjectStore {
     fn read_stored(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
         match self.locate(key)? {
             Where::Map(map, _) => {
-                let mut ra = self
+                let ra = self
                     .files
                     .lock()
-                    .get_mut(key)
-                    .and_then(|f| f.ra.take())
-                    .unwrap_or_else(|| ReadAhead::new(0));
-                let r = self.blocks.read(key, &map, off, buf, &mut ra);
-                if let Some(f) = self.files.lock().get_mut(key) {
-                    f.ra = Some(ra);
-                }
+                    .entry(key.to_string())
+                    .or_default()
+                    .ra
+                    .clone();
+                let r = self.blocks.read(key, &map, off, buf, &mut ra.lock());
                 self.note(r)
             }
             _ => self.inline.read(key, off, buf),
@@ -653,17 +660,34 @@ impl DataStore for ObjectStore {
         Ok(held.max(a).max(b))
     }
 
+    /// Buffered; past FLUSH_AT the buffer is written out in the
+    /// background while the writer goes on filling the next (a failure
+    /// keeps the bytes buffered for the next flush, which reports it);
+    /// past 3 x FLUSH_AT the writer waits for it.
     fn write(&self, key: &str, off: u64, data: &[u8]) -> io::Result<()> {
-        let over = {
+        let (background, wait) = {
             let mut files = self.files.lock();
             let f = files.entry(key.to_string()).or_default();
             f.dirty.put(off, data);
             if let Some(end) = &mut f.end {
                 *end = (*end).max(off + data.len() as u64);
             }
-            f.dirty.bytes >= FLUSH_AT
+            let start = f.dirty.bytes >= FLUSH_AT && !f.uploading;
+            f.uploading |= start;
+            (start, f.dirty.bytes >= 3 * FLUSH_AT)
         };
-        if over {
+        if background && let Some(me) = self.me.upgrade() {
+            let key = key.to_string();
+            std::thread::spawn(move || {
+                if let Err(e) = me.write_out(&key) {
+                    log::debug!("background write-out of {key}: {e}");
+                }
+                if let Some(f) = me.files.lock().get_mut(&key) {
+                    f.uploading = false;
+                }
+            });
+        }
+        if wait {
             self.write_out(key)?;
         }
         Ok(())
@@ -735,7 +759,7 @@ impl DataStore for ObjectStore {
                 Where::Unknown
             };
             f.small_at_open = (size <= INLINE_MAX).then_some(size);
-            f.ra = Some(ReadAhead::new(READ_AHEAD));
+            f.ra = Arc::new(Mutex::new(ReadAhead::new(READ_AHEAD)));
         }
     }
 
