@@ -145,7 +145,7 @@ fn kill9_mid_write_loses_only_uncommitted_bytes() {
     let keep = pattern(9 * MIB + 5, 4);
     fs::write(m.p("keep"), &keep).unwrap();
     fs::write(m.p("note"), b"small and acknowledged").unwrap();
-    // A big write in flight (each 32 MiB uploaded while the next is
+    // A big write in flight (each 64 MiB uploaded while the next is
     // written), killed mid-way.
     let mut dd = Command::new("dd")
         .args(["if=/dev/urandom", "bs=1M", "count=400"])

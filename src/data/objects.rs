@@ -48,8 +48,9 @@ use std::time::Duration;
 /// documents (a third bigger, replicated, merged) stops being cheap.
 pub(crate) const INLINE_MAX: u64 = 64 << 10;
 /// A file's buffered bytes are uploaded (and committed) once past this:
-/// 8 blocks of 4 MiB, one parallel round of uploads.
-const FLUSH_AT: usize = 32 << 20;
+/// 16 blocks of 4 MiB, two rounds of the parallel uploads, so the slowest
+/// PUT of a round delays the next write-out less.
+const FLUSH_AT: usize = 64 << 20;
 /// Sequential readers prefetch this far ahead.
 const READ_AHEAD: u64 = 32 << 20;
 /// The `file` of gc documents: never a content key (those are decimal).
@@ -663,7 +664,7 @@ impl DataStore for ObjectStore {
     /// Buffered; past FLUSH_AT the buffer is written out in the
     /// background while the writer goes on filling the next (a failure
     /// keeps the bytes buffered for the next flush, which reports it);
-    /// past 3 x FLUSH_AT the writer waits for it.
+    /// past 2 x FLUSH_AT the writer waits for it.
     fn write(&self, key: &str, off: u64, data: &[u8]) -> io::Result<()> {
         let (background, wait) = {
             let mut files = self.files.lock();
@@ -674,7 +675,7 @@ impl DataStore for ObjectStore {
             }
             let start = f.dirty.bytes >= FLUSH_AT && !f.uploading;
             f.uploading |= start;
-            (start, f.dirty.bytes >= 3 * FLUSH_AT)
+            (start, f.dirty.bytes >= 2 * FLUSH_AT)
         };
         if background && let Some(me) = self.me.upgrade() {
             let key = key.to_string();

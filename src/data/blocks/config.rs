@@ -97,7 +97,7 @@ impl BlockConfig {
             cache_dir: None,
             cache_size: 0,
             block_size: Self::DEFAULT_BLOCK_SIZE,
-            concurrency: 8,
+            concurrency: 16,
             retry_budget: Duration::from_secs(15),
             request_timeout: Duration::from_secs(60),
         }
