@@ -358,14 +358,18 @@ pub(crate) fn open_stores(
 /// mount's collector of superseded blocks started.
 fn open_objects(backend: &Backend, cfg: &BlockConfig, mount: bool) -> Result<Stores, OpenError> {
     let (store, guard) = open_meta_for(backend, mount, None)?;
-    if mount {
-        let id = ident(&*store)?;
-        ensure_fsid(&*store, &id)?;
-    }
     let blocks = BlockStore::open(cfg).map_err(|e| OpenError::DataBinding(e.to_string()))?;
     blocks
         .check()
         .map_err(|e| OpenError::DataBinding(e.to_string()))?;
+    let id = ident(&*store)?;
+    let fsid = match mount {
+        true => Some(ensure_fsid(&*store, &id)?),
+        false => id.id.clone(),
+    };
+    if let Some(fsid) = fsid {
+        check_prefix(&blocks, &fsid, backend, mount)?;
+    }
     let objects = ObjectStore::new(store.clone(), Arc::new(blocks), gc_grace());
     if mount {
         crate::data::objects::spawn_collector(objects.clone(), GC_EVERY.min(gc_grace()));
@@ -375,6 +379,38 @@ fn open_objects(backend: &Backend, cfg: &BlockConfig, mount: bool) -> Result<Sto
         data: objects,
         _lock: guard,
     })
+}
+
+/// Whether the prefix's blocks belong to filesystem `fsid` (its stamp
+/// object, as a data directory's `esfs-fsid` file): a mount stamps a
+/// prefix that has none.
+fn check_prefix(
+    blocks: &BlockStore,
+    fsid: &str,
+    backend: &Backend,
+    mount: bool,
+) -> Result<(), OpenError> {
+    let bad = |e: crate::data::blocks::BlockError| OpenError::DataBinding(e.to_string());
+    match blocks.stamp().map_err(bad)? {
+        Some(b) => {
+            let v: Value = serde_json::from_slice(&b).unwrap_or_default();
+            match v["fs_id"].as_str() {
+                Some(id) if id == fsid => Ok(()),
+                other => Err(OpenError::DataBinding(format!(
+                    "{} belongs to filesystem {}, not to store {} (filesystem {fsid}): give each \
+                     filesystem its own prefix",
+                    blocks.describe(),
+                    other.unwrap_or("(an unreadable esfs-fsid)"),
+                    backend.describe()
+                ))),
+            }
+        }
+        None if mount => {
+            let text = json!({"fs_id": fsid, "store": backend.describe()}).to_string();
+            blocks.set_stamp(text.into()).map_err(bad)
+        }
+        None => Ok(()),
+    }
 }
 
 /// How often a mount collects superseded blocks.

@@ -340,3 +340,31 @@ fn object_store_down_20s_then_back() {
     drop(m);
     s3(&["stop", "mount-outage"]);
 }
+
+/// A prefix is stamped with its filesystem's id at first mount: another
+/// filesystem's mount there is refused, naming both.
+#[test]
+fn a_prefix_belongs_to_one_filesystem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = embedded_args(tmp.path(), &s3_endpoint());
+    let mut m = Mount::with_backend(&strs(&args));
+    fs::write(m.p("f"), pattern(5 * MIB, 12)).unwrap();
+    m.unmount();
+    let other = tempfile::tempdir().unwrap();
+    let mut args2 = args.clone();
+    args2[1] = other.path().join("store").to_string_lossy().into_owned();
+    let mnt = other.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let mut cmd = vec!["mount".to_string(), mnt.to_string_lossy().into_owned()];
+    cmd.extend(args2);
+    let (code, out) = esfs(&cmd, None);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("belongs to filesystem") && out.contains("its own prefix"),
+        "{out}"
+    );
+    assert!(!is_esfs_mounted(&mnt));
+    // Its own filesystem mounts there again.
+    m.start_again();
+    assert_eq!(fs::read(m.p("f")).unwrap(), pattern(5 * MIB, 12));
+}

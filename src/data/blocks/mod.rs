@@ -452,6 +452,39 @@ impl BlockStore {
         Ok(blocks.len())
     }
 
+    /// The object beside the blocks naming the filesystem they belong to
+    /// (`PREFIX/esfs-fsid`, as a data directory's `esfs-fsid` file): its
+    /// bytes, None when absent.
+    pub fn stamp(&self) -> BlockResult<Option<Bytes>> {
+        let inner = &self.inner;
+        let path = inner.stamp_path();
+        self.rt.block_on(async {
+            match inner.s3.get(&path).await {
+                Ok(r) => r
+                    .bytes()
+                    .await
+                    .map(Some)
+                    .map_err(|e| inner.error("GET", path.as_ref(), e)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(inner.error("GET", path.as_ref(), e)),
+            }
+        })
+    }
+
+    /// Write the stamp (see [`BlockStore::stamp`]).
+    pub fn set_stamp(&self, data: Bytes) -> BlockResult<()> {
+        let inner = &self.inner;
+        let path = inner.stamp_path();
+        self.rt.block_on(async {
+            inner
+                .s3
+                .put(&path, PutPayload::from(data))
+                .await
+                .map(drop)
+                .map_err(|e| inner.error("PUT", path.as_ref(), e))
+        })
+    }
+
     /// Every block in the store (for fsck); objects under the blocks
     /// prefix that are not blocks are skipped with a warning.
     pub fn list(&self) -> BlockResult<Vec<BlockMeta>> {
@@ -650,6 +683,13 @@ impl Inner {
 
     /// An object_store failure as one line naming the store, the request
     /// and the cause.
+    fn stamp_path(&self) -> ObjPath {
+        match self.root.strip_suffix("blocks") {
+            Some(prefix) => ObjPath::from(format!("{prefix}esfs-fsid")),
+            None => ObjPath::from("esfs-fsid"),
+        }
+    }
+
     fn error(&self, op: &str, what: &str, e: object_store::Error) -> BlockError {
         let cause = error_chain(&e);
         match e {
