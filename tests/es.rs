@@ -341,6 +341,50 @@ fn a_write_applied_but_unanswered_is_not_refused_when_retried() {
 }
 
 #[test]
+fn a_bulk_elasticsearch_replayed_after_a_primary_died_is_not_refused() {
+    if std::env::var("ESFS_TEST_ES_URL").is_ok() {
+        eprintln!("needs the test double to replay bulks; skipped against a real cluster");
+        return;
+    }
+    let server = EsTestServer::start("127.0.0.1:0").unwrap();
+    let m = Mount::with_backend(&["--es", &server.url(), "--index", "replayed-bulks"]);
+    fs::create_dir(m.p("d")).unwrap();
+    // Each bulk below is applied, then applied again and answered from the
+    // second run: its creates and conditional writes come back 409 for the
+    // documents they just wrote, in a clean 200 (tests/cluster.rs saw `cp -a`
+    // fail with EEXIST that way when a node was killed).
+    for i in 0..4 {
+        server.replay_next_bulks(1);
+        let name = format!("d/f{i}");
+        fs::write(m.p(&name), format!("body {i}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    server.replay_next_bulks(1);
+    fs::create_dir(m.p("d/sub")).unwrap();
+    server.replay_next_bulks(1);
+    fs::rename(m.p("d/f0"), m.p("d/g0")).unwrap();
+    // (A replayed delete is not covered: a conditional delete that finds the
+    // document gone cannot tell its own tombstone from another mount's, so
+    // unlink answers ENOENT then, and fsck recounts the inode's links.)
+    fs::remove_file(m.p("d/f1")).unwrap();
+    server.replay_next_bulks(3);
+    sh_ok(m.path(), "cp -a d e");
+    for i in 2..4 {
+        assert_eq!(
+            fs::read_to_string(m.p(format!("e/f{i}"))).unwrap(),
+            format!("body {i}")
+        );
+    }
+    assert_eq!(fs::read_to_string(m.p("d/g0")).unwrap(), "body 0");
+    assert!(!m.p("d/f1").exists());
+    assert!(m.p("e/sub").is_dir());
+    assert!(
+        m.log().contains("had landed"),
+        "the replays met their own writes:\n{}",
+        m.log()
+    );
+}
+
+#[test]
 fn overload_answers_are_retried() {
     if std::env::var("ESFS_TEST_ES_URL").is_ok() {
         return;

@@ -78,6 +78,7 @@ pub(crate) struct Shared {
     /// Writes still to be applied with their answer lost (the connection
     /// closed instead), as when a node dies after applying a request.
     lose_answers: std::sync::atomic::AtomicUsize,
+    replay_bulks: std::sync::atomic::AtomicUsize,
     latency: Mutex<Duration>,
     requests: AtomicU64,
     /// Non-admin requests in arrival order, while `journaling` (see
@@ -125,6 +126,7 @@ impl EsTestServer {
         let shared = Arc::new(Shared {
             state: Mutex::new(store::Cluster::default()),
             lose_answers: std::sync::atomic::AtomicUsize::new(0),
+            replay_bulks: std::sync::atomic::AtomicUsize::new(0),
             inject: Mutex::new(Injection {
                 remaining: 0,
                 status: 503,
@@ -189,6 +191,14 @@ impl EsTestServer {
     /// answer: what a client sees when the node dies right after applying.
     pub fn lose_next_answers(&self, n: usize) {
         self.shared.lose_answers.store(n, Ordering::Relaxed);
+    }
+
+    /// The next `n` `_bulk` requests run every item twice and answer the second run: what
+    /// Elasticsearch answers when a primary dies after replicating a bulk and the
+    /// coordinating node retries it on the promoted replica (a create answered 409, in a
+    /// clean 200, for the document it just made).
+    pub fn replay_next_bulks(&self, n: usize) {
+        self.shared.replay_bulks.store(n, Ordering::Relaxed);
     }
 
     /// Delays every response by `d` (admin requests excepted).

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -92,9 +93,18 @@ pub(super) fn bulk(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Ou
     // Per index, the highest sequence number written (what refresh=wait_for waits for).
     let mut touched: HashMap<String, i64> = HashMap::new();
     let mut errors = false;
+    // A primary that died after replicating: Elasticsearch runs the items again on the
+    // promoted copy and answers that second run (see `EsTestServer::replay_next_bulks`).
+    let replay = sh
+        .replay_bulks
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok();
     let out: Vec<Value> = items
         .iter()
         .map(|it| {
+            if replay {
+                run_item(&mut st, it);
+            }
             let (id, r) = run_item(&mut st, it);
             if let Ok(w) = &r
                 && w.result != "noop"
