@@ -103,7 +103,7 @@ pub(super) fn bulk(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Ou
         .iter()
         .map(|it| {
             if replay {
-                run_item(&mut st, it);
+                let _ = run_item(&mut st, it);
             }
             let (id, r) = run_item(&mut st, it);
             if let Ok(w) = &r
