@@ -14,10 +14,11 @@ pub(crate) struct StoreArgs {
     /// else ~/.local/share/esfs/store].
     #[arg(long, value_name = "DIR", env = "ESFS_STORE", conflicts_with = "es")]
     pub store: Option<PathBuf>,
-    /// Directory holding file contents [default with the embedded store:
-    /// STORE/data; with --es: chunk documents in the cluster]. It is bound
-    /// to its filesystem: another store's is refused. (s3://BUCKET/PREFIX,
-    /// contents in object storage, is not supported yet.)
+    /// Where file contents go: a directory, or s3://BUCKET/PREFIX for an
+    /// S3-compatible object store (credentials from the AWS environment and
+    /// files) [default with the embedded store: STORE/data; with --es: chunk
+    /// documents in the cluster]. Bound to its filesystem: another
+    /// filesystem's is refused.
     #[arg(long, value_name = "DIR", env = "ESFS_DATA")]
     pub data: Option<PathBuf>,
     #[command(flatten)]
