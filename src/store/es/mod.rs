@@ -290,7 +290,7 @@ impl EsStore {
                     i += 1;
                 }
                 let lines = &lines;
-                let (status, resp) = self.call(|c| async move {
+                let (status, resp, ambiguous) = self.call_tracked(|c| async move {
                     c.bulk(BulkParts::None).body(lines.clone()).send().await
                 })?;
                 if status != 200 {
@@ -329,7 +329,9 @@ impl EsStore {
                             retry.push(k);
                             continue;
                         }
-                        409 => self.landed_op(&ops[k]).ok_or_else(|| error_of(409, &r, id)),
+                        409 if ambiguous => {
+                            self.landed_op(&ops[k]).ok_or_else(|| error_of(409, &r, id))
+                        }
                         s => Err(error_of(s, &r, id)),
                     });
                 }
@@ -394,18 +396,12 @@ impl EsStore {
         }
     }
 
-    /// Whether a write refused as a conflict had in fact landed, as this
-    /// very write: the document, read in real time, holds what the write
-    /// sent (`fields`: only those top-level fields, for a partial update).
-    /// Then its version is the write's answer. Two ways a write's own first
-    /// attempt comes back as a 409: its answer was lost (a node died
-    /// mid-request, a proxy gave up) and our retry found it applied; or the
-    /// primary died after replicating it and Elasticsearch itself retried
-    /// it on the promoted replica, which answers the bulk item 409 in an
-    /// otherwise clean 200 (seen in `tests/cluster.rs`: `cp -a` got EEXIST
-    /// for a file it was creating when a node was killed). Every 409 of a
-    /// write is checked, at one realtime get: genuine conflicts are rare
-    /// (another mount's change) and cost that read once.
+    /// Whether a write whose answer was lost (see [`EsStore::call_tracked`])
+    /// and whose retry was refused as a conflict had in fact landed: the
+    /// document, read in real time, holds what the write sent (`fields`:
+    /// only those top-level fields, for a partial update). Then its version
+    /// is the write's answer. A node dying mid-request made `cp` see EEXIST
+    /// for a file its own first attempt had just created.
     fn landed(&self, index: Idx, id: &str, sent: &Value, fields: bool) -> Option<Version> {
         let doc = self
             .mget_docs(&[(index, id.to_string())], false)
@@ -600,7 +596,7 @@ impl MetaStore for EsStore {
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
         let name = &self.index_name(index);
         let name = name.as_str();
-        let (status, body) = self.call(|c| async move {
+        let (status, body, ambiguous) = self.call_tracked(|c| async move {
             c.create(CreateParts::IndexId(name, id))
                 .body(source.clone())
                 .send()
@@ -609,7 +605,7 @@ impl MetaStore for EsStore {
         self.mark_dirty(index);
         match status {
             200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
-            409 => self
+            409 if ambiguous => self
                 .landed(index, id, source, false)
                 .ok_or_else(|| error_of(status, &body, id)),
             _ => Err(error_of(status, &body, id)),
@@ -625,7 +621,7 @@ impl MetaStore for EsStore {
     ) -> StoreResult<Version> {
         let name = &self.index_name(index);
         let name = name.as_str();
-        let (status, body) = self.call(|c| async move {
+        let (status, body, ambiguous) = self.call_tracked(|c| async move {
             let mut req = c.index(IndexParts::IndexId(name, id)).body(source.clone());
             if let Some(v) = if_version {
                 req = req
@@ -637,7 +633,7 @@ impl MetaStore for EsStore {
         self.mark_dirty(index);
         match status {
             200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
-            409 => self
+            409 if ambiguous => self
                 .landed(index, id, source, false)
                 .ok_or_else(|| error_of(status, &body, id)),
             // A conditional write on a missing document is a conflict too.
