@@ -201,6 +201,11 @@ impl EsTestServer {
         self.shared.replay_bulks.store(n, Ordering::Relaxed);
     }
 
+    /// Replays asked for by [`Self::replay_next_bulks`] and not yet made.
+    pub fn replays_pending(&self) -> usize {
+        self.shared.replay_bulks.load(Ordering::Relaxed)
+    }
+
     /// Delays every response by `d` (admin requests excepted).
     pub fn set_latency(&self, d: Duration) {
         *self.shared.latency.lock() = d;

@@ -11,7 +11,7 @@ use crate::fs::{Ctx, Fs, NewNode, encode_name};
 use crate::model::{
     Entry, Inode, Kind, Link, decode_bytes, encode_bytes, entry_id, inode_id, join_path, now_ns,
 };
-use crate::store::{BulkOp, Idx, MetaStore, StoreError};
+use crate::store::{BulkItemResult, BulkOp, Idx, MetaStore, StoreError};
 
 impl Fs {
     /// create(2): make the file and open it in one step.
@@ -115,8 +115,9 @@ impl Fs {
         ops.extend(touch);
         let res = self.store.bulk(ops)?;
         let touched = res.get(2).filter(|_| touching);
+        let ours = self.made_by_this_create(&res[0], &res[1], parent, name, ino)?;
         match (&res[0], &res[1]) {
-            (Ok(_), Ok(_)) => {}
+            _ if ours => {}
             (ri, re) => {
                 // Undo whichever half landed, and the parent's link count
                 // (its times may stay moved: harmless).
@@ -144,6 +145,38 @@ impl Fs {
             None => self.tree.touch_seen(parent, nlink, Some((pinode, pver)))?,
         }
         Ok(inode)
+    }
+}
+
+impl Fs {
+    /// Whether both documents of a create are this create's own, though one
+    /// or both were answered as a conflict. The inode number is fresh, so it
+    /// is the create's write id: a document already holding it can only be
+    /// an earlier copy of this very write. Elasticsearch makes such copies
+    /// itself: a primary that dies after replicating a bulk has it retried on
+    /// the promoted replica, which answers 409 for what it just wrote (seen
+    /// as `cp -a` failing with EEXIST while a node was killed).
+    fn made_by_this_create(
+        &self,
+        inode: &BulkItemResult,
+        entry: &BulkItemResult,
+        parent: u64,
+        name: &[u8],
+        ino: u64,
+    ) -> FsResult<bool> {
+        let settled = |r: &BulkItemResult| r.is_ok() || matches!(r, Err(StoreError::Conflict(_)));
+        if !settled(inode) || !settled(entry) {
+            return Ok(false);
+        }
+        if entry.is_ok() {
+            // The entry is new, so the fresh inode number it names is ours.
+            return Ok(true);
+        }
+        // Ours if the name now names our inode; else the name was taken.
+        Ok(self
+            .docs
+            .entry_fresh(parent, name)?
+            .is_some_and(|(e, _)| e.ino == ino))
     }
 }
 
