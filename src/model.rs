@@ -259,6 +259,31 @@ pub const INDEXED_BINARY: &str = "binary";
 pub const INDEXED_TOO_LARGE: &str = "too_large";
 
 impl Entry {
+    /// The entry naming `inode` `ename` in directory `parent` (at `dir`),
+    /// with its copies of the inode's attributes.
+    pub fn new(parent: u64, ename: &str, dir: String, inode: &Inode, cookie: u64) -> Entry {
+        let mut entry = Entry {
+            parent,
+            name: ename.to_string(),
+            path: join_path(&dir, ename),
+            dir,
+            ino: inode.ino,
+            kind: inode.kind,
+            cookie,
+            size: 0,
+            mtime: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            contents: None,
+            indexed: None,
+            text_mtime_ns: None,
+            xattrs: vec![],
+        };
+        entry.refresh_attrs(inode);
+        entry
+    }
+
     /// Copy the inode's searchable attributes; true when anything changed.
     /// A changed size or mtime means other contents: the indexed text is
     /// dropped (search then scans the file) until the indexer redoes it.

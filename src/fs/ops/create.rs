@@ -9,7 +9,7 @@ use crate::error::{FsError, FsResult};
 use crate::fs::docs::to_doc;
 use crate::fs::{Ctx, Fs, NewNode, encode_name};
 use crate::model::{
-    Entry, Inode, Kind, Link, decode_bytes, encode_bytes, entry_id, inode_id, join_path, now_ns,
+    Entry, Inode, Kind, Link, decode_bytes, encode_bytes, entry_id, inode_id, now_ns,
 };
 use crate::store::{BulkItemResult, BulkOp, Idx, MetaStore, StoreError};
 
@@ -91,7 +91,7 @@ impl Fs {
             // Nothing stored yet: the base a chunk store counts from.
             stored: (kind == Kind::File).then_some(0),
         };
-        let entry = new_entry(parent, &ename, dir, &inode, cookie);
+        let entry = Entry::new(parent, &ename, dir, &inode, cookie);
         let eid = entry_id(parent, name);
         // The parent's times (and a new directory's ".." link) go in the
         // same bulk: one request per node made.
@@ -195,29 +195,4 @@ fn mode_and_group(kind: Kind, mode: u32, umask: u32, ctx: Ctx, parent: &Inode) -
         }
     }
     (mode, gid)
-}
-
-/// The entry naming a new `inode` `ename` in directory `parent` (at `dir`),
-/// with its copies of the inode's attributes.
-fn new_entry(parent: u64, ename: &str, dir: String, inode: &Inode, cookie: u64) -> Entry {
-    let mut entry = Entry {
-        parent,
-        name: ename.to_string(),
-        path: join_path(&dir, ename),
-        dir,
-        ino: inode.ino,
-        kind: inode.kind,
-        cookie,
-        size: 0,
-        mtime: 0,
-        mode: 0,
-        uid: 0,
-        gid: 0,
-        contents: None,
-        indexed: None,
-        text_mtime_ns: None,
-        xattrs: vec![],
-    };
-    entry.refresh_attrs(inode);
-    entry
 }

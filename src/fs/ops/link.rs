@@ -3,7 +3,7 @@
 use crate::error::{FsError, FsResult};
 use crate::fs::docs::to_doc;
 use crate::fs::{Fs, encode_name};
-use crate::model::{Entry, Inode, Kind, Link, entry_id, join_path, now_ns};
+use crate::model::{Entry, Inode, Kind, Link, entry_id, now_ns};
 use crate::store::{Idx, MetaStore, StoreError};
 
 impl Fs {
@@ -30,25 +30,7 @@ impl Fs {
         if target.nlink >= u32::MAX - 1 {
             return Err(FsError::TooManyLinks);
         }
-        let mut entry = Entry {
-            parent: newparent,
-            name: ename.clone(),
-            path: join_path(&dir, &ename),
-            dir,
-            ino,
-            kind: target.kind,
-            cookie: self.ids.alloc()?,
-            size: 0,
-            mtime: 0,
-            mode: 0,
-            uid: 0,
-            gid: 0,
-            contents: None,
-            indexed: None,
-            text_mtime_ns: None,
-            xattrs: vec![],
-        };
-        entry.refresh_attrs(&target);
+        let entry = Entry::new(newparent, &ename, dir, &target, self.ids.alloc()?);
         match self
             .store
             .create(Idx::Entries, &entry_id(newparent, newname), &to_doc(&entry))
