@@ -261,6 +261,13 @@ fn open_meta_for(
             (Arc::new(s), None)
         }
     };
+    // A command's requests are named as its (a mount's handle serves its
+    // filesystem calls; its other components take their own, by name).
+    let store = if mount {
+        store
+    } else {
+        crate::store::for_caller(&store, crate::store::Caller::Command)
+    };
     // (An embedded store's database file is its filesystem: beside a live
     // mount a fresh superblock may not be committed yet, and Fs::new checks.)
     if !mount

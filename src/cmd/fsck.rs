@@ -19,7 +19,6 @@ pub struct FsckCmd {
 
 /// Exit status: 0 clean, 1 problems found and repaired, 4 problems left.
 pub fn run(f: FsckCmd) -> Result<i32, CmdError> {
-    crate::store::Caller::Command.set_for_thread();
     let (fs, stores) = open_fs(&f.store, true)?;
     // A dead mount's unflushed journal is checked (and, with --repair,
     // applied); a live mount's is its own business. Holding the mount lock

@@ -17,7 +17,6 @@ pub struct LocksCmd {
 
 /// Lists locks, intents and sessions; exit status 1 when --break finds no such lock.
 pub fn run(l: LocksCmd) -> Result<i32, CmdError> {
-    crate::store::Caller::Command.set_for_thread();
     let (fs, stores) = open_fs(&l.store, false)?;
     let lm = fs.lock_manager();
     if let Some(id) = l.break_id {

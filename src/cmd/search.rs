@@ -138,7 +138,6 @@ pub struct SearchArgs {
 
 /// Run the command; returns the exit status.
 pub fn run(a: SearchArgs) -> i32 {
-    crate::store::Caller::Command.set_for_thread();
     match options(a).and_then(|o| Ok(run::search(o)?)) {
         Ok(code) => code,
         Err(e) => {

@@ -104,6 +104,11 @@ pub(super) struct OpenFiles {
     /// This mount is the store's only writer: nothing else deletes an
     /// inode the kernel still references.
     single_writer: bool,
+    state: Arc<InUse>,
+}
+
+/// What the handles of the open files share (see [`OpenFiles::over`]).
+pub(super) struct InUse {
     /// The state of each file in use, by inode.
     open: Mutex<HashMap<u64, OpenState>>,
     /// Handle -> the inode it opened.
@@ -123,6 +128,13 @@ pub(super) struct OpenFiles {
     kernel_times: AtomicBool,
 }
 
+impl std::ops::Deref for OpenFiles {
+    type Target = InUse;
+    fn deref(&self) -> &InUse {
+        &self.state
+    }
+}
+
 impl OpenFiles {
     pub(super) fn new(
         store: Arc<dyn MetaStore>,
@@ -140,12 +152,33 @@ impl OpenFiles {
             pending,
             tree,
             hook,
-            open: Mutex::new(HashMap::new()),
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            refs: Refs::default(),
-            settled: Default::default(),
-            kernel_times: Default::default(),
+            state: Arc::new(InUse {
+                open: Mutex::new(HashMap::new()),
+                handles: Mutex::new(HashMap::new()),
+                next_fh: AtomicU64::new(1),
+                refs: Refs::default(),
+                settled: Default::default(),
+                kernel_times: Default::default(),
+            }),
+        }
+    }
+
+    /// These open files through another caller's handles.
+    pub(super) fn over(
+        &self,
+        store: Arc<dyn MetaStore>,
+        docs: Arc<Docs>,
+        tree: Arc<Tree>,
+    ) -> OpenFiles {
+        OpenFiles {
+            store,
+            docs,
+            data: self.data.clone(),
+            pending: self.pending.clone(),
+            tree,
+            hook: self.hook.clone(),
+            single_writer: self.single_writer,
+            state: self.state.clone(),
         }
     }
 

@@ -15,14 +15,22 @@ const ID_BATCH: u64 = 1024;
 pub(super) struct Ids {
     store: Arc<dyn MetaStore>,
     /// The reserved range not yet handed out: next, end.
-    range: Mutex<(u64, u64)>,
+    range: Arc<Mutex<(u64, u64)>>,
 }
 
 impl Ids {
     pub(super) fn new(store: Arc<dyn MetaStore>) -> Ids {
         Ids {
             store,
-            range: Mutex::new((0, 0)),
+            range: Arc::default(),
+        }
+    }
+
+    /// This allocator through another caller's handle (one range for all).
+    pub(super) fn over(&self, store: Arc<dyn MetaStore>) -> Ids {
+        Ids {
+            store,
+            range: self.range.clone(),
         }
     }
 

@@ -46,7 +46,7 @@ use crate::hook::{ContentHook, HookSlot};
 use crate::locks::LockManager;
 use crate::model::{Inode, Kind, Link, NAME_MAX, ROOT_INO, encode_bytes, inode_id, now_ns};
 use crate::store::cache::CachedStore;
-use crate::store::{Capabilities, Idx, MetaStore, StoreError};
+use crate::store::{Caller, Capabilities, Idx, MetaStore, StoreError};
 use dir_handles::DirHandles;
 use docs::{Docs, to_doc};
 use files::OpenFiles;
@@ -163,8 +163,11 @@ pub struct Fs {
     moves: Arc<Moves>,
     intents: Intents,
     write_back: WriteBack,
-    dir_handles: DirHandles,
-    plocks: Plocks,
+    dir_handles: Arc<DirHandles>,
+    plocks: Arc<Plocks>,
+    /// The mount's own filesystem, not another caller's handle on it
+    /// ([`Fs::as_caller`]): its drop ends the lock session.
+    root: bool,
 }
 
 impl Fs {
@@ -220,8 +223,9 @@ impl Fs {
                 pending.clone(),
                 data.clone(),
             ),
-            dir_handles: DirHandles::default(),
-            plocks: Plocks::new(store.clone(), lm.clone()),
+            dir_handles: Arc::default(),
+            plocks: Arc::new(Plocks::new(store.clone(), lm.clone())),
+            root: true,
             store,
             caps,
             data,
@@ -257,6 +261,57 @@ impl Fs {
         }
         fs.intents.recover()?;
         Ok(fs)
+    }
+
+    /// This filesystem as `caller` sees it: the same state (open files,
+    /// what waits, the tree's places and locks, the lock session), every
+    /// part reaching the store through `caller`'s handles, so its requests
+    /// go out under its name and it reads as it reads (the janitor reads
+    /// past the cache, see [`Caller`]). The background loops run on one.
+    fn as_caller(&self, caller: Caller) -> Fs {
+        let store = self.store.for_caller(caller);
+        let meta: Arc<dyn MetaStore> = store.clone();
+        let lm = self.lm.for_caller(caller);
+        let ids = Arc::new(self.ids.over(meta.clone()));
+        let docs = Arc::new(Docs::new(
+            store.clone(),
+            self.data.clone(),
+            self.pending.clone(),
+        ));
+        let tree = Arc::new(self.tree.over(meta.clone(), docs.clone(), lm.clone()));
+        let files = Arc::new(self.files.over(meta.clone(), docs.clone(), tree.clone()));
+        let moves = Arc::new(Moves::new(
+            meta.clone(),
+            docs.clone(),
+            tree.clone(),
+            files.clone(),
+            ids.clone(),
+        ));
+        Fs {
+            intents: Intents::new(
+                meta.clone(),
+                docs.clone(),
+                tree.clone(),
+                moves.clone(),
+                ids.clone(),
+                lm.clone(),
+            ),
+            write_back: self.write_back.over(meta, docs.clone(), files.clone()),
+            dir_handles: self.dir_handles.clone(),
+            plocks: self.plocks.clone(),
+            root: false,
+            store,
+            caps: self.caps,
+            data: self.data.clone(),
+            lm,
+            hook: self.hook.clone(),
+            ids,
+            pending: self.pending.clone(),
+            docs,
+            tree,
+            files,
+            moves,
+        }
     }
 
     /// Run one filesystem call with its store writes in one batch (one
@@ -315,11 +370,10 @@ impl Fs {
         std::thread::Builder::new()
             .name("esfs-writeback".into())
             .spawn(move || {
-                crate::store::Caller::WriteBack.set_for_thread();
                 loop {
                     std::thread::sleep(STATE_WRITE_BACK);
                     let Some(fs) = fs.upgrade() else { return };
-                    if !fs.write_back.pass() {
+                    if !fs.as_caller(Caller::WriteBack).write_back.pass() {
                         return;
                     }
                 }
@@ -339,10 +393,10 @@ impl Fs {
         std::thread::Builder::new()
             .name("esfs-janitor".into())
             .spawn(move || {
-                crate::store::Caller::Janitor.set_for_thread();
                 loop {
                     std::thread::sleep(crate::locks::manager::LEASE);
                     let Some(fs) = fs.upgrade() else { return };
+                    let fs = fs.as_caller(Caller::Janitor);
                     match fs.batch(|| fs.intents.reap_dead_mounts()) {
                         Ok((0, 0)) => {}
                         Ok((n, k)) => log::info!(
@@ -413,7 +467,9 @@ impl Fs {
 
 impl Drop for Fs {
     fn drop(&mut self) {
-        self.lm.shutdown();
+        if self.root {
+            self.lm.shutdown();
+        }
     }
 }
 

@@ -24,7 +24,7 @@ pub(super) struct Tree {
     /// Told of namespace activity (the indexer keeps out of its way).
     hook: Arc<HookSlot>,
     /// This mount's threads: shared tree, exclusive directories.
-    locks: NamespaceLocks,
+    locks: Arc<NamespaceLocks>,
     /// Store-level locks, shared with every other mount of the store.
     lm: Arc<LockManager>,
     /// Whether tree locks are lock documents in the store (see
@@ -32,7 +32,7 @@ pub(super) struct Tree {
     stored: bool,
     /// Directory inode -> (parent inode, encoded name): paths are composed
     /// from this. Only a rename of that directory changes its row.
-    dirs: RwLock<HashMap<u64, (u64, String)>>,
+    dirs: Arc<RwLock<HashMap<u64, (u64, String)>>>,
 }
 
 /// Store-level tree locks held for one namespace change; released (longest
@@ -75,10 +75,29 @@ impl Tree {
             docs,
             pending,
             hook,
-            locks: NamespaceLocks::default(),
+            locks: Arc::default(),
             lm,
             stored,
-            dirs: RwLock::new(HashMap::new()),
+            dirs: Arc::default(),
+        }
+    }
+
+    /// This tree through another caller's handles (the same locks and places).
+    pub(super) fn over(
+        &self,
+        store: Arc<dyn MetaStore>,
+        docs: Arc<Docs>,
+        lm: Arc<LockManager>,
+    ) -> Tree {
+        Tree {
+            store,
+            docs,
+            pending: self.pending.clone(),
+            hook: self.hook.clone(),
+            locks: self.locks.clone(),
+            lm,
+            stored: self.stored,
+            dirs: self.dirs.clone(),
         }
     }
 

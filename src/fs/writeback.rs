@@ -26,11 +26,11 @@ pub(super) struct WriteBack {
     /// atimes go as one bulk).
     batches: bool,
     /// Inodes the kernel forgot, for the write-back to finish (lazy close).
-    forgotten: Mutex<Vec<u64>>,
+    forgotten: Arc<Mutex<Vec<u64>>>,
     /// Set at unmount: the background passes stop.
-    closing: AtomicBool,
+    closing: Arc<AtomicBool>,
     /// Held by a background pass (unmount waits for it).
-    in_pass: Mutex<()>,
+    in_pass: Arc<Mutex<()>>,
 }
 
 impl WriteBack {
@@ -48,9 +48,30 @@ impl WriteBack {
             files,
             pending,
             data,
-            forgotten: Mutex::new(Vec::new()),
-            closing: AtomicBool::new(false),
-            in_pass: Mutex::new(()),
+            forgotten: Arc::default(),
+            closing: Arc::default(),
+            in_pass: Arc::default(),
+        }
+    }
+
+    /// This write-back through another caller's handles (one pass at a
+    /// time, and one list of forgotten inodes, for all of them).
+    pub(super) fn over(
+        &self,
+        store: Arc<dyn MetaStore>,
+        docs: Arc<Docs>,
+        files: Arc<OpenFiles>,
+    ) -> WriteBack {
+        WriteBack {
+            batches: self.batches,
+            store,
+            docs,
+            files,
+            pending: self.pending.clone(),
+            data: self.data.clone(),
+            forgotten: self.forgotten.clone(),
+            closing: self.closing.clone(),
+            in_pass: self.in_pass.clone(),
         }
     }
 

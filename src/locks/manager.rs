@@ -107,8 +107,25 @@ struct Cached {
     draining: bool,
 }
 
+/// One mount's lock session, through one store handle: every handle
+/// ([`LockManager::for_caller`]) shares the session and the locks held
+/// ([`Session`]) and names its requests for its caller.
 pub struct LockManager {
     store: Arc<dyn MetaStore>,
+    /// The session's renewals go out under their own name (see `Caller`).
+    beats: Arc<dyn MetaStore>,
+    session: Arc<Session>,
+}
+
+impl std::ops::Deref for LockManager {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        &self.session
+    }
+}
+
+/// What the handles of one lock session share.
+pub struct Session {
     owner: String,
     /// How long a tree lock may wait before giving up, in milliseconds.
     wait_ms: std::sync::atomic::AtomicU64,
@@ -119,7 +136,7 @@ pub struct LockManager {
     sole: AtomicBool,
     /// The session document as last written, and its version: only this
     /// mount writes it, so a renewal is one conditional write.
-    session: Mutex<(Value, Option<Version>)>,
+    doc: Mutex<(Value, Option<Version>)>,
     /// Versions of the global and document locks this mount holds: a
     /// release is one conditional delete, without reading the lock first.
     owned: Mutex<HashMap<String, Version>>,
@@ -164,14 +181,17 @@ impl LockManager {
         mount: &str,
     ) -> StoreResult<Arc<LockManager>> {
         let m = Arc::new(LockManager {
+            beats: crate::store::for_caller(&store, Caller::Heartbeat),
             store,
-            owner: owner.to_string(),
-            wait_ms: std::sync::atomic::AtomicU64::new(10_000),
-            cache: Mutex::new(HashMap::new()),
-            stop: AtomicBool::new(false),
-            sole: AtomicBool::new(false),
-            session: Mutex::new((Value::Null, None)),
-            owned: Mutex::new(HashMap::new()),
+            session: Arc::new(Session {
+                owner: owner.to_string(),
+                wait_ms: std::sync::atomic::AtomicU64::new(10_000),
+                cache: Mutex::new(HashMap::new()),
+                stop: AtomicBool::new(false),
+                sole: AtomicBool::new(false),
+                doc: Mutex::new((Value::Null, None)),
+                owned: Mutex::new(HashMap::new()),
+            }),
         });
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let doc = json!({
@@ -181,8 +201,17 @@ impl LockManager {
         let v = m
             .store
             .put(Idx::Locks, &format!("session/{owner}"), &doc, None)?;
-        *m.session.lock() = (doc, Some(v));
+        *m.doc.lock() = (doc, Some(v));
         Ok(m)
+    }
+
+    /// Another handle on this session, for `caller`.
+    pub fn for_caller(&self, caller: Caller) -> Arc<LockManager> {
+        Arc::new(LockManager {
+            store: crate::store::for_caller(&self.store, caller),
+            beats: self.beats.clone(),
+            session: self.session.clone(),
+        })
     }
 
     pub fn owner(&self) -> &str {
@@ -201,6 +230,7 @@ impl LockManager {
     /// Keep the session alive and let idle cached locks go, until `shutdown`.
     pub fn spawn_heartbeat(self: &Arc<Self>) {
         let m = self.clone();
+        let release = crate::store::for_caller(&self.store, Caller::LockRelease);
         std::thread::Builder::new()
             .name("esfs-locks".into())
             .spawn(move || {
@@ -208,14 +238,12 @@ impl LockManager {
                 while !m.stop.load(Ordering::Acquire) {
                     std::thread::sleep(Duration::from_millis(250));
                     if last_beat.elapsed() >= HEARTBEAT {
-                        Caller::Heartbeat.set_for_thread();
                         if let Err(e) = m.heartbeat() {
                             log::warn!("lock session heartbeat: {e}");
                         }
                         last_beat = Instant::now();
                     }
-                    Caller::LockRelease.set_for_thread();
-                    m.release_idle(IDLE);
+                    m.release_idle_on(&*release, IDLE);
                 }
             })
             .expect("spawn lock heartbeat");
@@ -227,18 +255,18 @@ impl LockManager {
     /// dead) is an error: its locks may have been broken.
     pub fn heartbeat(&self) -> StoreResult<()> {
         let id = format!("session/{}", self.owner);
-        let mut session = self.session.lock();
+        let mut session = self.doc.lock();
         for _ in 0..20 {
             let (doc, version) = &mut *session;
             if version.is_none() {
-                let Some(d) = self.store.get(Idx::Locks, &id)? else {
+                let Some(d) = self.beats.get(Idx::Locks, &id)? else {
                     return Err(StoreError::NotFound(id));
                 };
                 *doc = d.source;
                 *version = Some(d.version);
             }
             doc["expires"] = json!(now_ms() + LEASE.as_millis() as i64);
-            match self.store.put(Idx::Locks, &id, doc, *version) {
+            match self.beats.put(Idx::Locks, &id, doc, *version) {
                 Ok(v) => {
                     *version = Some(v);
                     return Ok(());
@@ -591,7 +619,7 @@ impl LockManager {
                     if c.users == 0 {
                         cache.remove(path);
                         drop(cache);
-                        self.store_release_shared(&id);
+                        self.store_release_shared(&*self.store, &id);
                     }
                 }
                 if Instant::now() >= deadline {
@@ -607,7 +635,7 @@ impl LockManager {
                 Some(c) => {
                     c.users += 1;
                     drop(cache);
-                    self.store_release_shared(&id);
+                    self.store_release_shared(&*self.store, &id);
                 }
                 None => {
                     cache.insert(
@@ -635,12 +663,18 @@ impl LockManager {
         if c.users == 0 && c.draining {
             cache.remove(path);
             drop(cache);
-            self.store_release_shared(&tree_id(path));
+            self.store_release_shared(&*self.store, &tree_id(path));
         }
     }
 
     /// Give back cached shared locks unused for `idle`.
     pub fn release_idle(&self, idle: Duration) {
+        self.release_idle_on(&*self.store, idle)
+    }
+
+    /// [`LockManager::release_idle`] through `store` (the background
+    /// release's handle).
+    fn release_idle_on(&self, store: &dyn MetaStore, idle: Duration) {
         let doomed: Vec<String> = {
             let mut cache = self.cache.lock();
             let ids: Vec<String> = cache
@@ -654,7 +688,7 @@ impl LockManager {
             ids
         };
         for p in doomed {
-            self.store_release_shared(&tree_id(&p));
+            self.store_release_shared(store, &tree_id(&p));
         }
     }
 
@@ -702,9 +736,9 @@ impl LockManager {
     }
 
     /// Decrement our share; delete the document at zero.
-    fn store_release_shared(&self, id: &str) {
+    fn store_release_shared(&self, store: &dyn MetaStore, id: &str) {
         for _ in 0..50 {
-            let cur = match self.store.get(Idx::Locks, id) {
+            let cur = match store.get(Idx::Locks, id) {
                 Ok(Some(c)) => c,
                 Ok(None) => return,
                 Err(e) => {
@@ -725,13 +759,9 @@ impl LockManager {
             let count = s["count"].as_u64().unwrap_or(1).saturating_sub(1);
             s["count"] = json!(count);
             let r = if count == 0 && s["pending"].is_null() {
-                self.store
-                    .delete(Idx::Locks, id, Some(cur.version))
-                    .map(|_| ())
+                store.delete(Idx::Locks, id, Some(cur.version)).map(|_| ())
             } else {
-                self.store
-                    .put(Idx::Locks, id, &s, Some(cur.version))
-                    .map(|_| ())
+                store.put(Idx::Locks, id, &s, Some(cur.version)).map(|_| ())
             };
             match r {
                 Ok(()) => return,
@@ -757,7 +787,7 @@ impl LockManager {
             if c.users == 0 {
                 cache.remove(path);
                 drop(cache);
-                self.store_release_shared(&tree_id(path));
+                self.store_release_shared(&*self.store, &tree_id(path));
             }
         }
     }

@@ -98,7 +98,7 @@ impl Indexer {
         max_bytes: u64,
     ) -> Indexer {
         let inner = Arc::new(Inner {
-            store,
+            store: crate::store::for_caller(&store, crate::store::Caller::Indexer),
             data,
             max_bytes,
             state: Mutex::new(State::default()),
@@ -110,10 +110,7 @@ impl Indexer {
         let i = inner.clone();
         std::thread::Builder::new()
             .name("esfs-indexer".into())
-            .spawn(move || {
-                crate::store::Caller::Indexer.set_for_thread();
-                i.run()
-            })
+            .spawn(move || i.run())
             .expect("spawn indexer thread");
         Indexer { inner }
     }

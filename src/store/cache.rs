@@ -45,8 +45,8 @@ use serde_json::Value;
 pub use super::listing::{Child, Gather};
 use super::listing::{Listings, listed_fields, split_id};
 use super::{
-    Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MetaStore, Query, SearchRequest,
-    Sort, StoreError, StoreResult, Version,
+    Bucket, BulkItemResult, BulkOp, Caller, Doc, GroupRequest, Hit, Idx, MetaStore, Query,
+    SearchRequest, Sort, StoreError, StoreResult, Version,
 };
 
 /// Bulks of at most this many ops leave their documents cached (the
@@ -139,11 +139,28 @@ enum Mode {
     Off,
 }
 
+/// A handle on one mount's cache over a store handle: every handle of the
+/// cache ([`CachedStore::as_caller`]) shares the documents and listings
+/// ([`Held`]) and names its requests, and reads, as its caller does.
 pub struct CachedStore {
     inner: Arc<dyn MetaStore>,
+    held: Arc<Held>,
+    /// Reads skip the cache ([`Caller::reads_fresh`]); writes still keep it true.
+    fresh: bool,
+}
+
+/// What the handles of one cache share.
+pub struct Held {
     docs: Cache<Key, Slot, DocWeight>,
     mode: Mode,
     listings: Mutex<Listings>,
+}
+
+impl std::ops::Deref for CachedStore {
+    type Target = Held;
+    fn deref(&self) -> &Held {
+        &self.held
+    }
 }
 
 /// A bulk item's cache work, planned before the ops are handed over.
@@ -210,12 +227,15 @@ impl CachedStore {
     pub fn new(inner: Arc<dyn MetaStore>, bytes: u64, listing_bytes: usize) -> CachedStore {
         CachedStore {
             inner,
-            docs: Cache::with_weighter((bytes / 1024) as usize, bytes, DocWeight),
-            mode: Mode::Sole {
-                write: Mutex::new(()),
-                epoch: AtomicU64::new(0),
-            },
-            listings: Mutex::new(Listings::new(listing_bytes, None)),
+            held: Arc::new(Held {
+                docs: Cache::with_weighter((bytes / 1024) as usize, bytes, DocWeight),
+                mode: Mode::Sole {
+                    write: Mutex::new(()),
+                    epoch: AtomicU64::new(0),
+                },
+                listings: Mutex::new(Listings::new(listing_bytes, None)),
+            }),
+            fresh: false,
         }
     }
 
@@ -229,13 +249,16 @@ impl CachedStore {
     ) -> CachedStore {
         CachedStore {
             inner,
-            docs: Cache::with_weighter((bytes / 1024) as usize, bytes, DocWeight),
-            mode: Mode::Shared {
-                ttl,
-                stripes: (0..STRIPES).map(|_| Mutex::new(0)).collect(),
-                hasher: Default::default(),
-            },
-            listings: Mutex::new(Listings::new(listing_bytes, Some(ttl))),
+            held: Arc::new(Held {
+                docs: Cache::with_weighter((bytes / 1024) as usize, bytes, DocWeight),
+                mode: Mode::Shared {
+                    ttl,
+                    stripes: (0..STRIPES).map(|_| Mutex::new(0)).collect(),
+                    hasher: Default::default(),
+                },
+                listings: Mutex::new(Listings::new(listing_bytes, Some(ttl))),
+            }),
+            fresh: false,
         }
     }
 
@@ -244,15 +267,28 @@ impl CachedStore {
     pub fn off(inner: Arc<dyn MetaStore>) -> CachedStore {
         CachedStore {
             inner,
-            docs: Cache::with_weighter(1, 1, DocWeight),
-            mode: Mode::Off,
-            listings: Mutex::new(Listings::new(0, None)),
+            held: Arc::new(Held {
+                docs: Cache::with_weighter(1, 1, DocWeight),
+                mode: Mode::Off,
+                listings: Mutex::new(Listings::new(0, None)),
+            }),
+            fresh: false,
         }
     }
 
     /// The store behind the cache.
     pub fn inner(&self) -> &Arc<dyn MetaStore> {
         &self.inner
+    }
+
+    /// Another handle on this cache, for `caller`: its requests go out
+    /// under that name and it reads as that caller reads.
+    pub fn for_caller(&self, caller: Caller) -> Arc<CachedStore> {
+        Arc::new(CachedStore {
+            inner: super::for_caller(&self.inner, caller),
+            held: self.held.clone(),
+            fresh: caller.reads_fresh(),
+        })
     }
 
     fn sole(&self) -> bool {
@@ -325,7 +361,7 @@ impl CachedStore {
             .filter(|s| brief || !s.brief)?;
         match &self.mode {
             Mode::Sole { .. } | Mode::Off => Some(slot.doc),
-            Mode::Shared { .. } if super::Caller::current().reads_fresh() => None,
+            Mode::Shared { .. } if self.fresh => None,
             Mode::Shared { ttl, .. } => (slot.at.elapsed() < *ttl).then_some(slot.doc),
         }
     }
@@ -680,6 +716,10 @@ fn doc(id: &str, version: Version, source: Value) -> Doc {
 impl MetaStore for CachedStore {
     fn capabilities(&self) -> crate::store::Capabilities {
         self.inner.capabilities()
+    }
+
+    fn as_caller(&self, caller: Caller) -> Option<Arc<dyn MetaStore>> {
+        Some(self.for_caller(caller))
     }
 
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {

@@ -22,6 +22,7 @@ pub(crate) mod listing;
 pub(crate) mod schema;
 
 use serde_json::Value;
+use std::sync::Arc;
 
 pub use schema::Idx;
 
@@ -286,10 +287,6 @@ pub enum Caller {
     Command,
 }
 
-thread_local! {
-    static CALLER: std::cell::Cell<Caller> = const { std::cell::Cell::new(Caller::Fs) };
-}
-
 impl Caller {
     pub const ALL: [Caller; 7] = [
         Caller::Fs,
@@ -314,20 +311,11 @@ impl Caller {
         }
     }
 
-    /// Name the calling thread's requests from now on.
-    pub fn set_for_thread(self) {
-        CALLER.with(|c| c.set(self));
-    }
-
-    pub fn current() -> Caller {
-        CALLER.with(|c| c.get())
-    }
-
     /// The janitor looks for sessions and intents at least a lease old,
     /// which a near-real-time search sees without a refresh: its searches
     /// skip read-your-writes (otherwise the heartbeat's write to the same
     /// index makes every janitor pass cost a refresh too). So do searches
-    /// [`SearchRequest::past_own_writes`], on any thread.
+    /// [`SearchRequest::past_own_writes`], for any caller.
     pub fn reads_only_old_documents(self) -> bool {
         self == Caller::Janitor
     }
@@ -515,6 +503,13 @@ pub trait MetaStore: Send + Sync {
     fn end_batch(&self) -> StoreResult<()> {
         Ok(())
     }
+    /// The same store, its requests named for `caller` and read as it
+    /// reads (see [`Caller`]); what the handles share (connections, caches,
+    /// read-your-writes state) stays one. `None`: this engine does not tell
+    /// callers apart, and this handle serves all (see [`for_caller`]).
+    fn as_caller(&self, _caller: Caller) -> Option<Arc<dyn MetaStore>> {
+        None
+    }
     /// `rebase_paths`: a directory rename's path rewrite done inside the
     /// store (what Elasticsearch's `_update_by_query` with a script would
     /// do): every document strictly below `old` in the `path` tree gets the
@@ -526,6 +521,11 @@ pub trait MetaStore: Send + Sync {
     fn rebase_paths(&self, _index: Idx, _old: &str, _new: &str) -> StoreResult<Option<u64>> {
         Ok(None)
     }
+}
+
+/// `store`'s handle for `caller` (see [`MetaStore::as_caller`]).
+pub fn for_caller(store: &Arc<dyn MetaStore>, caller: Caller) -> Arc<dyn MetaStore> {
+    store.as_caller(caller).unwrap_or_else(|| store.clone())
 }
 
 /// The single result of a one-item bulk.

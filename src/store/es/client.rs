@@ -116,7 +116,7 @@ impl EsStore {
         F: Fn(Elasticsearch) -> Fut,
         Fut: Future<Output = Result<Response, elasticsearch::Error>>,
     {
-        let client = self.clients[Caller::current() as usize].clone();
+        let client = self.clients[self.caller as usize].clone();
         self.rt.block_on(async {
             let resp = f(client).await.map_err(|e| {
                 if let Some(m) = self.who.transport(&e) {

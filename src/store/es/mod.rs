@@ -60,6 +60,7 @@ use engine::Engine;
 use mapping::check_index_name;
 use query::{sort_json, text_fields};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -101,7 +102,25 @@ impl EsConfig {
     }
 }
 
+/// A handle on one Elasticsearch connection, naming its requests for one
+/// [`Caller`] (`X-Opaque-Id`) and reading as that caller reads
+/// ([`Caller::reads_only_old_documents`]). [`MetaStore::as_caller`] makes
+/// another handle on the same connection; what the handles share (nodes,
+/// runtime, read-your-writes state) is [`EsShared`].
 pub struct EsStore {
+    conn: Arc<EsShared>,
+    caller: Caller,
+}
+
+impl std::ops::Deref for EsStore {
+    type Target = EsShared;
+    fn deref(&self) -> &EsShared {
+        &self.conn
+    }
+}
+
+/// What every handle of one Elasticsearch store shares.
+pub struct EsShared {
     /// One per [`Caller`], in `Caller::ALL` order.
     clients: Vec<Elasticsearch>,
     rt: tokio::runtime::Runtime,
@@ -218,7 +237,7 @@ impl EsStore {
             .enable_all()
             .build()
             .map_err(|e| StoreError::Other(format!("tokio runtime: {e}")))?;
-        let mut store = EsStore {
+        let conn = EsShared {
             clients,
             rt,
             prefix: cfg.index.clone(),
@@ -234,6 +253,10 @@ impl EsStore {
             server_version: String::new(),
             engine: Engine::Elasticsearch,
             who,
+        };
+        let mut store = EsStore {
+            conn: Arc::new(conn),
+            caller: Caller::Fs,
         };
         // At connect time fail fast: one attempt per node (a node that
         // fails is skipped by the next), no retry budget.
@@ -257,7 +280,8 @@ impl EsStore {
                 reason(&info.1)
             )));
         }
-        (store.engine, store.server_version) = Engine::of(&info.1, &shown)?;
+        let conn = Arc::get_mut(&mut store.conn).expect("not shared yet");
+        (conn.engine, conn.server_version) = Engine::of(&info.1, &shown)?;
         store.ensure_indices(create, cfg.replicas)?;
         Ok(store)
     }
@@ -424,7 +448,7 @@ impl EsStore {
     /// Read-your-writes for search: refresh an index this client changed
     /// (unless the caller reads only old documents).
     fn refresh_if_dirty(&self, idx: Idx) -> StoreResult<()> {
-        if Caller::current().reads_only_old_documents() {
+        if self.caller.reads_only_old_documents() {
             return Ok(());
         }
         let _r = self.refreshing[idx as usize].lock();
@@ -543,6 +567,13 @@ impl MetaStore for EsStore {
     /// (or bulk item) and searches are near-real-time.
     fn capabilities(&self) -> crate::store::Capabilities {
         crate::store::Capabilities::default()
+    }
+
+    fn as_caller(&self, caller: Caller) -> Option<Arc<dyn MetaStore>> {
+        Some(Arc::new(EsStore {
+            conn: self.conn.clone(),
+            caller,
+        }))
     }
 
     fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
