@@ -205,8 +205,8 @@ impl Filesystem for FuseFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        if let Err(e) = self.fs.batch(|| {
-            self.fs.forget(ino.0, nlookup);
+        if let Err(e) = self.fs.batch(|fs| {
+            fs.forget(ino.0, nlookup);
             Ok(())
         }) {
             log::error!("forget {}: {e}", ino.0);
@@ -247,7 +247,7 @@ impl Filesystem for FuseFs {
             mtime: mtime.map(time),
             ctime: ctime.map(ns_of),
         };
-        match self.fs.batch(|| self.fs.setattr(ctx(req), ino.0, set)) {
+        match self.fs.batch(|fs| fs.setattr(ctx(req), ino.0, set)) {
             Ok(i) => reply.attr(&self.ttl, &attr(&i)),
             Err(e) => reply.error(errno(e)),
         }
@@ -277,10 +277,9 @@ impl Filesystem for FuseFs {
             Some(Kind::Symlink) => return reply.error(Errno::EINVAL),
             Some(k) => NewNode::Special(k, rdev),
         };
-        let r = self.fs.batch(|| {
-            self.fs
-                .make_node(ctx(req), parent.0, name.as_bytes(), node, mode, umask)
-        });
+        let r = self
+            .fs
+            .batch(|fs| fs.make_node(ctx(req), parent.0, name.as_bytes(), node, mode, umask));
         self.entry(r, reply)
     }
 
@@ -293,8 +292,8 @@ impl Filesystem for FuseFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.fs.batch(|| {
-            self.fs.make_node(
+        let r = self.fs.batch(|fs| {
+            fs.make_node(
                 ctx(req),
                 parent.0,
                 name.as_bytes(),
@@ -308,14 +307,14 @@ impl Filesystem for FuseFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         Self::empty(
-            self.fs.batch(|| self.fs.unlink(parent.0, name.as_bytes())),
+            self.fs.batch(|fs| fs.unlink(parent.0, name.as_bytes())),
             reply,
         )
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         Self::empty(
-            self.fs.batch(|| self.fs.rmdir(parent.0, name.as_bytes())),
+            self.fs.batch(|fs| fs.rmdir(parent.0, name.as_bytes())),
             reply,
         )
     }
@@ -329,8 +328,8 @@ impl Filesystem for FuseFs {
         reply: ReplyEntry,
     ) {
         let target = target.as_os_str().as_bytes();
-        let r = self.fs.batch(|| {
-            self.fs.make_node(
+        let r = self.fs.batch(|fs| {
+            fs.make_node(
                 ctx(req),
                 parent.0,
                 link_name.as_bytes(),
@@ -352,8 +351,8 @@ impl Filesystem for FuseFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.fs.batch(|| {
-            self.fs.rename(
+        let r = self.fs.batch(|fs| {
+            fs.rename(
                 parent.0,
                 name.as_bytes(),
                 newparent.0,
@@ -374,7 +373,7 @@ impl Filesystem for FuseFs {
     ) {
         let r = self
             .fs
-            .batch(|| self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+            .batch(|fs| fs.link(ino.0, newparent.0, newname.as_bytes()));
         self.entry(r, reply)
     }
 
@@ -385,7 +384,7 @@ impl Filesystem for FuseFs {
             // pages kept across opens. Close still sends FLUSH.
             return reply.error(Errno::ENOSYS);
         }
-        match self.fs.batch(|| self.fs.open(ino.0, flags.0)) {
+        match self.fs.batch(|fs| fs.open(ino.0, flags.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(errno(e)),
         }
@@ -440,10 +439,10 @@ impl Filesystem for FuseFs {
             // and journaled against a crash (see fs::journal).
             return reply.error(Errno::ENOSYS);
         }
-        let r = self.fs.batch(|| {
+        let r = self.fs.batch(|fs| {
             self.fs
                 .unlock_owner(ino.0, lock_owner.0)
-                .and_then(|()| self.fs.flush(ino.0, fh.0))
+                .and_then(|()| fs.flush(ino.0, fh.0))
         });
         Self::empty(r, reply)
     }
@@ -488,7 +487,7 @@ impl Filesystem for FuseFs {
             end,
             typ,
         };
-        Self::empty(self.fs.batch(|| self.fs.setlk(ino.0, want, sleep)), reply)
+        Self::empty(self.fs.batch(|fs| fs.setlk(ino.0, want, sleep)), reply)
     }
 
     fn release(
@@ -501,12 +500,12 @@ impl Filesystem for FuseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.fs.batch(|| {
+        let r = self.fs.batch(|fs| {
             // flock locks belong to the open file and end with its release.
             if let Some(o) = lock_owner {
-                self.fs.unlock_owner(ino.0, o.0)?;
+                fs.unlock_owner(ino.0, o.0)?;
             }
-            self.fs.release(ino.0, fh.0)
+            fs.release(ino.0, fh.0)
         });
         Self::empty(r, reply)
     }
@@ -519,7 +518,7 @@ impl Filesystem for FuseFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(self.fs.batch(|| self.fs.fsync(ino.0, fh.0)), reply)
+        Self::empty(self.fs.batch(|fs| fs.fsync(ino.0, fh.0)), reply)
     }
 
     fn fallocate(
@@ -534,7 +533,7 @@ impl Filesystem for FuseFs {
     ) {
         let r = self
             .fs
-            .batch(|| self.fs.fallocate(ino.0, fh.0, offset, length, mode));
+            .batch(|fs| fs.fallocate(ino.0, fh.0, offset, length, mode));
         Self::empty(r, reply)
     }
 
@@ -556,8 +555,8 @@ impl Filesystem for FuseFs {
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }
-        let r = self.fs.batch(|| {
-            self.fs.copy_file_range(
+        let r = self.fs.batch(|fs| {
+            fs.copy_file_range(
                 ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len,
             )
         });
@@ -745,7 +744,7 @@ impl Filesystem for FuseFs {
         }
         let r = self
             .fs
-            .batch(|| self.fs.setxattr(ino.0, name.as_bytes(), value, flags));
+            .batch(|fs| fs.setxattr(ino.0, name.as_bytes(), value, flags));
         Self::empty(r, reply)
     }
 
@@ -759,8 +758,7 @@ impl Filesystem for FuseFs {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         Self::empty(
-            self.fs
-                .batch(|| self.fs.removexattr(ino.0, name.as_bytes())),
+            self.fs.batch(|fs| fs.removexattr(ino.0, name.as_bytes())),
             reply,
         )
     }
@@ -784,10 +782,10 @@ impl Filesystem for FuseFs {
             // mode: no handle, so no RELEASE round trip at close.
             return reply.error(Errno::ENOSYS);
         }
-        match self.fs.batch(|| {
-            self.fs
-                .create(ctx(req), parent.0, name.as_bytes(), mode, umask)
-        }) {
+        match self
+            .fs
+            .batch(|fs| fs.create(ctx(req), parent.0, name.as_bytes(), mode, umask))
+        {
             Ok((i, fh)) => {
                 self.fs.remember(i.ino);
                 reply.created(

@@ -387,9 +387,9 @@ fn embedded_batches_commit_at_their_end() {
     let s = EmbeddedStore::open(dir.path()).unwrap();
     // Another connection to the same database: sees committed data only.
     let other = EmbeddedStore::open(dir.path()).unwrap();
-    s.begin_batch();
-    s.create(Idx::Meta, "a", &json!({"n": 1})).unwrap();
-    s.put(Idx::Meta, "b", &json!({"n": 2}), None).unwrap();
+    let b = s.begin_batch().unwrap();
+    b.create(Idx::Meta, "a", &json!({"n": 1})).unwrap();
+    b.put(Idx::Meta, "b", &json!({"n": 2}), None).unwrap();
     assert!(s.get(Idx::Meta, "a").unwrap().is_some());
     std::thread::scope(|sc| {
         sc.spawn(|| assert!(s.get(Idx::Meta, "b").unwrap().is_some()));
@@ -402,7 +402,7 @@ fn embedded_batches_commit_at_their_end() {
     // needs no write lock: it does not wait for the open transaction.
     let third = EmbeddedStore::open(dir.path()).unwrap();
     assert!(third.get(Idx::Meta, "a").unwrap().is_none());
-    s.end_batch().unwrap();
+    b.end_batch().unwrap();
     assert!(other.get(Idx::Meta, "a").unwrap().is_some());
     assert!(other.get(Idx::Meta, "b").unwrap().is_some());
     // Outside a batch every write commits at once.

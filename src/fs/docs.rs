@@ -13,6 +13,7 @@ use crate::store::cache::{CachedStore, Gather};
 use crate::store::{
     BulkItemResult, BulkOp, Capabilities, Doc, Idx, MetaStore, StoreError, StoreResult, Version,
 };
+use parking_lot::Mutex;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -83,6 +84,10 @@ pub(super) struct Docs {
     /// Directory times waiting in memory go in with any write of their
     /// directory.
     pending: Arc<Pending>,
+    /// A batch's documents (see `Fs::batch`): the directories written in
+    /// it, with the deferred time each write took along, settled once the
+    /// batch is acknowledged. None: every write is acknowledged on return.
+    written: Option<Mutex<Vec<(u64, Option<i64>)>>>,
 }
 
 impl Docs {
@@ -96,43 +101,30 @@ impl Docs {
             store,
             data,
             pending,
+            written: None,
         }
     }
 
-    /// Run one filesystem call with its store writes in one batch (one
-    /// commit on the embedded store), acknowledged before it returns.
-    pub(super) fn batch<T>(&self, f: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
-        struct Guard<'a>(&'a dyn MetaStore, bool);
-        impl Drop for Guard<'_> {
-            // A panic still ends the batch (and commits what it wrote).
-            fn drop(&mut self) {
-                Pending::batch_closed();
-                if !self.1 {
-                    let _ = self.0.end_batch();
-                }
-            }
+    /// The documents through a batch's handle (see `Fs::batch`).
+    pub(super) fn batched(&self, store: Arc<CachedStore>) -> Docs {
+        Docs {
+            written: Some(Mutex::default()),
+            ..Docs::new(store, self.data.clone(), self.pending.clone())
         }
-        self.store.begin_batch();
-        Pending::batch_opened();
-        let mut g = Guard(&*self.store, false);
-        let r = f();
-        g.1 = true;
-        let end = self.store.end_batch();
-        drop(g);
-        let outermost = !Pending::in_batch();
-        match end {
-            Ok(()) => {
-                if outermost {
-                    self.pending.dirs_written(None);
-                }
-                r
-            }
-            Err(e) => {
-                if outermost {
-                    Pending::batch_lost();
-                }
-                Err(e.into())
-            }
+    }
+
+    /// The batch was acknowledged: what it wrote of directories settles.
+    pub(super) fn batch_acknowledged(&self) {
+        if let Some(w) = &self.written {
+            self.pending.dirs_written(&std::mem::take(&mut *w.lock()));
+        }
+    }
+
+    /// A directory's inode was written, taking along the deferred time `t`.
+    fn wrote_dir(&self, ino: u64, t: Option<i64>) {
+        match &self.written {
+            Some(w) => w.lock().push((ino, t)),
+            None => self.pending.dirs_written(&[(ino, t)]),
         }
     }
 
@@ -312,7 +304,7 @@ impl Docs {
             match r {
                 Ok(()) => {
                     if inode.kind == Kind::Dir && self.pending.lazy() {
-                        self.pending.dirs_written(Some((ino, pending)));
+                        self.wrote_dir(ino, pending);
                     }
                     return Ok((inode, fate));
                 }

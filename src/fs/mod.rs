@@ -254,7 +254,7 @@ impl Fs {
             if let Some(path) = &cfg.journal {
                 let (j, left) = Journal::open(path)
                     .map_err(|e| FsError::Io(format!("journal {}: {e}", path.display())))?;
-                fs.write_back.replay(&left)?;
+                fs.write_back.replay(&fs, &left)?;
                 j.settle(|_| true)?;
                 fs.pending.start_journal(j);
             }
@@ -269,15 +269,22 @@ impl Fs {
     /// go out under its name and it reads as it reads (the janitor reads
     /// past the cache, see [`Caller`]). The background loops run on one.
     fn as_caller(&self, caller: Caller) -> Fs {
-        let store = self.store.for_caller(caller);
+        self.over(
+            self.store.for_caller(caller),
+            self.lm.for_caller(caller),
+            false,
+        )
+    }
+
+    /// This filesystem through other store handles (`batched`: one batch's).
+    fn over(&self, store: Arc<CachedStore>, lm: Arc<LockManager>, batched: bool) -> Fs {
         let meta: Arc<dyn MetaStore> = store.clone();
-        let lm = self.lm.for_caller(caller);
         let ids = Arc::new(self.ids.over(meta.clone()));
-        let docs = Arc::new(Docs::new(
-            store.clone(),
-            self.data.clone(),
-            self.pending.clone(),
-        ));
+        let docs = Arc::new(if batched {
+            self.docs.batched(store.clone())
+        } else {
+            Docs::new(store.clone(), self.data.clone(), self.pending.clone())
+        });
         let tree = Arc::new(self.tree.over(meta.clone(), docs.clone(), lm.clone()));
         let files = Arc::new(self.files.over(meta.clone(), docs.clone(), tree.clone()));
         let moves = Arc::new(Moves::new(
@@ -315,9 +322,29 @@ impl Fs {
     }
 
     /// Run one filesystem call with its store writes in one batch (one
-    /// commit on the embedded store), acknowledged before it returns.
-    pub fn batch<T>(&self, f: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
-        self.docs.batch(f)
+    /// commit on the embedded store), acknowledged before it returns: `f`
+    /// runs on this filesystem through the batch's handles. Inside a batch
+    /// (or on a store without batches) `f` runs on `self`.
+    pub fn batch<T>(&self, f: impl FnOnce(&Fs) -> FsResult<T>) -> FsResult<T> {
+        let Some(store) = self.store.batch() else {
+            return f(self);
+        };
+        struct Open<'a>(&'a CachedStore, bool);
+        impl Drop for Open<'_> {
+            // A panic still ends the batch (and commits what it wrote).
+            fn drop(&mut self) {
+                if !self.1 {
+                    let _ = self.0.end_batch();
+                }
+            }
+        }
+        let mut open = Open(&store, false);
+        let call = self.over(store.clone(), self.lm.clone(), true);
+        let r = f(&call);
+        open.1 = true;
+        store.end_batch()?;
+        call.docs.batch_acknowledged();
+        r
     }
 
     pub fn lock_manager(&self) -> &Arc<LockManager> {
@@ -373,7 +400,8 @@ impl Fs {
                 loop {
                     std::thread::sleep(STATE_WRITE_BACK);
                     let Some(fs) = fs.upgrade() else { return };
-                    if !fs.as_caller(Caller::WriteBack).write_back.pass() {
+                    let fs = fs.as_caller(Caller::WriteBack);
+                    if !fs.write_back.pass(&fs) {
                         return;
                     }
                 }
@@ -397,7 +425,7 @@ impl Fs {
                     std::thread::sleep(crate::locks::manager::LEASE);
                     let Some(fs) = fs.upgrade() else { return };
                     let fs = fs.as_caller(Caller::Janitor);
-                    match fs.batch(|| fs.intents.reap_dead_mounts()) {
+                    match fs.batch(|fs| fs.intents.reap_dead_mounts()) {
                         Ok((0, 0)) => {}
                         Ok((n, k)) => log::info!(
                             "dead mounts: rolled forward {n} change(s), removed {k} lock(s) and session(s)"
@@ -420,8 +448,8 @@ impl Fs {
         if let Some(h) = self.hook.get() {
             h.stop();
         }
-        self.write_back.write_back()?;
-        self.write_back.write_back_atimes()?;
+        self.write_back.write_back(self)?;
+        self.write_back.write_back_atimes(self)?;
         self.lm.shutdown();
         self.store.sync()?;
         Ok(())
@@ -461,7 +489,13 @@ impl Fs {
 
     /// Bring a file's stored size and mtime up to its data's.
     pub fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
-        self.write_back.catch_up_with_data(ino, len, mtime)
+        self.write_back.catch_up_with_data(self, ino, len, mtime)
+    }
+}
+
+impl writeback::Batches for Fs {
+    fn batch(&self, work: &mut dyn FnMut(&WriteBack) -> FsResult<()>) -> FsResult<()> {
+        Fs::batch(self, |fs| work(&fs.write_back))
     }
 }
 

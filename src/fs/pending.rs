@@ -11,7 +11,6 @@ use super::journal::Journal;
 use crate::error::{FsError, FsResult};
 use crate::model::{Inode, Kind, now_ns};
 use parking_lot::Mutex;
-use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
@@ -23,14 +22,6 @@ const ATIME_MAX_WAIT_NS: i64 = 3600 * 1_000_000_000;
 /// States persisted per transaction by the write-back, and the atimes that
 /// make a batch due.
 pub(super) const WRITE_BACK_BATCH: usize = 256;
-
-thread_local! {
-    /// `Docs::batch`es open on this thread.
-    static BATCH_DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// Directory inodes written in this thread's open batch, with the
-    /// deferred time each write took along (see `Pending::dirs_written`).
-    static WRITTEN_DIRS: RefCell<Vec<(u64, Option<i64>)>> = const { RefCell::new(Vec::new()) };
-}
 
 #[derive(Default)]
 pub(super) struct Pending {
@@ -131,27 +122,19 @@ impl Pending {
         }
     }
 
-    /// A directory's inode was written (`Some`, with the deferred time the
-    /// write took along), or this thread's batch was acknowledged (`None`).
-    /// Only an acknowledged write settles: until then the time stays
-    /// pending (a crash could still lose the write), and then the journal
-    /// unmarks the directory if nothing newer waits, so that recovery does
-    /// not move a time set afterwards (`touch -d`, `cp -a`) to its start.
-    pub(super) fn dirs_written(&self, wrote: Option<(u64, Option<i64>)>) {
-        let in_batch = Self::in_batch();
-        let done = WRITTEN_DIRS.with(|w| {
-            let mut w = w.borrow_mut();
-            w.extend(wrote);
-            if in_batch {
-                return Vec::new();
-            }
-            std::mem::take(&mut *w)
-        });
+    /// Directory inodes' writes were acknowledged, each with the deferred
+    /// time it took along. Only an acknowledged write settles: until then
+    /// the time stays pending (a crash could still lose the write), and
+    /// then the journal unmarks the directory if nothing newer waits, so
+    /// that recovery does not move a time set afterwards (`touch -d`,
+    /// `cp -a`) to its start. (A batch's writes settle when it ends: see
+    /// `Docs::wrote_dir`.)
+    pub(super) fn dirs_written(&self, done: &[(u64, Option<i64>)]) {
         let Some(j) = self.journal.get() else { return };
         if done.is_empty() {
             return;
         }
-        for &(ino, t) in &done {
+        for &(ino, t) in done {
             if let Some(t) = t {
                 self.settle_dir_time(ino, t);
             }
@@ -161,27 +144,6 @@ impl Pending {
             // The marks stay: recovery would move those times to its start.
             log::warn!("unflushed journal: {e}");
         }
-    }
-
-    /// A batch opens on this thread (see `Docs::batch`).
-    pub(super) fn batch_opened() {
-        BATCH_DEPTH.with(|d| d.set(d.get() + 1));
-    }
-
-    /// A batch closes on this thread.
-    pub(super) fn batch_closed() {
-        BATCH_DEPTH.with(|d| d.set(d.get() - 1));
-    }
-
-    /// Whether a batch is open on this thread.
-    pub(super) fn in_batch() -> bool {
-        BATCH_DEPTH.with(|d| d.get()) > 0
-    }
-
-    /// This thread's outermost batch was not acknowledged: the directory
-    /// times its writes took along stay pending.
-    pub(super) fn batch_lost() {
-        WRITTEN_DIRS.with(|w| w.borrow_mut().clear());
     }
 
     // ---- stale entries ----

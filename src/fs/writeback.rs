@@ -16,6 +16,13 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Runs work as one store batch, on the write-back of that batch (whose
+/// parts reach the store through the batch's handles). Batches are made
+/// above the parts, by the filesystem (`Fs::batch`).
+pub(super) trait Batches {
+    fn batch(&self, work: &mut dyn FnMut(&WriteBack) -> FsResult<()>) -> FsResult<()>;
+}
+
 pub(super) struct WriteBack {
     store: Arc<dyn MetaStore>,
     docs: Arc<Docs>,
@@ -77,20 +84,20 @@ impl WriteBack {
 
     /// One background pass (every second): states (lazy close), else the
     /// stale entries; atimes when due. False once unmount began.
-    pub(super) fn pass(&self) -> bool {
+    pub(super) fn pass(&self, b: &dyn Batches) -> bool {
         let _pass = self.in_pass.lock();
         if self.closing.load(Ordering::Acquire) {
             return false;
         }
         let lazy = self.pending.lazy();
-        if lazy && let Err(e) = self.write_back() {
+        if lazy && let Err(e) = self.write_back(b) {
             log::warn!("writing back file sizes and times: {e}");
         }
-        if !lazy && let Err(e) = self.sync_stale_dirs() {
+        if !lazy && let Err(e) = self.sync_stale_dirs(b) {
             log::warn!("refreshing directories' entries: {e}");
         }
         if self.pending.atimes_due()
-            && let Err(e) = self.write_back_atimes()
+            && let Err(e) = self.write_back_atimes(b)
         {
             log::warn!("writing back access times: {e}");
         }
@@ -132,12 +139,12 @@ impl WriteBack {
 
     /// Write the directory times waiting in memory to their inodes, many
     /// per transaction (each write absorbs its directory's time).
-    pub(super) fn write_back_dir_times(&self) -> FsResult<()> {
+    pub(super) fn write_back_dir_times(&self, b: &dyn Batches) -> FsResult<()> {
         let dirs = self.pending.waiting_dirs();
         for chunk in dirs.chunks(256) {
-            self.docs.batch(|| {
+            b.batch(&mut |wb| {
                 for &ino in chunk {
-                    match self.docs.update(ino, |_| Ok(())) {
+                    match wb.docs.update(ino, |_| Ok(())) {
                         Ok(_) => {}
                         Err(FsError::NotFound) => self.pending.drop_dir_time(ino),
                         Err(e) => return Err(e),
@@ -151,13 +158,13 @@ impl WriteBack {
 
     /// Refreshes the entry documents of the directories `Tree::touch` left
     /// stale.
-    fn sync_stale_dirs(&self) -> FsResult<()> {
+    fn sync_stale_dirs(&self, b: &dyn Batches) -> FsResult<()> {
         let dirs = self.pending.take_stale_dirs();
         for chunk in dirs.chunks(256) {
-            self.docs.batch(|| {
+            b.batch(&mut |wb| {
                 for &ino in chunk {
-                    match self.docs.inode(ino) {
-                        Ok((inode, _)) => self.docs.sync_entries(&inode)?,
+                    match wb.docs.inode(ino) {
+                        Ok((inode, _)) => wb.docs.sync_entries(&inode)?,
                         Err(FsError::NotFound) => {}
                         Err(e) => return Err(e),
                     }
@@ -171,7 +178,7 @@ impl WriteBack {
     /// Write the pending atime updates to their inodes (when due, and at
     /// unmount; a `kill -9` loses at most the atimes of that wait, never
     /// anything else).
-    pub(super) fn write_back_atimes(&self) -> FsResult<usize> {
+    pub(super) fn write_back_atimes(&self, b: &dyn Batches) -> FsResult<usize> {
         let pending = self.pending.take_atimes();
         let set = |i: &mut Inode, a: i64| {
             i.atime_ns = i.atime_ns.max(a);
@@ -179,9 +186,9 @@ impl WriteBack {
         };
         for chunk in pending.chunks(WRITE_BACK_BATCH) {
             if self.batches {
-                self.docs.batch(|| {
+                b.batch(&mut |wb| {
                     for &(ino, a) in chunk {
-                        match self.docs.update(ino, |i| set(i, a)) {
+                        match wb.docs.update(ino, |i| set(i, a)) {
                             Ok(_) | Err(FsError::NotFound) => {}
                             Err(e) => return Err(e),
                         }
@@ -228,21 +235,21 @@ impl WriteBack {
     /// the entries of changed directories, write the states of written
     /// files to their inodes (many per transaction), drop the states no
     /// handle holds, and settle the journal.
-    pub(super) fn write_back(&self) -> FsResult<()> {
-        self.finish_forgotten()?;
-        self.write_back_dir_times()?;
-        self.sync_stale_dirs()?;
+    pub(super) fn write_back(&self, b: &dyn Batches) -> FsResult<()> {
+        self.finish_forgotten(b)?;
+        self.write_back_dir_times(b)?;
+        self.sync_stale_dirs(b)?;
         let dirty = self.files.to_write_back();
         for chunk in dirty.chunks(WRITE_BACK_BATCH) {
-            self.docs.batch(|| {
+            b.batch(&mut |wb| {
                 for &ino in chunk {
-                    match self.files.persist(ino) {
+                    match wb.files.persist(ino) {
                         Ok(()) | Err(FsError::NotFound) => {}
                         Err(e) => return Err(e),
                     }
                     // Drops only a clean state without handles (made again
                     // from the inode on the next read or write).
-                    self.files.drop_state(ino)?;
+                    wb.files.drop_state(ino)?;
                 }
                 Ok(())
             })?;
@@ -253,12 +260,12 @@ impl WriteBack {
 
     /// Finish the forgets left to the write-back: unlinked inodes the
     /// kernel let go of are deleted, many per transaction.
-    fn finish_forgotten(&self) -> FsResult<()> {
+    fn finish_forgotten(&self, b: &dyn Batches) -> FsResult<()> {
         let forgotten = std::mem::take(&mut *self.forgotten.lock());
         for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
-            self.docs.batch(|| {
+            b.batch(&mut |wb| {
                 for &ino in chunk {
-                    self.files.finish_forget(ino);
+                    wb.files.finish_forget(ino);
                 }
                 Ok(())
             })?;
@@ -270,18 +277,18 @@ impl WriteBack {
     /// have writes whose size and mtime did not reach the store. The data
     /// store holds every byte written; take the size and time from it
     /// (only writes happened since the last persist, so sizes only grew).
-    pub(super) fn replay(&self, inos: &[u64]) -> FsResult<()> {
+    pub(super) fn replay(&self, b: &dyn Batches, inos: &[u64]) -> FsResult<()> {
         let mut recovered = 0;
         let mut dirs = 0;
         for &ino in inos {
-            if self.catch_up_dir(ino)? {
+            if self.catch_up_dir(b, ino)? {
                 dirs += 1;
                 continue;
             }
             if let Some((len, mtime)) = self.behind_data(ino)? {
                 log::info!("inode {ino}: size and mtime recovered from its data");
                 recovered += 1;
-                self.catch_up_with_data(ino, len, mtime)?;
+                self.catch_up_with_data(b, ino, len, mtime)?;
             }
         }
         if dirs > 0 {
@@ -302,21 +309,21 @@ impl WriteBack {
     /// A journaled directory (its mount died with its times in memory, see
     /// `Pending::wait_dir_time`): they move to now, which is no earlier than what was
     /// lost. False if `ino` is not a directory.
-    fn catch_up_dir(&self, ino: u64) -> FsResult<bool> {
+    fn catch_up_dir(&self, b: &dyn Batches, ino: u64) -> FsResult<bool> {
         match self.docs.inode(ino) {
             Ok((i, _)) if i.kind == Kind::Dir => {}
             Ok(_) | Err(FsError::NotFound) => return Ok(false),
             Err(e) => return Err(e),
         }
         let now = now_ns();
-        self.docs.batch(|| {
-            self.docs
+        b.batch(&mut |wb| {
+            wb.docs
                 .update(ino, |i| {
                     i.mtime_ns = i.mtime_ns.max(now);
                     i.ctime_ns = i.ctime_ns.max(now);
                     Ok(())
                 })
-                .and_then(|i| self.docs.sync_entries(&i))
+                .and_then(|i| wb.docs.sync_entries(&i))
         })?;
         Ok(true)
     }
@@ -344,19 +351,25 @@ impl WriteBack {
     }
 
     /// Bring a file's stored size and mtime up to its data's.
-    pub(super) fn catch_up_with_data(&self, ino: u64, len: u64, mtime: i64) -> FsResult<()> {
-        self.docs.batch(|| {
-            self.docs
+    pub(super) fn catch_up_with_data(
+        &self,
+        b: &dyn Batches,
+        ino: u64,
+        len: u64,
+        mtime: i64,
+    ) -> FsResult<()> {
+        b.batch(&mut |wb| {
+            wb.docs
                 .update(ino, |i| {
                     i.size = i.size.max(len);
                     i.mtime_ns = mtime;
                     i.ctime_ns = i.ctime_ns.max(mtime);
                     if let Some(k) = &i.content {
-                        i.stored = self.data.stored_bytes(k, i.stored)?.or(i.stored);
+                        i.stored = wb.data.stored_bytes(k, i.stored)?.or(i.stored);
                     }
                     Ok(())
                 })
-                .and_then(|i| self.docs.sync_entries(&i))
+                .and_then(|i| wb.docs.sync_entries(&i))
         })
     }
 }

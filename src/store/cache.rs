@@ -281,6 +281,16 @@ impl CachedStore {
         &self.inner
     }
 
+    /// A handle on this cache whose writes are one batch (see
+    /// [`MetaStore::begin_batch`]).
+    pub fn batch(&self) -> Option<Arc<CachedStore>> {
+        Some(Arc::new(CachedStore {
+            inner: self.inner.begin_batch()?,
+            held: self.held.clone(),
+            fresh: self.fresh,
+        }))
+    }
+
     /// Another handle on this cache, for `caller`: its requests go out
     /// under that name and it reads as that caller reads.
     pub fn for_caller(&self, caller: Caller) -> Arc<CachedStore> {
@@ -915,8 +925,8 @@ impl MetaStore for CachedStore {
         })
     }
 
-    fn begin_batch(&self) {
-        self.inner.begin_batch()
+    fn begin_batch(&self) -> Option<Arc<dyn MetaStore>> {
+        self.batch().map(|b| b as Arc<dyn MetaStore>)
     }
 
     fn end_batch(&self) -> StoreResult<()> {

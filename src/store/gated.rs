@@ -11,14 +11,15 @@ type Gate = (&'static str, Option<String>, Sender<()>, Receiver<()>);
 
 pub(crate) struct Gated {
     pub inner: EmbeddedStore,
-    gate: Mutex<Option<Gate>>,
+    /// Shared with its batches' handles.
+    gate: Arc<Mutex<Option<Gate>>>,
 }
 
 impl Gated {
     pub(crate) fn open(dir: &std::path::Path) -> Gated {
         Gated {
             inner: EmbeddedStore::open(dir).unwrap(),
-            gate: Mutex::new(None),
+            gate: Arc::default(),
         }
     }
 
@@ -101,8 +102,11 @@ impl MetaStore for Gated {
     fn describe(&self) -> String {
         "gated".into()
     }
-    fn begin_batch(&self) {
-        self.inner.begin_batch()
+    fn begin_batch(&self) -> Option<Arc<dyn MetaStore>> {
+        Some(Arc::new(Gated {
+            inner: self.inner.batch_handle()?,
+            gate: self.gate.clone(),
+        }))
     }
     fn end_batch(&self) -> StoreResult<()> {
         self.inner.end_batch()

@@ -491,15 +491,18 @@ pub trait MetaStore: Send + Sync {
     fn bulk_atomic(&self, _ops: Vec<BulkOp>) -> StoreResult<Option<Vec<BulkItemResult>>> {
         Ok(None)
     }
-    /// `batches`: group the calling thread's writes until the matching
-    /// `end_batch` into as few commits as the backend can: a filesystem
-    /// call wraps itself in one batch. Reads inside the batch see its
-    /// writes, as always. A write in a batch is acknowledged (survives a
-    /// crash of this process) only once `end_batch` returned `Ok`. Batches
-    /// nest. Without the capability these are no-ops.
-    fn begin_batch(&self) {}
-    /// End the batch begun last on this thread; the outermost one commits.
-    /// An error means some of the batch's writes may be lost.
+    /// `batches`: a handle on this store whose writes are one batch,
+    /// grouped into as few commits as the backend can (a filesystem call
+    /// runs on one). Reads through it see its writes, as always. A write
+    /// through it is acknowledged (survives a crash of this process) only
+    /// once `end_batch` on it returned `Ok`. `None` without the capability,
+    /// and on a batch's handle: batches do not nest (a call's inner work
+    /// joins its batch).
+    fn begin_batch(&self) -> Option<Arc<dyn MetaStore>> {
+        None
+    }
+    /// End this handle's batch: its writes are acknowledged. An error
+    /// means some of them may be lost. `Ok` on any other handle.
     fn end_batch(&self) -> StoreResult<()> {
         Ok(())
     }

@@ -112,7 +112,7 @@ impl Fs {
     /// fsync of a directory: its times waiting in memory are written first.
     pub fn fsyncdir(&self, ino: u64) -> FsResult<()> {
         if self.pending.dir_time_waits(ino) {
-            self.batch(|| self.docs.update(ino, |_| Ok(())).map(|_| ()))?;
+            self.batch(|fs| fs.docs.update(ino, |_| Ok(())).map(|_| ()))?;
         }
         self.store.sync()?;
         Ok(())

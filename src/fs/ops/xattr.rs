@@ -64,7 +64,7 @@ impl Fs {
             // Sizes and times of closed files first, so the index agrees
             // with stat (lazy close leaves them in memory for a moment).
             if self.pending.lazy() {
-                self.write_back.write_back()?;
+                self.write_back.write_back(self)?;
             }
             let reply = h.describe(self.files.dirty());
             // The search reads the store from its own process, which sees

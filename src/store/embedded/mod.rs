@@ -14,10 +14,11 @@
 //! Every read sees all acknowledged writes (the store is realtime; `refresh`
 //! is a no-op).
 //!
-//! Batches ([`MetaStore::begin_batch`]): the writes of one filesystem call
-//! share one SQLite transaction, committed when the call ends (a commit
-//! writes every page it dirtied to the WAL, so several commits per call were
-//! most of the cost of a create). Writes outside a batch commit at once.
+//! Batches ([`MetaStore::begin_batch`], a handle whose writes are one
+//! batch): the writes of one filesystem call share one SQLite transaction,
+//! committed when the call ends (a commit writes every page it dirtied to
+//! the WAL, so several commits per call were most of the cost of a create).
+//! Writes through any other handle commit at once.
 //! Concurrent batches share the open transaction; whichever ends first
 //! commits the others' writes so far too, which is what committing each
 //! write at once did before.
@@ -41,7 +42,6 @@ mod setup;
 mod tables;
 mod write;
 
-use std::cell::RefCell;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,6 +92,9 @@ const GENERATION_KEY: i64 = 1;
 pub struct EmbeddedStore {
     core: Arc<Core>,
     committer: Mutex<Option<(std::thread::JoinHandle<()>, Arc<Stop>)>>,
+    /// A batch's handle ([`MetaStore::begin_batch`]): its writes wait for
+    /// `end_batch`; the store's aborts when it began.
+    batch: Option<u64>,
 }
 
 /// Tells the committer thread to stop.
@@ -120,6 +123,16 @@ impl Drop for EmbeddedStore {
 }
 
 impl EmbeddedStore {
+    /// A handle whose writes are one batch (see [`MetaStore::begin_batch`]);
+    /// None on a batch's handle (batches do not nest).
+    pub fn batch_handle(&self) -> Option<EmbeddedStore> {
+        self.batch.is_none().then(|| EmbeddedStore {
+            core: self.core.clone(),
+            committer: Mutex::new(None),
+            batch: Some(self.aborts.load(Ordering::Acquire)),
+        })
+    }
+
     /// Whether `dir` holds a store (its database file), without creating
     /// anything.
     pub fn exists(dir: &Path) -> bool {
@@ -131,6 +144,7 @@ impl EmbeddedStore {
         Ok(EmbeddedStore {
             core: Arc::new(Core::open(dir)?),
             committer: Mutex::new(None),
+            batch: None,
         })
     }
 
@@ -140,6 +154,7 @@ impl EmbeddedStore {
     /// (see [`redo`]). Other processes then read state up to a second old.
     pub fn defer_commits(&self) -> StoreResult<()> {
         self.core.start_redo()?;
+        self.core.claimed.store(true, Ordering::Release);
         let (core, stop) = (self.core.clone(), Arc::new(Stop::default()));
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
@@ -163,8 +178,8 @@ pub struct Core {
     // final checkpoint.
     readers: Readers,
     writer: Mutex<Writer>,
-    /// Tells this store's batches apart in the thread-local registry.
-    id: u64,
+    /// Claimed by a mount ([`EmbeddedStore::defer_commits`], under its lock).
+    claimed: AtomicBool,
     /// The writer connection holds an open transaction (uncommitted writes).
     open_tx: AtomicBool,
     /// Times SQLite threw away the open transaction (a failed commit, or an
@@ -175,12 +190,6 @@ pub struct Core {
     /// redone from the log, so writes are refused (the next open replays).
     poisoned: AtomicBool,
 }
-
-thread_local! {
-    /// This thread's open batches: (store id, depth, store's aborts at begin).
-    static BATCHES: RefCell<Vec<(u64, u32, u64)>> = const { RefCell::new(Vec::new()) };
-}
-static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Core {
     fn open(dir: &Path) -> StoreResult<Core> {
@@ -236,7 +245,7 @@ impl Core {
                 freed: Condvar::new(),
             },
             path,
-            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            claimed: AtomicBool::new(false),
             aborts: AtomicU64::new(0),
             open_tx: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
@@ -245,14 +254,11 @@ impl Core {
         Ok(store)
     }
 
-    fn in_batch(&self) -> bool {
-        BATCHES.with(|b| b.borrow().iter().any(|m| m.0 == self.id))
-    }
-
     /// Runs one write request inside the open transaction (starting one);
-    /// commits at once unless this thread is in a batch.
+    /// acknowledges at once unless `batched` (a batch's handle wrote it).
     fn write<T>(
         &self,
+        batched: bool,
         f: impl FnOnce(&mut Connection, &mut SeqState) -> rusqlite::Result<T>,
     ) -> StoreResult<T> {
         let mut w = self.writer.lock();
@@ -285,7 +291,7 @@ impl Core {
             self.lost(&mut w);
         }
         let r = r.map_err(sql_err)?;
-        if !self.in_batch() {
+        if !batched {
             self.acknowledge(&mut w)?;
         }
         Ok(r)
@@ -378,9 +384,9 @@ impl Core {
         Ok(n)
     }
 
-    /// Runs `f` on a connection that sees every acknowledged write and this
-    /// thread's own batch: the writer's if free (or if this thread is in a
-    /// batch), else a pooled reader. With `snapshot`, all of `f` reads one
+    /// Runs `f` on a connection that sees every acknowledged write and every
+    /// batch's so far: the writer's if free (or holding uncommitted writes),
+    /// else a pooled reader. With `snapshot`, all of `f` reads one
     /// consistent state.
     fn read<T>(
         &self,
@@ -390,7 +396,7 @@ impl Core {
         // A pooled reader sees only committed data: fine when the writer is
         // merely busy with a statement, not when it holds uncommitted writes
         // (a batch in progress), which every read must see.
-        let w = if self.in_batch() || self.open_tx.load(Ordering::Acquire) {
+        let w = if self.open_tx.load(Ordering::Acquire) {
             Some(self.writer.lock())
         } else {
             self.writer.try_lock()
@@ -416,9 +422,9 @@ impl Core {
         t
     }
 
-    fn write_one(&self, idx: Idx, id: &str, op: Write<'_>) -> StoreResult<Version> {
+    fn write_one(&self, batched: bool, idx: Idx, id: &str, op: Write<'_>) -> StoreResult<Version> {
         let t = self.table(idx);
-        self.write(|conn, seq| {
+        self.write(batched, |conn, seq| {
             seq.reserve(conn, 1)?;
             apply(conn, seq, t, id, op)
         })?
@@ -606,7 +612,7 @@ impl MetaStore for EmbeddedStore {
     fn capabilities(&self) -> crate::store::Capabilities {
         crate::store::Capabilities {
             // Claimed by a mount (`defer_commits`, under its lock).
-            single_writer: self.committer.lock().is_some(),
+            single_writer: self.claimed.load(Ordering::Acquire),
             atomic_bulk: true,
             rebase_paths: true,
             batches: true,
@@ -639,7 +645,8 @@ impl MetaStore for EmbeddedStore {
     }
 
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
-        self.write_one(index, id, Write::Create(source))
+        self.core
+            .write_one(self.batch.is_some(), index, id, Write::Create(source))
     }
 
     fn put(
@@ -649,11 +656,19 @@ impl MetaStore for EmbeddedStore {
         source: &Value,
         if_version: Option<Version>,
     ) -> StoreResult<Version> {
-        self.write_one(index, id, Write::Put(source, if_version))
+        self.core.write_one(
+            self.batch.is_some(),
+            index,
+            id,
+            Write::Put(source, if_version),
+        )
     }
 
     fn delete(&self, index: Idx, id: &str, if_version: Option<Version>) -> StoreResult<bool> {
-        match self.write_one(index, id, Write::Delete(if_version)) {
+        match self
+            .core
+            .write_one(self.batch.is_some(), index, id, Write::Delete(if_version))
+        {
             Ok(_) => Ok(true),
             Err(StoreError::NotFound(_)) => Ok(false),
             Err(e) => Err(e),
@@ -664,7 +679,7 @@ impl MetaStore for EmbeddedStore {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        self.write(|conn, seq| {
+        self.core.write(self.batch.is_some(), |conn, seq| {
             bulk_tx(conn, seq, &self.tables, &ops, None).inspect_err(|_| {
                 // The reservation may have been rolled back: re-reserve next time.
                 seq.reserved = seq.next;
@@ -674,7 +689,7 @@ impl MetaStore for EmbeddedStore {
 
     fn bulk_atomic(&self, ops: Vec<BulkOp>) -> StoreResult<Option<Vec<BulkItemResult>>> {
         let mut refused = None;
-        let r = self.write(|conn, seq| {
+        let r = self.core.write(self.batch.is_some(), |conn, seq| {
             bulk_tx(conn, seq, &self.tables, &ops, Some(&mut refused)).inspect_err(|_| {
                 // The reservation may have been rolled back: re-reserve next time.
                 seq.reserved = seq.next;
@@ -770,37 +785,23 @@ impl MetaStore for EmbeddedStore {
         if old.contains('\0') || new.contains('\0') {
             return Ok(None);
         }
-        self.write(|conn, seq| {
-            rebase_tx(conn, seq, index, old, new).inspect_err(|_| {
-                // The reservation may have been rolled back: re-reserve next time.
-                seq.reserved = seq.next;
+        self.core
+            .write(self.batch.is_some(), |conn, seq| {
+                rebase_tx(conn, seq, index, old, new).inspect_err(|_| {
+                    // The reservation may have been rolled back: re-reserve next time.
+                    seq.reserved = seq.next;
+                })
             })
-        })
-        .map(Some)
+            .map(Some)
     }
 
-    fn begin_batch(&self) {
-        let aborts = self.aborts.load(Ordering::Acquire);
-        BATCHES.with(|b| {
-            let mut b = b.borrow_mut();
-            match b.iter_mut().find(|m| m.0 == self.id) {
-                Some(m) => m.1 += 1,
-                None => b.push((self.id, 1, aborts)),
-            }
-        });
+    fn begin_batch(&self) -> Option<Arc<dyn MetaStore>> {
+        self.batch_handle()
+            .map(|b| Arc::new(b) as Arc<dyn MetaStore>)
     }
 
     fn end_batch(&self) -> StoreResult<()> {
-        let outer = BATCHES.with(|b| {
-            let mut b = b.borrow_mut();
-            let pos = b.iter().position(|m| m.0 == self.id)?;
-            b[pos].1 -= 1;
-            if b[pos].1 > 0 {
-                return None;
-            }
-            Some(b.swap_remove(pos).2)
-        });
-        let Some(aborts_at_begin) = outer else {
+        let Some(aborts_at_begin) = self.batch else {
             return Ok(());
         };
         self.acknowledge(&mut self.writer.lock())?;

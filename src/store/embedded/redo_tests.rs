@@ -185,13 +185,10 @@ fn deferred_commits_lose_nothing_acknowledged_across_crashes() {
             .unwrap();
         for i in 0..150 {
             // Some requests in batches, as filesystem calls make them.
-            let batch = r.below(3) == 0;
-            if batch {
-                s.begin_batch();
-            }
-            both(&s, &plain, &mut r, &mut max_seq);
-            if batch {
-                s.end_batch().unwrap();
+            let batch = (r.below(3) == 0).then(|| s.batch_handle().unwrap());
+            both(batch.as_ref().unwrap_or(&s), &plain, &mut r, &mut max_seq);
+            if let Some(b) = batch {
+                b.end_batch().unwrap();
             }
             if round % 4 == 1 && i == 70 {
                 // A commit in the middle: replay starts after it.

@@ -517,18 +517,18 @@ fn deleted_texts_are_purged_at_commit_and_never_reach_a_reused_row() {
     let rid_of = |s: &EmbeddedStore, id: &str| {
         count(s, &format!("SELECT rid FROM entries WHERE id = '{id}'"))
     };
-    s.begin_batch();
+    let b = s.batch_handle().unwrap();
     for (id, t) in [
         ("a", "alpha one"),
         ("d", "dropped two"),
         ("b", "bravo three"),
     ] {
-        s.create(Idx::Entries, id, &doc(&format!("/{id}"), "/", Some(t), &[]))
+        b.create(Idx::Entries, id, &doc(&format!("/{id}"), "/", Some(t), &[]))
             .unwrap();
     }
     let rid_d = rid_of(&s, "d");
-    s.delete(Idx::Entries, "d", None).unwrap();
-    s.delete(Idx::Entries, "b", None).unwrap();
+    b.delete(Idx::Entries, "d", None).unwrap();
+    b.delete(Idx::Entries, "b", None).unwrap();
     // Queued, not yet purged: the index still has the rows, searches
     // do not return them.
     assert_eq!(queued(&s), 2);
@@ -537,7 +537,7 @@ fn deleted_texts_are_purged_at_commit_and_never_reach_a_reused_row() {
     assert!(ids(&s, text("bravo")).is_empty());
     // A new row takes the lowest free rid above the highest live one,
     // d's: d's old index row goes before the new text is indexed.
-    s.create(
+    b.create(
         Idx::Entries,
         "c",
         &doc("/c", "/", Some("charlie four"), &[]),
@@ -547,7 +547,7 @@ fn deleted_texts_are_purged_at_commit_and_never_reach_a_reused_row() {
     assert_eq!((queued(&s), indexed(&s, "dropped")), (1, 0));
     assert!(ids(&s, text("dropped")).is_empty());
     assert_eq!(ids(&s, text("charlie")), ["c"]);
-    s.end_batch().unwrap();
+    b.end_batch().unwrap();
     // The commit purged the rest.
     assert_eq!((queued(&s), indexed(&s, "bravo")), (0, 0));
     assert_eq!(ids(&s, text("alpha")), ["a"]);
