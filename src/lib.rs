@@ -10,7 +10,8 @@
 //! - [`model`]: what inodes and names look like as documents;
 //! - [`store`]: the engine trait, its capabilities and its backends;
 //! - [`data`]: file contents keyed by a stable id;
-//! - `error`: the one mapping from failures to errnos;
+//! - `error`: the one mapping from failures to errnos; `causes`: a failure
+//!   and its causes on one line;
 //! - `daemon`, `private`: process and file-permission plumbing.
 //!
 //! Public are the modules the binary (`cmd`) and the integration tests
@@ -27,6 +28,7 @@ pub mod locks;
 pub mod model;
 pub mod store;
 
+mod causes;
 mod daemon;
 mod error;
 mod fsck;

@@ -691,7 +691,7 @@ impl Inner {
     }
 
     fn error(&self, op: &str, what: &str, e: object_store::Error) -> BlockError {
-        let cause = error_chain(&e);
+        let cause = crate::causes::error_chain(&e);
         match e {
             object_store::Error::NotFound { .. } => {
                 BlockError::Missing(format!("{op} {what}: not found in {}", self.shown))
@@ -727,22 +727,6 @@ fn transient(e: &object_store::Error) -> bool {
     }
     let m = e.to_string();
     m.contains("status code: 5") || m.contains("status code: 429")
-}
-
-/// An error with its causes, each once ("...: error sending request: ...:
-/// Connection refused").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !msg.contains(&s) {
-            msg.push_str(": ");
-            msg.push_str(&s);
-        }
-        cur = c.source();
-    }
-    msg
 }
 
 /// A file key names one directory level of object names.

@@ -70,21 +70,6 @@ pub(super) fn error_of(status: u16, body: &Value, id: &str) -> StoreError {
     }
 }
 
-/// An error with its causes ("error sending request: ...: Connection refused").
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !msg.contains(&s) {
-            msg.push_str(": ");
-            msg.push_str(&s);
-        }
-        cur = c.source();
-    }
-    msg
-}
-
 impl EsStore {
     /// A message with every URL as given (credentials and all) replaced by
     /// its redacted form.
@@ -125,7 +110,7 @@ impl EsStore {
                 let m = self
                     .who
                     .hint(&e)
-                    .unwrap_or_else(|| self.scrub(error_chain(&e)));
+                    .unwrap_or_else(|| self.scrub(crate::causes::error_chain(&e)));
                 if let Some(node) = self.pool.failed_here() {
                     log::warn!(
                         "Elasticsearch node {} failed ({m}): trying the others",
