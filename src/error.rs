@@ -131,3 +131,20 @@ impl From<serde_json::Error> for FsError {
         FsError::Io(format!("corrupt document: {e}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_store_failures_have_errnos() {
+        use crate::data::blocks::BlockError;
+        let errno = |e: BlockError| FsError::from(e).errno();
+        assert_eq!(errno(BlockError::Unavailable("x".into())), libc::ETIMEDOUT);
+        assert_eq!(errno(BlockError::Missing("x".into())), libc::EIO);
+        assert_eq!(errno(BlockError::Corrupt("x".into())), libc::EIO);
+        // Through a data store's io::Error, as the filesystem sees them.
+        let io: std::io::Error = BlockError::Unavailable("down".into()).into();
+        assert_eq!(FsError::from(io).errno(), libc::ETIMEDOUT);
+    }
+}

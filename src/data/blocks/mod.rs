@@ -43,7 +43,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-/// A block store failure; `crate::error` maps each to its errno.
+/// A block store failure; `crate::error` maps each to its errno (the
+/// io::Error a data store returns keeps the kind that decides it).
 #[derive(Debug, thiserror::Error)]
 pub enum BlockError {
     /// Unreachable, or failing with 5xx/throttling, for the whole retry
@@ -69,14 +70,6 @@ pub enum BlockError {
 }
 
 pub type BlockResult<T> = Result<T, BlockError>;
-
-impl BlockError {
-    /// The errno a filesystem operation fails with (mapped in
-    /// `crate::error`, the one place for that).
-    pub fn errno(self) -> i32 {
-        crate::error::FsError::from(self).errno()
-    }
-}
 
 impl From<BlockError> for std::io::Error {
     fn from(e: BlockError) -> Self {
@@ -781,19 +774,9 @@ mod tests {
     }
 
     #[test]
-    fn errors_have_errnos() {
-        use crate::error::FsError;
-        assert_eq!(
-            FsError::from(BlockError::Unavailable("x".into())).errno(),
-            libc::ETIMEDOUT
-        );
-        assert_eq!(
-            FsError::from(BlockError::Missing("x".into())).errno(),
-            libc::EIO
-        );
+    fn errors_keep_their_kind_and_keys_are_one_level() {
         let io: std::io::Error = BlockError::Unavailable("down".into()).into();
         assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
-        assert_eq!(FsError::from(io).errno(), libc::ETIMEDOUT);
         assert!(check_key("123").is_ok() && check_key("a/b").is_err() && check_key("").is_err());
     }
 }
