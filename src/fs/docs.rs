@@ -20,6 +20,9 @@ use std::sync::Arc;
 /// Optimistic updates retry this often before reporting EAGAIN.
 pub(super) const MAX_RETRIES: usize = 200;
 
+/// A directory inode written, with the deferred time the write took along.
+type DirWrite = (u64, Option<i64>);
+
 /// An entry read, with its version; None: the name is free.
 pub(super) type Found = Option<(Entry, Version)>;
 
@@ -87,7 +90,7 @@ pub(super) struct Docs {
     /// A batch's documents (see `Fs::batch`): the directories written in
     /// it, with the deferred time each write took along, settled once the
     /// batch is acknowledged. None: every write is acknowledged on return.
-    written: Option<Mutex<Vec<(u64, Option<i64>)>>>,
+    written: Option<Mutex<Vec<DirWrite>>>,
 }
 
 impl Docs {

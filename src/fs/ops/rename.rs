@@ -27,14 +27,18 @@ struct Prepared {
 
 /// Two plans of one move, whatever the entries' attribute copies say.
 fn same_plan(a: &MoveIntent, b: &MoveIntent) -> bool {
-    fn key(m: &MoveIntent) -> impl PartialEq + '_ {
-        let e = &m.entry;
+    let plan = |m: &MoveIntent| {
         (
-            (m.src_parent, &m.src_name, &m.old_path, m.replaced),
-            (e.ino, e.kind, e.parent, &e.name, &e.path, &e.dir, e.cookie),
+            m.src_parent,
+            m.src_name.clone(),
+            m.old_path.clone(),
+            m.replaced,
         )
-    }
-    key(a) == key(b)
+    };
+    let (x, y) = (&a.entry, &b.entry);
+    plan(a) == plan(b)
+        && (x.ino, x.kind, x.parent, &x.name, &x.path, &x.dir, x.cookie)
+            == (y.ino, y.kind, y.parent, &y.name, &y.path, &y.dir, y.cookie)
 }
 
 impl Fs {
