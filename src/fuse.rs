@@ -834,5 +834,6 @@ fn placeholder() -> Inode {
         links: vec![],
         orphan: false,
         stored: None,
+        map: None,
     }
 }

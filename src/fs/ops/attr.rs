@@ -105,6 +105,13 @@ impl Fs {
                 self.data.truncate(key, size)?;
             }
         }
+        // A truncate of contents in object storage is a map change,
+        // committed with the size below (see `DataStore::stage`).
+        let change = match (set.size, self.files.content_key(ino)?) {
+            (Some(_), Some(key)) => self.data.stage(&key)?.map(|c| (key, c)),
+            _ => None,
+        };
+        let mut landed = None;
         // A pending atime goes in with this write, unless this sets atime.
         let pending = self.pending.take_atime(ino);
         let inode = self.docs.update(ino, |i| {
@@ -116,6 +123,9 @@ impl Fs {
             }
             if let Some(g) = set.gid {
                 i.gid = g;
+            }
+            if let Some((_, c)) = &change {
+                landed = Some(c.apply(&mut i.map));
             }
             if let Some(s) = set.size {
                 i.size = s;
@@ -138,6 +148,9 @@ impl Fs {
             i.ctime_ns = set.ctime.unwrap_or(now);
             Ok(())
         })?;
+        if let (Some((key, c)), Some((old, new))) = (&change, &landed) {
+            self.data.committed(key, c, old, new);
+        }
         self.files.refresh(&inode);
         if let (true, Some(key), true) = (
             self.pending.lazy(),
