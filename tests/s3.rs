@@ -137,6 +137,101 @@ fn two_mounts_of_one_index_on_one_bucket_share_contents() {
     assert_eq!(fs::read(a.p("big")).unwrap(), new);
 }
 
+/// The block map is committed in the inode document with the length, in
+/// one write: while one mount writes a big file (its first 64 MiB already
+/// uploaded in the background, the file still open), a reader on another
+/// mount reads the version committed before, whole; after the close, the
+/// new one. (With the map in a document of its own, the background
+/// write-out committed it while the inode kept the old length: the reader
+/// got the new bytes at the old length.)
+#[test]
+fn a_reader_on_another_mount_reads_one_committed_length_and_map() {
+    let _ = s3_endpoint();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = es_backend_args();
+    args.extend(s3_data_args(&tmp.path().join("cache-a")));
+    let args_b = with_cache(&args, &tmp.path().join("cache-b"));
+    let a = Mount::with_backend(&strs(&args));
+    let b = Mount::with_backend(&strs(&args_b));
+    let old = pattern(5 * MIB + 3, 20);
+    fs::write(a.p("f"), &old).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(a.p("f")).unwrap();
+    let new = pattern(70 * MIB, 21);
+    uploaded_while_open(&args, &f, &new);
+    let got = fs::read(b.p("f")).unwrap();
+    assert!(
+        got == old,
+        "not the committed version: {} bytes, {}",
+        got.len(),
+        if got[..] == new[..got.len()] { "the new bytes" } else { "other bytes" }
+    );
+    drop(f);
+    read_until(&b.p("f"), &new, &[&old]);
+}
+
+/// Write `data` at 0 through `f` (kept open), hand every page to the mount
+/// (sync_file_range: no flush, fsync or setattr, which would commit), and
+/// wait until its first 64 MiB are uploaded (a write-out starts past 64 MiB
+/// unwritten bytes), and then some: the time a commit right after the
+/// upload would take.
+fn uploaded_while_open(args: &[String], f: &fs::File, data: &[u8]) {
+    use std::os::fd::AsRawFd;
+    let store = blocks_of(args);
+    let before = store.list().unwrap().len();
+    for (i, piece) in data.chunks(MIB).enumerate() {
+        f.write_all_at(piece, (i * MIB) as u64).unwrap();
+    }
+    let all = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain syscall on a descriptor we hold.
+    assert_eq!(unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, all) }, 0);
+    let want = before + 16;
+    let t = Instant::now();
+    while store.list().unwrap().len() < want {
+        assert!(t.elapsed() < Duration::from_secs(60), "no upload seen");
+        sleep(Duration::from_millis(100));
+    }
+    sleep(Duration::from_secs(2));
+}
+
+/// kill -9 after the blocks of a write were uploaded and before any close
+/// committed them: the file reads its previous committed version, whole,
+/// and the uploads are orphans fsck reports and deletes. (With the map
+/// committed apart from the size, the write-outs of a big write committed
+/// their map: the old length read the new bytes.)
+#[test]
+fn kill9_between_upload_and_commit_reads_the_previous_version() {
+    let _ = s3_endpoint();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = es_backend_args();
+    args.extend(s3_data_args(&tmp.path().join("cache")));
+    let mut m = Mount::with_backend(&strs(&args));
+    let old = pattern(5 * MIB + 3, 30);
+    fs::write(m.p("f"), &old).unwrap();
+    let store = blocks_of(&args);
+    let committed = store.list().unwrap().len();
+    let f = fs::OpenOptions::new().write(true).open(m.p("f")).unwrap();
+    uploaded_while_open(&args, &f, &pattern(70 * MIB, 31));
+    // Killed with the file open here (a close would commit).
+    m.kill9();
+    drop(f);
+    m.start_again();
+    assert_eq!(fs::read(m.p("f")).unwrap(), old, "not the committed version");
+    m.unmount();
+    let (code, out) = fsck(&args, false, Some("0"));
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("orphan block(s)"), "{out}");
+    assert!(!out.contains("missing"), "{out}");
+    let (code, out) = fsck(&args, true, Some("0"));
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(store.list().unwrap().len(), committed, "only the committed blocks are left");
+    let (code, out) = fsck(&args, false, Some("0"));
+    assert_eq!(code, 0, "{out}");
+    m.start_again();
+    assert_eq!(fs::read(m.p("f")).unwrap(), old);
+}
+
 #[test]
 fn kill9_mid_write_loses_only_uncommitted_bytes() {
     let tmp = tempfile::tempdir().unwrap();
