@@ -237,6 +237,67 @@ fn a_big_files_map_comes_with_its_inode() {
     eprintln!("reading it on the other mount: {} requests", reqs.len());
 }
 
+/// A filesystem from an esfs that kept each block map in a `<key>:map`
+/// document of the chunks index: its files read through those, fsck counts
+/// their blocks, and the next commit of a file moves its map into the
+/// inode and deletes the document.
+#[test]
+fn legacy_map_documents_are_read_then_moved_into_the_inode() {
+    use serde_json::{Value, json};
+    use std::os::unix::fs::MetadataExt;
+    let _ = s3_endpoint();
+    let server = es_test_server::EsTestServer::start("127.0.0.1:0").unwrap();
+    let url = server.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let index = format!("s3lg{}", std::process::id());
+    let mut args = vec!["--es".to_string(), url.clone(), "--index".into(), index.clone()];
+    args.extend(s3_data_args(&tmp.path().join("cache")));
+    let mut m = Mount::with_backend(&strs(&args));
+    let v1 = pattern(9 * MIB + 7, 50);
+    fs::write(m.p("f"), &v1).unwrap();
+    let ino = fs::metadata(m.p("f")).unwrap().ino();
+    m.unmount();
+    // Made the older layout: the map out of the inode, into its document.
+    let inode_url = format!("{url}/{index}-inodes/_doc/{ino}");
+    let legacy_url = format!("{url}/{index}-chunks/_doc/{ino}:map");
+    let inode = || -> Value {
+        let mut doc: Value = ureq::get(&inode_url)
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap();
+        doc["_source"].take()
+    };
+    let mut source = inode();
+    let map = source.as_object_mut().unwrap().remove("map").unwrap();
+    assert!(map.as_array().is_some_and(|m| m.len() == 3), "{map}");
+    ureq::put(&inode_url).send_json(&source).unwrap();
+    ureq::put(&legacy_url)
+        .send_json(json!({"file": ino.to_string(), "n": -1, "map": map}))
+        .unwrap();
+    let (code, out) = fsck(&args, false, Some("0"));
+    assert_eq!(code, 0, "{out}");
+    m.start_again();
+    assert_eq!(fs::read(m.p("f")).unwrap(), v1);
+    let patch = pattern(MIB, 51);
+    let f = fs::OpenOptions::new().write(true).open(m.p("f")).unwrap();
+    f.write_all_at(&patch, 3 * MIB as u64).unwrap();
+    drop(f);
+    let mut v2 = v1.clone();
+    v2[3 * MIB..4 * MIB].copy_from_slice(&patch);
+    assert_eq!(fs::read(m.p("f")).unwrap(), v2);
+    m.unmount();
+    assert!(inode()["map"].as_array().is_some_and(|m| m.len() >= 3));
+    assert!(ureq::get(&legacy_url).call().is_err(), "the legacy document is gone");
+    let (code, out) = fsck(&args, true, Some("0"));
+    assert!(code <= 1 && !out.contains("missing"), "{out}");
+    let (code, out) = fsck(&args, false, Some("0"));
+    assert_eq!(code, 0, "{out}");
+    m.start_again();
+    assert_eq!(fs::read(m.p("f")).unwrap(), v2);
+}
+
 /// kill -9 after the blocks of a write were uploaded and before any close
 /// committed them: the file reads its previous committed version, whole,
 /// and the uploads are orphans fsck reports and deletes. (With the map
