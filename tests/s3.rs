@@ -250,7 +250,12 @@ fn legacy_map_documents_are_read_then_moved_into_the_inode() {
     let url = server.url();
     let tmp = tempfile::tempdir().unwrap();
     let index = format!("s3lg{}", std::process::id());
-    let mut args = vec!["--es".to_string(), url.clone(), "--index".into(), index.clone()];
+    let mut args = vec![
+        "--es".to_string(),
+        url.clone(),
+        "--index".into(),
+        index.clone(),
+    ];
     args.extend(s3_data_args(&tmp.path().join("cache")));
     let mut m = Mount::with_backend(&strs(&args));
     let v1 = pattern(9 * MIB + 7, 50);
@@ -289,7 +294,10 @@ fn legacy_map_documents_are_read_then_moved_into_the_inode() {
     assert_eq!(fs::read(m.p("f")).unwrap(), v2);
     m.unmount();
     assert!(inode()["map"].as_array().is_some_and(|m| m.len() >= 3));
-    assert!(ureq::get(&legacy_url).call().is_err(), "the legacy document is gone");
+    assert!(
+        ureq::get(&legacy_url).call().is_err(),
+        "the legacy document is gone"
+    );
     let (code, out) = fsck(&args, true, Some("0"));
     assert!(code <= 1 && !out.contains("missing"), "{out}");
     let (code, out) = fsck(&args, false, Some("0"));

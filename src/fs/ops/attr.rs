@@ -94,6 +94,7 @@ impl Fs {
         // Persist pending writes first so they cannot overwrite what we set.
         self.files.persist(ino)?;
         let now = now_ns();
+        let mut change = None;
         if let Some(size) = set.size {
             let (inode, _) = self.docs.inode(ino)?;
             match inode.kind {
@@ -101,16 +102,13 @@ impl Fs {
                 Kind::Dir => return Err(FsError::IsDir),
                 _ => return Err(FsError::Invalid),
             }
-            if let Some(key) = &inode.content {
-                self.data.truncate(key, size)?;
+            if let Some(key) = inode.content {
+                self.data.truncate(&key, size)?;
+                // Contents in object storage: the cut is a map change,
+                // committed with the size below (see `DataStore::stage`).
+                change = self.data.stage(&key)?.map(|c| (key, c));
             }
         }
-        // A truncate of contents in object storage is a map change,
-        // committed with the size below (see `DataStore::stage`).
-        let change = match (set.size, self.files.content_key(ino)?) {
-            (Some(_), Some(key)) => self.data.stage(&key)?.map(|c| (key, c)),
-            _ => None,
-        };
         let mut landed = None;
         // A pending atime goes in with this write, unless this sets atime.
         let pending = self.pending.take_atime(ino);
