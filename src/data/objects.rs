@@ -48,7 +48,7 @@ use std::time::Duration;
 
 /// Files up to this size stay inline in the metadata store. 64 KiB: below
 /// it, one block's PUT and GET (two object-store round trips, each a few ms
-/// even on a LAN, plus a map document) cost more than carrying the bytes in
+/// even on a LAN, plus an extent in the map) cost more than carrying the bytes in
 /// a document read with the inode; above it, base64 in a search engine's
 /// documents (a third bigger, replicated, merged) stops being cheap.
 pub(crate) const INLINE_MAX: u64 = 64 << 10;
