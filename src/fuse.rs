@@ -832,5 +832,6 @@ fn placeholder() -> Inode {
         links: vec![],
         orphan: false,
         stored: None,
+        map: None,
     }
 }

@@ -202,6 +202,16 @@ pub struct Inode {
     /// written back. Absent in documents from before: the size stands in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored: Option<u64>,
+    /// The block map of contents in object storage (`--data s3://`):
+    /// committed here, with the size, in one versioned write of this
+    /// document, so a reader gets a length and a map of one version (see
+    /// `crate::data::objects`). Not indexed (the mappings are
+    /// `dynamic: false` and declare no `map`); about 55 bytes per 4 MiB
+    /// block. None: the file never had blocks (inline, or no S3 store),
+    /// or an older esfs keeps its map in a `<key>:map` document; Some of
+    /// an empty map: it had blocks and was cut to nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map: Option<crate::data::blocks::BlockMap>,
 }
 
 impl Inode {

@@ -137,6 +137,222 @@ fn two_mounts_of_one_index_on_one_bucket_share_contents() {
     assert_eq!(fs::read(a.p("big")).unwrap(), new);
 }
 
+/// The block map is committed in the inode document with the length, in
+/// one write: while one mount writes a big file (its first 64 MiB already
+/// uploaded in the background, the file still open), a reader on another
+/// mount reads the version committed before, whole; after the close, the
+/// new one. (With the map in a document of its own, the background
+/// write-out committed it while the inode kept the old length: the reader
+/// got the new bytes at the old length.)
+#[test]
+fn a_reader_on_another_mount_reads_one_committed_length_and_map() {
+    let _ = s3_endpoint();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = es_backend_args();
+    args.extend(s3_data_args(&tmp.path().join("cache-a")));
+    let args_b = with_cache(&args, &tmp.path().join("cache-b"));
+    let a = Mount::with_backend(&strs(&args));
+    let b = Mount::with_backend(&strs(&args_b));
+    let old = pattern(5 * MIB + 3, 20);
+    fs::write(a.p("f"), &old).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(a.p("f")).unwrap();
+    let new = pattern(70 * MIB, 21);
+    uploaded_while_open(&args, &f, &new);
+    let got = fs::read(b.p("f")).unwrap();
+    assert!(
+        got == old || got == new,
+        "not one committed version: {} bytes, {}",
+        got.len(),
+        if got[..] == new[..got.len()] {
+            "the new bytes"
+        } else {
+            "other bytes"
+        }
+    );
+    if got == new {
+        eprintln!("{}", SYNCED);
+    }
+    drop(f);
+    read_until(&b.p("f"), &new, &[&old]);
+}
+
+/// What a test of an uploaded, uncommitted write says when a commit came
+/// first after all: a sync(2) anywhere on the machine makes the kernel
+/// write the file's times (its writeback cache keeps them), and that
+/// setattr commits what was uploaded with the size: the new version, whole.
+const SYNCED: &str = "the kernel's setattr (a sync elsewhere) committed the new version first";
+
+/// Write `data` at 0 through `f` (kept open), hand every page to the mount
+/// (sync_file_range: no flush, fsync or setattr, which would commit), and
+/// wait until its first 64 MiB are uploaded (a write-out starts past 64 MiB
+/// unwritten bytes), and then some: the time a commit right after the
+/// upload would take.
+fn uploaded_while_open(args: &[String], f: &fs::File, data: &[u8]) {
+    use std::os::fd::AsRawFd;
+    let store = blocks_of(args);
+    let before = store.list().unwrap().len();
+    for (i, piece) in data.chunks(MIB).enumerate() {
+        f.write_all_at(piece, (i * MIB) as u64).unwrap();
+    }
+    let all = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain syscall on a descriptor we hold.
+    assert_eq!(
+        unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, all) },
+        0
+    );
+    let want = before + 16;
+    let t = Instant::now();
+    while store.list().unwrap().len() < want {
+        assert!(t.elapsed() < Duration::from_secs(60), "no upload seen");
+        sleep(Duration::from_millis(100));
+    }
+    sleep(Duration::from_secs(2));
+}
+
+/// A big file's block map comes in its inode document: another mount's
+/// lookup, open and read of it send no request to the `chunks` index
+/// (where the map was a document of its own, read at the first read).
+#[test]
+fn a_big_files_map_comes_with_its_inode() {
+    let _ = s3_endpoint();
+    let server = es_test_server::EsTestServer::start("127.0.0.1:0").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let index = format!("s3rq{}", std::process::id());
+    let mut args = vec!["--es".to_string(), server.url(), "--index".into(), index];
+    args.extend(s3_data_args(&tmp.path().join("cache-a")));
+    let a = Mount::with_backend(&strs(&args));
+    let big = pattern(9 * MIB + 1, 40);
+    fs::write(a.p("big"), &big).unwrap();
+    let b = Mount::with_backend(&strs(&with_cache(&args, &tmp.path().join("cache-b"))));
+    server.set_journaling(true);
+    assert_eq!(fs::read(b.p("big")).unwrap(), big);
+    let reqs = server.take_journal();
+    let chunks: Vec<_> = reqs.iter().filter(|r| r.path.contains("-chunks")).collect();
+    assert!(
+        chunks.is_empty(),
+        "requests to the chunks index: {chunks:?}"
+    );
+    eprintln!("reading it on the other mount: {} requests", reqs.len());
+}
+
+/// A filesystem from an esfs that kept each block map in a `<key>:map`
+/// document of the chunks index: its files read through those, fsck counts
+/// their blocks, and the next commit of a file moves its map into the
+/// inode and deletes the document.
+#[test]
+fn legacy_map_documents_are_read_then_moved_into_the_inode() {
+    use serde_json::{Value, json};
+    use std::os::unix::fs::MetadataExt;
+    let _ = s3_endpoint();
+    let server = es_test_server::EsTestServer::start("127.0.0.1:0").unwrap();
+    let url = server.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let index = format!("s3lg{}", std::process::id());
+    let mut args = vec![
+        "--es".to_string(),
+        url.clone(),
+        "--index".into(),
+        index.clone(),
+    ];
+    args.extend(s3_data_args(&tmp.path().join("cache")));
+    let mut m = Mount::with_backend(&strs(&args));
+    let v1 = pattern(9 * MIB + 7, 50);
+    fs::write(m.p("f"), &v1).unwrap();
+    let ino = fs::metadata(m.p("f")).unwrap().ino();
+    m.unmount();
+    // Made the older layout: the map out of the inode, into its document.
+    let inode_url = format!("{url}/{index}-inodes/_doc/{ino}");
+    let legacy_url = format!("{url}/{index}-chunks/_doc/{ino}:map");
+    let inode = || -> Value {
+        let mut doc: Value = ureq::get(&inode_url)
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap();
+        doc["_source"].take()
+    };
+    let mut source = inode();
+    let map = source.as_object_mut().unwrap().remove("map").unwrap();
+    assert!(map.as_array().is_some_and(|m| !m.is_empty()), "{map}");
+    ureq::put(&inode_url).send_json(&source).unwrap();
+    ureq::put(&legacy_url)
+        .send_json(json!({"file": ino.to_string(), "n": -1, "map": map}))
+        .unwrap();
+    let (code, out) = fsck(&args, false, Some("0"));
+    assert_eq!(code, 0, "{out}");
+    m.start_again();
+    assert_eq!(fs::read(m.p("f")).unwrap(), v1);
+    let patch = pattern(MIB, 51);
+    let f = fs::OpenOptions::new().write(true).open(m.p("f")).unwrap();
+    f.write_all_at(&patch, 3 * MIB as u64).unwrap();
+    drop(f);
+    let mut v2 = v1.clone();
+    v2[3 * MIB..4 * MIB].copy_from_slice(&patch);
+    assert_eq!(fs::read(m.p("f")).unwrap(), v2);
+    m.unmount();
+    assert!(inode()["map"].as_array().is_some_and(|m| !m.is_empty()));
+    assert!(
+        ureq::get(&legacy_url).call().is_err(),
+        "the legacy document is gone"
+    );
+    let (code, out) = fsck(&args, true, Some("0"));
+    assert!(code <= 1 && !out.contains("missing"), "{out}");
+    let (code, out) = fsck(&args, false, Some("0"));
+    assert_eq!(code, 0, "{out}");
+    m.start_again();
+    assert_eq!(fs::read(m.p("f")).unwrap(), v2);
+}
+
+/// kill -9 after the blocks of a write were uploaded and before any close
+/// committed them: the file reads its previous committed version, whole,
+/// and the uploads are orphans fsck reports and deletes. (With the map
+/// committed apart from the size, the write-outs of a big write committed
+/// their map: the old length read the new bytes.)
+#[test]
+fn kill9_between_upload_and_commit_reads_the_previous_version() {
+    let _ = s3_endpoint();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = es_backend_args();
+    args.extend(s3_data_args(&tmp.path().join("cache")));
+    let mut m = Mount::with_backend(&strs(&args));
+    let old = pattern(5 * MIB + 3, 30);
+    fs::write(m.p("f"), &old).unwrap();
+    let store = blocks_of(&args);
+    let committed = store.list().unwrap().len();
+    let f = fs::OpenOptions::new().write(true).open(m.p("f")).unwrap();
+    let new = pattern(70 * MIB, 31);
+    uploaded_while_open(&args, &f, &new);
+    // Killed with the file open here (a close would commit).
+    m.kill9();
+    drop(f);
+    m.start_again();
+    let got = fs::read(m.p("f")).unwrap();
+    if got == new {
+        eprintln!("{}", SYNCED);
+        return;
+    }
+    assert_eq!(got, old, "not one committed version");
+    m.unmount();
+    let (code, out) = fsck(&args, false, Some("0"));
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("orphan block(s)"), "{out}");
+    assert!(!out.contains("missing"), "{out}");
+    let (code, out) = fsck(&args, true, Some("0"));
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        store.list().unwrap().len(),
+        committed,
+        "only the committed blocks are left"
+    );
+    let (code, out) = fsck(&args, false, Some("0"));
+    assert_eq!(code, 0, "{out}");
+    m.start_again();
+    assert_eq!(fs::read(m.p("f")).unwrap(), old);
+}
+
 #[test]
 fn kill9_mid_write_loses_only_uncommitted_bytes() {
     let tmp = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@
 //! `flushing`, so a write meanwhile builds on them and not on the stored
 //! (older) chunk, which would write the bytes in flight back as zeros.
 
+use super::blocks::BlockMap;
 use super::{Capacity, DataStore, Piece};
 use crate::store::{BulkOp, Doc, Idx, MetaStore, Query, SearchRequest, Sort, StoreError, Version};
 use base64::Engine;
@@ -615,7 +616,7 @@ impl DataStore for ChunkStore {
         st.ends.remove(key);
     }
 
-    fn opening(&self, key: &str, size: u64, version: Option<Version>) {
+    fn opening(&self, key: &str, size: u64, version: Option<Version>, _map: Option<&BlockMap>) {
         let mut st = self.state.lock();
         st.ends.entry(key.to_string()).or_insert(size);
         if let Some(o) = st.offered.remove(key) {
@@ -949,7 +950,7 @@ mod tests {
         }
         reader.offer("1", piece, doc.as_ref(), size, V1);
         g.delete(Idx::Chunks, &chunk_id("1", 0), None).unwrap();
-        reader.opening("1", size, Some(open_as));
+        reader.opening("1", size, Some(open_as), None);
         let mut b = vec![0u8; 5];
         let n = reader.read("1", 0, &mut b).unwrap();
         (n, b)

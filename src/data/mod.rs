@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use crate::model::now_ns;
 use crate::store::{BulkOp, Doc, Idx, Version};
+use blocks::{BlockMap, Extent};
 
 /// Where a file's first bytes are stored, named by [`DataStore::first_piece`].
 #[derive(Clone, Debug)]
@@ -27,6 +28,62 @@ pub struct Piece {
     pub id: String,
     /// The store's state when named (what was written meanwhile wins).
     pub mark: u64,
+}
+
+/// A change of a file's block map whose blocks are uploaded but that is
+/// not committed yet: what [`DataStore::stage`] hands the filesystem, which
+/// applies it to the map in the inode document (`Inode::map`) in the same
+/// versioned write as the size and times, re-applying it to the map it
+/// re-reads on a conflict (last writer wins per byte range), then tells
+/// the store with [`DataStore::committed`]. One write makes the length
+/// and the map visible together, so no reader pairs one version's length
+/// with another's map.
+#[derive(Clone, Debug)]
+pub struct MapChange {
+    pub(crate) ops: Vec<MapOp>,
+    /// The map to change when the inode document holds none: an older
+    /// esfs's `<key>:map` document, moved into the inode by this commit.
+    pub(crate) legacy: Option<Arc<BlockMap>>,
+    /// The file was inline (chunk documents) until this change: its
+    /// chunks go once it is committed.
+    pub(crate) from_inline: bool,
+    /// The store's sequence number of the last op included.
+    pub(crate) upto: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum MapOp {
+    /// Fresh blocks written over what the map had there.
+    Write(Vec<Extent>),
+    Truncate(u64),
+}
+
+impl MapOp {
+    pub(crate) fn apply(&self, m: &BlockMap) -> BlockMap {
+        match self {
+            MapOp::Write(extents) => m.write(extents),
+            MapOp::Truncate(size) => m.truncate(*size),
+        }
+    }
+}
+
+impl MapChange {
+    /// Apply the change to an inode document's `map` field: returns the
+    /// map before (the inode's, else the legacy document's, else empty) and
+    /// after. A file that had a map keeps the field, even empty: then no
+    /// legacy document is ever consulted again for it.
+    pub fn apply(&self, field: &mut Option<BlockMap>) -> (BlockMap, BlockMap) {
+        let old = match (&*field, &self.legacy) {
+            (Some(m), _) => m.clone(),
+            (None, Some(l)) => (**l).clone(),
+            (None, None) => BlockMap::default(),
+        };
+        let new = self.ops.iter().fold(old.clone(), |m, op| op.apply(&m));
+        if field.is_some() || self.legacy.is_some() || !new.is_empty() {
+            *field = Some(new.clone());
+        }
+        (old, new)
+    }
 }
 
 /// What [`DataStore::audit`] found (one line per problem) and repaired.
@@ -56,6 +113,20 @@ pub trait DataStore: Send + Sync {
     fn flush(&self, _key: &str) -> io::Result<()> {
         Ok(())
     }
+    /// [`DataStore::flush`] for a store whose contents are named by a map
+    /// committed in the inode document: upload what is buffered and return
+    /// the map change for the caller to commit with the size (then
+    /// [`DataStore::committed`]). None: nothing to commit in the inode.
+    fn stage(&self, key: &str) -> io::Result<Option<MapChange>> {
+        self.flush(key).map(|()| None)
+    }
+    /// The inode document now holds `new`, made by `change` from `old`
+    /// (what `MapChange::apply` returned on the write that landed): what
+    /// `new` no longer names can be collected.
+    fn committed(&self, _key: &str, _change: &MapChange, _old: &BlockMap, _new: &BlockMap) {}
+    /// The inode document naming `key` with this map is deleted: its
+    /// blocks can be collected (a crash before leaves them to fsck).
+    fn removed(&self, _key: &str, _map: Option<&BlockMap>) {}
     /// Length and modification time (ns) of what the store holds for
     /// `key`, where it keeps them (crash recovery of sizes; see
     /// `fs::journal`). None: absent, or not known to this store.
@@ -120,7 +191,9 @@ pub trait DataStore: Send + Sync {
     /// store's read-modify-write of a chunk) need not. `version`: the
     /// inode document's, when known; a piece `offer`ed with the same one
     /// serves this open's reads.
-    fn opening(&self, _key: &str, _size: u64, _version: Option<Version>) {}
+    /// `map`: the inode document's block map (`Inode::map`), read with
+    /// the size, so a store keeping its map there needs no other read.
+    fn opening(&self, _key: &str, _size: u64, _version: Option<Version>, _map: Option<&BlockMap>) {}
     /// The metadata-store document holding `key`'s first bytes, when the
     /// contents live in the metadata store and this store holds none of
     /// them in memory: a lookup of a small file reads it along with the

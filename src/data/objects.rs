@@ -1,35 +1,40 @@
 //! File contents in S3-compatible object storage (`--data s3://BUCKET/PREFIX`):
-//! the bytes as immutable blocks ([`BlockStore`]), and per file one *map
-//! document* in the metadata store naming them, committed with the store's
-//! version check. Small files stay inline in the metadata store, as chunk
-//! documents ([`ChunkStore`]), so a lookup reads them with their inode in one
-//! round trip.
+//! the bytes as immutable blocks ([`BlockStore`]), and per file a *block
+//! map* naming them, kept in the file's inode document (`Inode::map`) and
+//! committed there by the filesystem with the size and times, in one write
+//! under the document's version check. Small files stay inline in the
+//! metadata store, as chunk documents ([`ChunkStore`]), so a lookup reads
+//! them with their inode in one round trip.
 //!
-//! Documents (all in the `chunks` index, whose searchable fields are `file`
-//! and `n`, so no schema change):
+//! Documents of this store (all in the `chunks` index, whose searchable
+//! fields are `file` and `n`, so no schema change):
 //! - `<key>:<n>` (n >= 0): inline contents (see `chunks`), for files that
 //!   never grew past [`INLINE_MAX`];
-//! - `<key>:map` (`n` = -1): `{"map": [[off, len, "block", at], ...]}`, the
-//!   file's committed block map. Once a file has one, it keeps it (even cut
-//!   down to a few bytes);
 //! - `gc:<key>:<block>` (`file` = [`GC_FILE`], `n` = ms when superseded):
 //!   `{"of": key, "blocks": [...]}`, blocks no map names any more, deleted
 //!   from the object store after the grace period by any mount's collector
-//!   or by `esfs fsck --repair`.
+//!   or by `esfs fsck --repair`;
+//! - `<key>:map` (`n` = -1): where older esfs kept a file's map
+//!   (`{"map": [[off, len, "block", at], ...]}`). Read when the inode
+//!   holds no map; the next commit of the file moves it into the inode and
+//!   deletes the document.
 //!
 //! Commit protocol: a write-out uploads the buffered bytes as fresh blocks
-//! (in parallel), then writes the map document with the version it read
-//! (put-if-absent for a first map). On a conflict (another mount committed
-//! meanwhile) it re-reads that map, applies the same extents to it (last
-//! writer wins per byte range) and tries again; the uploaded blocks stay
-//! valid. Then, in a separate write, a gc document for the blocks the new
-//! map superseded. So a reader (who reads one map version per open) sees
-//! one committed version, and a crash leaves at worst blocks no document
+//! (in parallel) and *stages* their extents: reads here see them, nothing
+//! is committed. At close/fsync (and setattr's truncate) the filesystem
+//! takes the staged change ([`DataStore::stage`]), applies it to the map it
+//! reads in the inode document, and writes the document back with the new
+//! size under its version; on a conflict (another mount committed
+//! meanwhile) it re-reads and re-applies (last writer wins per byte range);
+//! the uploaded blocks stay valid. Then ([`DataStore::committed`]) a gc
+//! document names the blocks the new map superseded. So a reader (who
+//! takes the map and the size from one document version, at open) sees one
+//! committed version, and a crash leaves at worst blocks no document
 //! names: orphans, whose age is in their name, for fsck.
 
 use super::blocks::{BlockError, BlockId, BlockMap, BlockMeta, BlockStore, Extent, ReadAhead};
 use super::chunks::ChunkStore;
-use super::{Capacity, DataStore, Piece, StoreAudit};
+use super::{Capacity, DataStore, MapChange, MapOp, Piece, StoreAudit};
 use crate::store::{Doc, Idx, MetaStore, Query, SearchRequest, Sort, StoreError, Version};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -43,7 +48,7 @@ use std::time::Duration;
 
 /// Files up to this size stay inline in the metadata store. 64 KiB: below
 /// it, one block's PUT and GET (two object-store round trips, each a few ms
-/// even on a LAN, plus a map document) cost more than carrying the bytes in
+/// even on a LAN, plus an extent in the map) cost more than carrying the bytes in
 /// a document read with the inode; above it, base64 in a search engine's
 /// documents (a third bigger, replicated, merged) stops being cheap.
 pub(crate) const INLINE_MAX: u64 = 64 << 10;
@@ -55,7 +60,7 @@ const FLUSH_AT: usize = 64 << 20;
 const READ_AHEAD: u64 = 32 << 20;
 /// The `file` of gc documents: never a content key (those are decimal).
 pub(crate) const GC_FILE: &str = "~gc";
-/// The `n` of map documents (inline chunks are 0, 1, ...).
+/// The `n` of (legacy) map documents (inline chunks are 0, 1, ...).
 const MAP_N: i64 = -1;
 const STRIPES: usize = 32;
 
@@ -182,18 +187,33 @@ impl Dirty {
 /// Where a file's contents are, as this mount last read or committed it.
 #[derive(Clone)]
 enum Where {
-    /// Not known (read the map document to find out).
+    /// Not known (read the inode document, then a legacy map document).
     Unknown,
-    /// Inline chunk documents; no map document.
+    /// Inline chunk documents; no blocks.
     Inline,
-    /// A committed map, at this version of its document.
-    Map(Arc<BlockMap>, Version),
+    /// A committed map.
+    Map(Arc<BlockMap>),
 }
 
 struct FileState {
     at: Where,
+    /// `at` is a legacy `<key>:map` document's map (the inode holds none):
+    /// the next commit moves it into the inode and deletes the document.
+    legacy: bool,
+    /// The inode's map was handed to `opening` (none means none: only a
+    /// legacy document or inline chunks remain to look at).
+    inode_seen: bool,
+    /// Uploaded and not committed yet, in order, numbered: what the next
+    /// `stage` hands out, and what reads here see over `at`.
+    staged: Vec<(u64, MapOp)>,
+    /// The staged ops move the file out of line (its inline bytes are in
+    /// their blocks): more writes go to blocks, and the inline chunks go
+    /// once committed.
+    from_inline: bool,
+    /// `at` with the staged ops applied (None: nothing staged).
+    view: Option<Arc<BlockMap>>,
     dirty: Dirty,
-    /// Ranges being uploaded and committed: still served to reads.
+    /// Ranges being uploaded: still served to reads.
     flushing: Dirty,
     /// Nothing is stored at or past this (the size at open, raised by
     /// writes, set by truncates); None: not opened here.
@@ -205,7 +225,7 @@ struct FileState {
     /// kernel sends several at once): held across a read, so they see
     /// one stream and fetch whole blocks, not ranges.
     ra: Arc<Mutex<ReadAhead>>,
-    /// A background write-out of this file is under way (see `write`).
+    /// A background upload of this file is under way (see `write`).
     uploading: bool,
 }
 
@@ -213,6 +233,11 @@ impl Default for FileState {
     fn default() -> Self {
         FileState {
             at: Where::Unknown,
+            legacy: false,
+            inode_seen: false,
+            staged: Vec::new(),
+            from_inline: false,
+            view: None,
             dirty: Dirty::default(),
             flushing: Dirty::default(),
             end: None,
@@ -220,6 +245,51 @@ impl Default for FileState {
             ra: Arc::new(Mutex::new(ReadAhead::new(READ_AHEAD))),
             uploading: false,
         }
+    }
+}
+
+impl FileState {
+    /// Nothing written here that is not committed.
+    fn idle(&self) -> bool {
+        self.dirty.is_empty() && self.flushing.is_empty() && self.staged.is_empty()
+    }
+
+    /// Whether the contents are (or, once staged ops land, will be) blocks.
+    fn in_blocks(&self) -> bool {
+        self.from_inline || matches!(self.at, Where::Map(..))
+    }
+
+    /// The map reads use: the committed one with what is staged over it.
+    fn read_map(&self) -> Option<Arc<BlockMap>> {
+        match (&self.view, &self.at) {
+            (Some(v), _) => Some(v.clone()),
+            (None, Where::Map(m)) => Some(m.clone()),
+            _ => None,
+        }
+    }
+
+    fn restage(&mut self) {
+        self.view = (!self.staged.is_empty()).then(|| {
+            let base = match &self.at {
+                Where::Map(m) => (**m).clone(),
+                _ => BlockMap::default(),
+            };
+            Arc::new(self.staged.iter().fold(base, |m, (_, op)| op.apply(&m)))
+        });
+    }
+
+    /// The map change of everything staged, for the filesystem to commit.
+    fn change(&self) -> Option<MapChange> {
+        let (upto, _) = self.staged.last()?;
+        Some(MapChange {
+            ops: self.staged.iter().map(|(_, op)| op.clone()).collect(),
+            legacy: match &self.at {
+                Where::Map(m) if self.legacy => Some(m.clone()),
+                _ => None,
+            },
+            from_inline: self.from_inline,
+            upto: *upto,
+        })
     }
 }
 
@@ -231,8 +301,10 @@ pub(crate) struct ObjectStore {
     blocks: Arc<BlockStore>,
     inline: ChunkStore,
     files: Mutex<HashMap<String, FileState>>,
-    /// One write-out, truncate or removal per file at a time, so commits
-    /// of one mount land in order.
+    /// Numbers staged ops (see `FileState::staged`).
+    seq: std::sync::atomic::AtomicU64,
+    /// One write-out, truncate or removal per file at a time, so the ops
+    /// of one mount are staged in order.
     writing: [Mutex<()>; STRIPES],
     /// The object store failed its last operation (logged once per outage).
     down: AtomicBool,
@@ -252,6 +324,7 @@ impl ObjectStore {
             meta,
             blocks,
             files: Mutex::new(HashMap::new()),
+            seq: Default::default(),
             writing: std::array::from_fn(|_| Mutex::new(())),
             down: AtomicBool::new(false),
             grace,
@@ -278,9 +351,9 @@ impl ObjectStore {
         }
     }
 
-    /// The map document of `key` as stored now: (map, version), None if
-    /// there is none.
-    fn read_map(&self, key: &str) -> io::Result<Option<(BlockMap, Version)>> {
+    /// The legacy map document of `key` as stored now, None if there is
+    /// none.
+    fn read_legacy_map(&self, key: &str) -> io::Result<Option<BlockMap>> {
         let Some(doc) = self
             .meta
             .get(Idx::Chunks, &map_id(key))
@@ -288,42 +361,72 @@ impl ObjectStore {
         else {
             return Ok(None);
         };
-        Ok(Some((parse_map(key, &doc)?, doc.version)))
+        Ok(Some(parse_map(key, &doc.source["map"])?))
     }
 
-    /// Where `key`'s contents are, reading what it takes to know.
+    /// The map in `key`'s inode document (the content key is the inode
+    /// number), for a file not opened here: Some(None) when the inode holds
+    /// none, None when there is no such inode.
+    fn read_inode_map(&self, key: &str) -> io::Result<Option<Option<BlockMap>>> {
+        let Ok(ino) = key.parse::<u64>() else {
+            return Ok(None);
+        };
+        let id = crate::model::inode_id(ino);
+        let Some(doc) = self.meta.get(Idx::Inodes, &id).map_err(store_err)? else {
+            return Ok(None);
+        };
+        let field = &doc.source["map"];
+        if field.is_null() {
+            return Ok(Some(None));
+        }
+        Ok(Some(Some(parse_map(key, field)?)))
+    }
+
+    /// Where `key`'s contents are, reading what it takes to know: the inode
+    /// document (unless `opening` passed its map), then, for a file whose
+    /// inode holds none, its inline chunk or a legacy map document.
     fn locate(&self, key: &str) -> io::Result<Where> {
-        let (at, small) = {
+        let (at, small, seen) = {
             let files = self.files.lock();
             match files.get(key) {
-                Some(f) => (f.at.clone(), f.small_at_open),
-                None => (Where::Unknown, None),
+                Some(f) => (f.at.clone(), f.small_at_open, f.inode_seen),
+                None => (Where::Unknown, None, false),
             }
         };
         if !matches!(at, Where::Unknown) {
             return Ok(at);
+        }
+        if !seen && let Some(Some(m)) = self.read_inode_map(key)? {
+            return Ok(self.settle(key, in_inode(m), false));
         }
         // A small file's inline chunk (often read with its inode already)
         // holding exactly its size is its contents: no map to look for.
         if let Some(size) = small.filter(|s| *s > 0) {
             let mut b = vec![0u8; size as usize];
             if self.inline.read(key, 0, &mut b)? == size as usize {
-                return Ok(self.settle(key, Where::Inline));
+                return Ok(self.settle(key, Where::Inline, false));
             }
         }
-        let found = match self.read_map(key)? {
-            Some((m, v)) => Where::Map(Arc::new(m), v),
-            None => Where::Inline,
-        };
-        Ok(self.settle(key, found))
+        // The inode read at open may predate another mount moving the file
+        // out of line (its inline chunks are gone then): its map now, read
+        // at the length this open knows, beats zeros.
+        if seen && let Some(Some(m)) = self.read_inode_map(key)? {
+            return Ok(self.settle(key, in_inode(m), false));
+        }
+        Ok(match self.read_legacy_map(key)? {
+            Some(m) => self.settle(key, Where::Map(Arc::new(m)), true),
+            None => self.settle(key, Where::Inline, false),
+        })
     }
 
     /// Record where `key` is, unless a commit here said otherwise meanwhile.
-    fn settle(&self, key: &str, found: Where) -> Where {
+    fn settle(&self, key: &str, found: Where, legacy: bool) -> Where {
         let mut files = self.files.lock();
         let f = files.entry(key.to_string()).or_default();
         if matches!(f.at, Where::Unknown) {
             f.at = found;
+            f.legacy = legacy;
+            f.restage();
         }
         f.at.clone()
     }
@@ -333,7 +436,7 @@ impl ObjectStore {
         self.write_out_locked(key)
     }
 
-    /// Upload and commit what is buffered of `key` (its write lock held).
+    /// Upload what is buffered of `key` and stage it (its write lock held).
     fn write_out_locked(&self, key: &str) -> io::Result<()> {
         let (ranges, end) = {
             let mut files = self.files.lock();
@@ -347,7 +450,7 @@ impl ObjectStore {
             let end = f.end.unwrap_or(0).max(f.flushing.end());
             (f.flushing.clone(), end)
         };
-        let r = self.commit_ranges(key, &ranges, end);
+        let r = self.write_ranges(key, &ranges, end);
         let mut files = self.files.lock();
         let f = files.entry(key.to_string()).or_default();
         let flushed = std::mem::take(&mut f.flushing);
@@ -358,21 +461,35 @@ impl ObjectStore {
         r
     }
 
-    fn commit_ranges(&self, key: &str, ranges: &Dirty, end: u64) -> io::Result<()> {
-        match self.locate(key)? {
+    /// Inline files up to INLINE_MAX are written (and committed) in their
+    /// chunk documents; anything else is uploaded and staged.
+    fn write_ranges(&self, key: &str, ranges: &Dirty, end: u64) -> io::Result<()> {
+        let at = self.locate(key)?;
+        let blocks = self.files.lock().get(key).is_some_and(|f| f.in_blocks());
+        match at {
+            _ if blocks => {
+                let extents = self.upload(key, ranges)?;
+                self.push(key, MapOp::Write(extents), false);
+                Ok(())
+            }
             Where::Inline if end <= INLINE_MAX => {
                 for (off, data) in &ranges.ranges {
                     self.inline.write(key, *off, data)?;
                 }
                 self.inline.flush(key)
             }
-            Where::Inline => self.move_out_of_line(key, ranges),
-            Where::Map(..) => {
-                let extents = self.upload(key, ranges)?;
-                self.commit(key, |m| m.write(&extents))
-            }
-            Where::Unknown => unreachable!("located"),
+            _ => self.move_out_of_line(key, ranges),
         }
+    }
+
+    /// Stage `op` (after what is staged already).
+    fn push(&self, key: &str, op: MapOp, from_inline: bool) {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut files = self.files.lock();
+        let f = files.entry(key.to_string()).or_default();
+        f.staged.push((n, op));
+        f.from_inline |= from_inline;
+        f.restage();
     }
 
     fn upload(&self, key: &str, ranges: &Dirty) -> io::Result<Vec<Extent>> {
@@ -385,7 +502,8 @@ impl ObjectStore {
     }
 
     /// An inline file grows past INLINE_MAX: its inline bytes and the new
-    /// ones become blocks and its first map; then the inline chunks go.
+    /// ones become blocks, staged as its first map; the inline chunks go
+    /// once that is committed (see `committed`).
     fn move_out_of_line(&self, key: &str, ranges: &Dirty) -> io::Result<()> {
         let mut all = Dirty::default();
         let mut base = vec![0u8; INLINE_MAX as usize];
@@ -395,42 +513,8 @@ impl ObjectStore {
         let mut newer = ranges.clone();
         newer.under(all);
         let extents = self.upload(key, &newer)?;
-        self.commit(key, |m| m.write(&extents))?;
-        self.inline.remove_sized(key, INLINE_MAX)
-    }
-
-    /// Commit `change` applied to `key`'s committed map (none: an empty
-    /// one) with the version check, re-reading and re-applying on a
-    /// conflict; then record what the new map superseded for collection.
-    fn commit(&self, key: &str, change: impl Fn(&BlockMap) -> BlockMap) -> io::Result<()> {
-        let mut base = match self.locate(key)? {
-            Where::Map(m, v) => Some(((*m).clone(), v)),
-            _ => None,
-        };
-        for _ in 0..100 {
-            let old = base.as_ref().map(|(m, _)| m.clone()).unwrap_or_default();
-            let new = change(&old);
-            let source = json!({"file": key, "n": MAP_N, "map": &new});
-            let r = match &base {
-                Some((_, v)) => self.meta.put(Idx::Chunks, &map_id(key), &source, Some(*v)),
-                None => self.meta.create(Idx::Chunks, &map_id(key), &source),
-            };
-            match r {
-                Ok(v) => {
-                    self.files.lock().entry(key.to_string()).or_default().at =
-                        Where::Map(Arc::new(new.clone()), v);
-                    let gone = old.superseded_by(&new);
-                    return self.record_garbage(key, &gone);
-                }
-                Err(StoreError::Conflict(_)) | Err(StoreError::NotFound(_)) => {
-                    base = self.read_map(key)?;
-                }
-                Err(e) => return Err(store_err(e)),
-            }
-        }
-        Err(io::Error::other(format!(
-            "block map of {key}: 100 conflicting commits in a row"
-        )))
+        self.push(key, MapOp::Write(extents), true);
+        Ok(())
     }
 
     /// A gc document for `blocks` of `key` (collected after the grace
@@ -524,6 +608,65 @@ impl ObjectStore {
         Ok(out)
     }
 
+    /// The block maps fsck checks the object store against, by content
+    /// key: every inode document's, and the legacy documents of files whose
+    /// inode holds none. Legacy documents of files whose inode does (a
+    /// crash between a commit moving the map and the document's deletion)
+    /// are stale: reported, and deleted on `repair` (their blocks are the
+    /// inode's or collected).
+    fn all_maps(
+        &self,
+        repair: bool,
+        report: &mut StoreAudit,
+    ) -> io::Result<Vec<(String, BlockMap)>> {
+        let mut maps: HashMap<String, BlockMap> = HashMap::new();
+        let mut bad = Vec::new();
+        self.meta
+            .scan_pages(
+                Idx::Inodes,
+                &Query::term("kind", "file"),
+                &[],
+                500,
+                &mut |hits| {
+                    for h in hits {
+                        let key = h.doc.source["content"].as_str().unwrap_or_default();
+                        let field = &h.doc.source["map"];
+                        if key.is_empty() || field.is_null() {
+                            continue;
+                        }
+                        match parse_map(key, field) {
+                            Ok(m) => drop(maps.insert(key.to_string(), m)),
+                            Err(e) => bad.push(e.to_string()),
+                        }
+                    }
+                    Ok(true)
+                },
+            )
+            .map_err(store_err)?;
+        report.problems.extend(bad);
+        for d in self.all_docs(Query::term("n", MAP_N))? {
+            let key = d.source["file"].as_str().unwrap_or_default().to_string();
+            if maps.contains_key(&key) {
+                report.problems.push(format!(
+                    "contents {key}: stale block map document {} (the inode holds the map)",
+                    d.id
+                ));
+                if repair {
+                    match self.meta.delete(Idx::Chunks, &d.id, None) {
+                        Ok(_) | Err(StoreError::NotFound(_)) => report.repaired += 1,
+                        Err(e) => return Err(store_err(e)),
+                    }
+                }
+                continue;
+            }
+            match parse_map(&key, &d.source["map"]) {
+                Ok(m) => drop(maps.insert(key, m)),
+                Err(e) => report.problems.push(e.to_string()),
+            }
+        }
+        Ok(maps.into_iter().collect())
+    }
+
     /// fsck's check of the object store against the documents: blocks a
     /// map names that are gone (data loss), and blocks nothing names that
     /// are older than the grace period (a crashed upload or commit), which
@@ -537,14 +680,10 @@ impl ObjectStore {
             }
         }
         self.meta.refresh(Idx::Chunks).map_err(store_err)?;
+        self.meta.refresh(Idx::Inodes).map_err(store_err)?;
         let mut referenced: HashMap<String, BTreeSet<BlockId>> = HashMap::new();
-        let maps = self.all_docs(Query::term("n", MAP_N))?;
-        for d in &maps {
-            let key = d.source["file"].as_str().unwrap_or_default().to_string();
-            match parse_map(&key, d) {
-                Ok(m) => referenced.entry(key).or_default().extend(m.blocks()),
-                Err(e) => report.problems.push(e.to_string()),
-            }
+        for (key, m) in self.all_maps(repair, &mut report)? {
+            referenced.entry(key).or_default().extend(m.blocks());
         }
         for d in self.all_docs(Query::term("file", GC_FILE))? {
             let (of, blocks) = gc_blocks(&d);
@@ -580,33 +719,31 @@ impl ObjectStore {
         Ok(report)
     }
 
-    /// Read from the committed contents, without the buffers.
+    /// Read from the committed contents and what is staged over them,
+    /// without the buffers.
     fn read_stored(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
-        match self.locate(key)? {
-            Where::Map(map, _) => {
-                let ra = self
-                    .files
-                    .lock()
-                    .entry(key.to_string())
-                    .or_default()
-                    .ra
-                    .clone();
+        self.locate(key)?;
+        let (map, ra) = {
+            let mut files = self.files.lock();
+            let f = files.entry(key.to_string()).or_default();
+            (f.read_map(), f.ra.clone())
+        };
+        match map {
+            Some(map) => {
                 let r = self.blocks.read(key, &map, off, buf, &mut ra.lock());
                 self.note(r)
             }
-            _ => self.inline.read(key, off, buf),
+            None => self.inline.read(key, off, buf),
         }
     }
 
-    /// Delete `key`'s map document, then record its blocks for
+    /// Delete `key`'s legacy map document, then record its blocks for
     /// collection (a crash in between leaves orphans for fsck, never a map
     /// naming collected blocks).
-    fn drop_map(&self, key: &str) -> io::Result<()> {
-        while let Some((map, v)) = self.read_map(key)? {
-            match self.meta.delete(Idx::Chunks, &map_id(key), Some(v)) {
+    fn drop_legacy_map(&self, key: &str) -> io::Result<()> {
+        if let Some(map) = self.read_legacy_map(key)? {
+            match self.meta.delete(Idx::Chunks, &map_id(key), None) {
                 Ok(_) | Err(StoreError::NotFound(_)) => {}
-                // Another mount committed meanwhile: its map goes instead.
-                Err(StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(store_err(e)),
             }
             let blocks: Vec<BlockId> = map.blocks().into_iter().collect();
@@ -615,17 +752,16 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Uploads what is buffered, then stages the cut (of blocks) or cuts
+    /// the inline chunks.
     fn truncate_locked(&self, key: &str, size: u64) -> io::Result<()> {
         self.write_out_locked(key)?;
-        match self.locate(key)? {
-            // An empty file has no map (so a file opened empty is known to
-            // be inline without a read).
-            Where::Map(..) if size == 0 => {
-                self.drop_map(key)?;
-                self.files.lock().entry(key.to_string()).or_default().at = Where::Inline;
-            }
-            Where::Map(..) => self.commit(key, |m| m.truncate(size))?,
-            _ => self.inline.truncate(key, size)?,
+        self.locate(key)?;
+        let blocks = self.files.lock().get(key).is_some_and(|f| f.in_blocks());
+        if blocks {
+            self.push(key, MapOp::Truncate(size), false);
+        } else {
+            self.inline.truncate(key, size)?;
         }
         if let Some(f) = self.files.lock().get_mut(key)
             && f.end.is_some()
@@ -636,8 +772,17 @@ impl ObjectStore {
     }
 }
 
-fn parse_map(key: &str, doc: &Doc) -> io::Result<BlockMap> {
-    let extents: Vec<Extent> = serde_json::from_value(doc.source["map"].clone())
+/// Where a file whose inode holds `map` has its contents: an empty map (a
+/// file cut to nothing) means no blocks.
+fn in_inode(map: BlockMap) -> Where {
+    match map.is_empty() {
+        true => Where::Inline,
+        false => Where::Map(Arc::new(map)),
+    }
+}
+
+fn parse_map(key: &str, field: &serde_json::Value) -> io::Result<BlockMap> {
+    let extents: Vec<Extent> = serde_json::from_value(field.clone())
         .map_err(|e| io::Error::other(format!("block map of {key}: {e}")))?;
     BlockMap::from_extents(extents)
         .map_err(|e| io::Error::other(format!("block map of {key}: {e}")))
@@ -698,10 +843,64 @@ impl DataStore for ObjectStore {
         self.write_out(key)
     }
 
+    /// Upload what is buffered; what is staged (uploaded, not committed)
+    /// is the change to commit in the inode.
+    fn stage(&self, key: &str) -> io::Result<Option<MapChange>> {
+        self.write_out(key)?;
+        Ok(self.files.lock().get(key).and_then(FileState::change))
+    }
+
+    /// The ops the change held are committed; then what the new map no
+    /// longer names (of the old map, and of blocks uploaded by this change
+    /// and overwritten within it) is recorded for collection, the inline
+    /// chunks of a file moved out of line go, and so does a legacy map
+    /// document (a crash before leaves it stale: the inode's map wins, and
+    /// fsck --repair deletes it).
+    fn committed(&self, key: &str, change: &MapChange, old: &BlockMap, new: &BlockMap) {
+        {
+            let mut files = self.files.lock();
+            let f = files.entry(key.to_string()).or_default();
+            f.staged.retain(|(n, _)| *n > change.upto);
+            f.at = in_inode(new.clone());
+            f.legacy = false;
+            f.from_inline &= !change.from_inline;
+            f.restage();
+        }
+        let mut gone = old.blocks();
+        for op in &change.ops {
+            if let MapOp::Write(extents) = op {
+                gone.extend(extents.iter().map(|e| e.block));
+            }
+        }
+        let kept = new.blocks();
+        gone.retain(|b| !kept.contains(b));
+        let gone: Vec<BlockId> = gone.into_iter().collect();
+        let _ = self.record_garbage(key, &gone);
+        if change.from_inline
+            && let Err(e) = self.inline.remove_sized(key, INLINE_MAX)
+        {
+            log::warn!("inline chunks of {key} moved to blocks not deleted (unread now): {e}");
+        }
+        if change.legacy.is_some() {
+            match self.meta.delete(Idx::Chunks, &map_id(key), None) {
+                Ok(_) | Err(StoreError::NotFound(_)) => {}
+                Err(e) => log::warn!("legacy block map of {key} not deleted (fsck does): {e}"),
+            }
+        }
+    }
+
+    /// After the inode document (and its map) is gone.
+    fn removed(&self, key: &str, map: Option<&BlockMap>) {
+        if let Some(m) = map {
+            let blocks: Vec<BlockId> = m.blocks().into_iter().collect();
+            let _ = self.record_garbage(key, &blocks);
+        }
+    }
+
     fn stored_bytes(&self, key: &str, known: Option<u64>) -> io::Result<Option<u64>> {
-        let at = self.files.lock().get(key).map(|f| f.at.clone());
-        match at {
-            Some(Where::Map(m, _)) => Ok(Some(m.stored_bytes())),
+        let map = self.files.lock().get(key).and_then(FileState::read_map);
+        match map {
+            Some(m) => Ok(Some(m.stored_bytes())),
             _ => self.inline.stored_bytes(key, known),
         }
     }
@@ -723,11 +922,24 @@ impl DataStore for ObjectStore {
         self.remove_sized(key, u64::MAX)
     }
 
-    /// The map and its blocks (see `drop_map`), then the inline chunks.
+    /// Blocks staged here and never committed, a legacy map and its
+    /// blocks (see `drop_legacy_map`), then the inline chunks. The blocks
+    /// of the inode's map go once the inode is deleted (`removed`).
     fn remove_sized(&self, key: &str, size: u64) -> io::Result<()> {
         let _w = self.writing[stripe(key)].lock();
-        self.files.lock().remove(key);
-        self.drop_map(key)?;
+        if let Some(f) = self.files.lock().remove(key) {
+            let staged: BTreeSet<BlockId> = f
+                .staged
+                .iter()
+                .filter_map(|(_, op)| match op {
+                    MapOp::Write(extents) => Some(extents.iter().map(|e| e.block)),
+                    MapOp::Truncate(_) => None,
+                })
+                .flatten()
+                .collect();
+            self.record_garbage(key, &staged.into_iter().collect::<Vec<_>>())?;
+        }
+        self.drop_legacy_map(key)?;
         if size == u64::MAX {
             self.inline.remove(key)
         } else {
@@ -738,27 +950,27 @@ impl DataStore for ObjectStore {
     fn release(&self, key: &str) {
         self.inline.release(key);
         let mut files = self.files.lock();
-        if files
-            .get(key)
-            .is_some_and(|f| f.dirty.is_empty() && f.flushing.is_empty())
-        {
+        if files.get(key).is_some_and(|f| f.idle()) {
             files.remove(key);
         }
     }
 
-    /// Each open reads the committed map again (one version per open), unless
-    /// this mount holds unwritten bytes of the file.
-    fn opening(&self, key: &str, size: u64, version: Option<Version>) {
-        self.inline.opening(key, size, version);
+    /// Each open takes the committed map from the inode document it read
+    /// (one version per open, the size's), unless this mount holds
+    /// unwritten or uncommitted bytes of the file. No map there: inline, or
+    /// a legacy map document (looked for at the first read).
+    fn opening(&self, key: &str, size: u64, version: Option<Version>, map: Option<&BlockMap>) {
+        self.inline.opening(key, size, version, map);
         let mut files = self.files.lock();
         let f = files.entry(key.to_string()).or_default();
         f.end.get_or_insert(size);
-        if f.dirty.is_empty() && f.flushing.is_empty() {
-            f.at = if size == 0 {
-                Where::Inline
-            } else {
-                Where::Unknown
+        if f.idle() {
+            (f.at, f.inode_seen) = match map {
+                Some(m) => (in_inode(m.clone()), true),
+                None if size == 0 => (Where::Inline, true),
+                None => (Where::Unknown, true),
             };
+            f.legacy = false;
             f.small_at_open = (size <= INLINE_MAX).then_some(size);
             f.ra = Arc::new(Mutex::new(ReadAhead::new(READ_AHEAD)));
         }

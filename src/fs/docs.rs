@@ -428,7 +428,13 @@ impl Docs {
             }
         }
         match own {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                // Only now: until the document is gone its map names them.
+                if let Some(key) = &inode.content {
+                    self.data.removed(key, inode.map.as_ref());
+                }
+                Ok(())
+            }
             Err(StoreError::NotFound(_)) if ver.is_none() => Ok(()),
             Err(e) => Err(e),
         }

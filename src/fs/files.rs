@@ -206,7 +206,8 @@ impl OpenFiles {
     /// data store's too).
     fn new_state(&self, inode: &Inode, version: Option<Version>) -> OpenState {
         if let Some(key) = &inode.content {
-            self.data.opening(key, inode.size, version);
+            self.data
+                .opening(key, inode.size, version, inode.map.as_ref());
         }
         OpenState::of(inode)
     }
@@ -383,12 +384,21 @@ impl OpenFiles {
             }
             return Ok(());
         }
-        if let Some(key) = key {
-            self.data.flush(&key)?;
-        }
+        // Uploaded first; a map change comes back to commit in the inode
+        // with the size (see `DataStore::stage`).
+        let change = match &key {
+            Some(key) => self.data.stage(key)?,
+            None => None,
+        };
+        let mut landed = None;
         let pending = self.pending.take_atime(ino);
         let (mut changed, mut written) = (false, None);
         self.docs.update_synced(ino, |i| {
+            if let Some(c) = &change {
+                // On every attempt: a conflict re-read the inode, and the
+                // change goes over the map another mount committed.
+                landed = Some(c.apply(&mut i.map));
+            }
             // The state as of this attempt, not of the call: a persist
             // overtaken by a later one (closes racing a writer) fails its
             // version check, retries and writes the newer state, so the
@@ -408,6 +418,9 @@ impl OpenFiles {
             }
             Ok(())
         })?;
+        if let (Some(key), Some(c), Some((old, new))) = (&key, &change, &landed) {
+            self.data.committed(key, c, old, new);
+        }
         if let Some(st) = self.open.lock().get_mut(&ino)
             && Some(st.epoch) == written
         {

@@ -539,6 +539,7 @@ fn format_if_new(store: &dyn MetaStore, cfg: &FsConfig) -> FsResult<()> {
         links: vec![],
         orphan: false,
         stored: None,
+        map: None,
     };
     for (idx, id, doc) in [
         (Idx::Inodes, inode_id(ROOT_INO), to_doc(&root)),

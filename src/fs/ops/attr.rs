@@ -94,6 +94,7 @@ impl Fs {
         // Persist pending writes first so they cannot overwrite what we set.
         self.files.persist(ino)?;
         let now = now_ns();
+        let mut change = None;
         if let Some(size) = set.size {
             let (inode, _) = self.docs.inode(ino)?;
             match inode.kind {
@@ -101,10 +102,14 @@ impl Fs {
                 Kind::Dir => return Err(FsError::IsDir),
                 _ => return Err(FsError::Invalid),
             }
-            if let Some(key) = &inode.content {
-                self.data.truncate(key, size)?;
+            if let Some(key) = inode.content {
+                self.data.truncate(&key, size)?;
+                // Contents in object storage: the cut is a map change,
+                // committed with the size below (see `DataStore::stage`).
+                change = self.data.stage(&key)?.map(|c| (key, c));
             }
         }
+        let mut landed = None;
         // A pending atime goes in with this write, unless this sets atime.
         let pending = self.pending.take_atime(ino);
         let inode = self.docs.update(ino, |i| {
@@ -116,6 +121,9 @@ impl Fs {
             }
             if let Some(g) = set.gid {
                 i.gid = g;
+            }
+            if let Some((_, c)) = &change {
+                landed = Some(c.apply(&mut i.map));
             }
             if let Some(s) = set.size {
                 i.size = s;
@@ -138,6 +146,9 @@ impl Fs {
             i.ctime_ns = set.ctime.unwrap_or(now);
             Ok(())
         })?;
+        if let (Some((key, c)), Some((old, new))) = (&change, &landed) {
+            self.data.committed(key, c, old, new);
+        }
         self.files.refresh(&inode);
         if let (true, Some(key), true) = (
             self.pending.lazy(),

@@ -90,6 +90,7 @@ impl Fs {
             orphan: false,
             // Nothing stored yet: the base a chunk store counts from.
             stored: (kind == Kind::File).then_some(0),
+            map: None,
         };
         let entry = Entry::new(parent, &ename, dir, &inode, cookie);
         let eid = entry_id(parent, name);
