@@ -7,6 +7,16 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::str::FromStr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Nanoseconds since the epoch by the wall clock: a block's name carries
+/// its upload time, by which an unreferenced block's age is judged on any
+/// machine.
+fn wall_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
 
 /// A block's name, fresh for every block ever written (by any mount): the
 /// upload time in milliseconds (48 bits, so its age is known without
@@ -16,7 +26,7 @@ pub struct BlockId(pub u128);
 
 impl BlockId {
     pub fn fresh() -> BlockId {
-        let ms = crate::model::now_ns().max(0) as u128 / 1_000_000;
+        let ms = wall_ns().max(0) as u128 / 1_000_000;
         let random: u128 = rand::random::<u128>() & ((1u128 << 80) - 1);
         BlockId(((ms & ((1 << 48) - 1)) << 80) | random)
     }
@@ -371,7 +381,7 @@ mod tests {
         let a = BlockId::fresh();
         let b = BlockId::fresh();
         assert_ne!(a, b);
-        let now = crate::model::now_ns();
+        let now = wall_ns();
         assert!((now - a.created_ns()).abs() < 5_000_000_000, "{a}");
         assert_eq!(a.to_string().parse::<BlockId>().unwrap(), a);
         assert!("xyz".parse::<BlockId>().is_err());
@@ -487,7 +497,7 @@ mod tests {
     fn audit_finds_orphans_and_missing_blocks() {
         let hour = 3_600_000_000_000i64;
         let old = BlockId(1 << 80); // named at 1 ms after the epoch
-        let now = crate::model::now_ns();
+        let now = wall_ns();
         let young = BlockId::fresh();
         let kept = BlockId(2 << 80);
         let meta = |f: &str, b| BlockMeta {
