@@ -274,7 +274,7 @@ fn round_trips_per_operation_on_elasticsearch() {
             t.per_op(N, |i| {
                 sh_ok(c.path(), &format!("rm s{i}"));
             }),
-            4.5,
+            3.5,
             3.0,
         );
     }

@@ -220,6 +220,16 @@ impl Docs {
         typed(self.store.get(Idx::Entries, &entry_id(parent, name))?)
     }
 
+    /// [`Docs::entry`] where the source is not written back (a removal
+    /// reads the inode number, kind and version): a brief copy serves, such
+    /// as the one a lookup just read, which `entry` would read again whole.
+    pub(super) fn entry_brief(&self, parent: u64, name: &[u8]) -> FsResult<Found> {
+        typed(
+            self.store
+                .get_brief(Idx::Entries, &entry_id(parent, name))?,
+        )
+    }
+
     /// [`Docs::entry`] from the store itself: for a name read under an
     /// exclusive tree lock to decide a change of several documents.
     pub(super) fn entry_fresh(&self, parent: u64, name: &[u8]) -> FsResult<Found> {

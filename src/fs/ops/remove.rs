@@ -21,7 +21,7 @@ impl Fs {
         let mut fresh = false;
         loop {
             let (entry, ver) = match fresh {
-                false => self.docs.entry(parent, name)?,
+                false => self.docs.entry_brief(parent, name)?,
                 true => self.docs.entry_fresh(parent, name)?,
             }
             .ok_or(FsError::NotFound)?;
@@ -110,7 +110,7 @@ impl Fs {
                 Err(StoreError::Conflict(_)) => {}
                 Err(e) => return Err(e.into()),
             }
-            let Some((cur, v)) = self.docs.entry(parent, name)? else {
+            let Some((cur, v)) = self.docs.entry_brief(parent, name)? else {
                 return Err(FsError::NotFound);
             };
             if cur.ino != ino {
