@@ -541,16 +541,18 @@ impl LockManager {
     }
 
     /// [`LockManager::release`], the exclusive locks in one bulk of deletes
-    /// conditional on our versions, after `first` (items on the `locks`
-    /// index, applied before the releases: one shard applies a bulk in
-    /// order). Returns `first`'s results. A release that finds its lock
-    /// changed or gone leaves it: it was broken, this mount taken for dead.
+    /// conditional on our versions, after `first`. Items of `first` on the
+    /// `locks` index are applied before the releases (one shard applies a
+    /// bulk in order); items on other indices ride in the same request but
+    /// may land after the releases, so only writes that need no lock go
+    /// there (a parent's times). Returns `first`'s results. A release that
+    /// finds its lock changed or gone leaves it: it was broken, this mount
+    /// taken for dead.
     pub fn release_with(
         &self,
         mut g: TreeGuard,
         first: Vec<BulkOp>,
     ) -> StoreResult<Vec<BulkItemResult>> {
-        debug_assert!(first.iter().all(|op| op.index() == Idx::Locks));
         let n = first.len();
         g.exclusive.sort_by(|a, b| b.0.cmp(&a.0)); // reverse sorted: children first
         let mut ops = first;

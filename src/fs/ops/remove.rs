@@ -50,31 +50,51 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         encode_name(name)?;
+        // The name as cached: the delete below is conditional on its
+        // version, so a copy another mount overtook (the name removed,
+        // renamed over, or naming a file now) changes nothing and is read
+        // again from the store; so is one that would refuse.
+        let mut fresh = false;
         loop {
-            // Lock the parent and the directory itself (creates inside it
-            // lock it), in a deadlock-free sorted order, then re-check.
-            let (peek, _) = self.docs.entry(parent, name)?.ok_or(FsError::NotFound)?;
-            let _g = self.tree.lock_dirs(&[parent, peek.ino]);
-            // Exclusive on the directory itself: no other mount can create
-            // in it (creates hold it shared) while we check it is empty.
-            let (_t, _) = self.tree.lock(&[parent], &[(parent, &peek.name)])?;
-            let (entry, ver) = self
-                .docs
-                .entry_fresh(parent, name)?
-                .ok_or(FsError::NotFound)?;
-            if entry.ino != peek.ino {
+            let (entry, ver) = match fresh {
+                false => self.docs.entry_brief(parent, name)?,
+                true => self.docs.entry_fresh(parent, name)?,
+            }
+            .ok_or(FsError::NotFound)?;
+            if entry.kind != Kind::Dir {
+                if fresh {
+                    return Err(FsError::NotDir);
+                }
+                fresh = true;
                 continue;
             }
-            if entry.kind != Kind::Dir {
-                return Err(FsError::NotDir);
-            }
+            // Lock the parent and the directory itself (creates inside it
+            // lock it), in a deadlock-free sorted order.
+            let _g = self.tree.lock_dirs(&[parent, entry.ino]);
+            // Exclusive on the directory itself: no other mount can create
+            // in it (creates hold it shared) while we check it is empty.
+            let (t, _) = self.tree.lock(&[parent], &[(parent, &entry.name)])?;
             self.docs.see_other_mounts()?;
             if !self.tree.is_empty(entry.ino)? {
                 return Err(FsError::NotEmpty);
             }
-            self.delete_entry(parent, name, entry.ino, ver, None)?;
+            match self.delete_entry(parent, name, entry.ino, ver, None) {
+                Err(FsError::Again | FsError::NotFound) if !fresh => {
+                    fresh = true;
+                    continue;
+                }
+                r => r?,
+            };
+            // The parent's link count and times go in the request that
+            // releases the locks (a touch that did not land is redone).
+            let touch = self.tree.touch_op(parent, -1, None)?;
             self.files.drop_link(entry.ino, parent, &entry.name)?;
-            return self.tree.touch(parent, -1);
+            let Some(op) = touch else {
+                drop(t);
+                return self.tree.touch(parent, -1);
+            };
+            let landed = t.release_with(vec![op])?.into_iter().next();
+            return self.tree.touched(parent, -1, matches!(landed, Some(Ok(_))));
         }
     }
 
