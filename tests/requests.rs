@@ -345,7 +345,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.right_after(|| {
             sh_ok(a.path(), "mv mine mine2");
         }),
-        12.5,
+        10.5,
         8.0,
     );
 
