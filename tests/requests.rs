@@ -345,7 +345,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.right_after(|| {
             sh_ok(a.path(), "mv mine mine2");
         }),
-        10.5,
+        9.5,
         8.0,
     );
 

@@ -348,12 +348,19 @@ impl Fs {
         if src_is_dir && self.tree.is_ancestor(src.ino, newparent)? {
             return Err(FsError::Invalid);
         }
-        let intent = self.plan_move(
+        let mut intent = self.plan_move(
             src,
             (newparent, new_ename),
             dst.as_ref().map(|(d, _)| d.ino),
             cookie,
         )?;
+        // A directory's new entry carries its inode's times as read (its
+        // old entry's copy lags after changes in it), so the write-back has
+        // no copy left to refresh. A file's keeps its old entry's, which
+        // its indexed text is checked against.
+        if let (true, Some((inode, _))) = (src_is_dir, &moved_inode) {
+            intent.entry.refresh_attrs(inode);
+        }
         Ok(Some(Prepared {
             replaced_dir,
             parents,
