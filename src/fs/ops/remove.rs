@@ -85,16 +85,31 @@ impl Fs {
                 }
                 r => r?,
             };
-            // The parent's link count and times go in the request that
-            // releases the locks (a touch that did not land is redone).
-            let touch = self.tree.touch_op(parent, -1, None)?;
-            self.files.drop_link(entry.ino, parent, &entry.name)?;
-            let Some(op) = touch else {
+            // The parent's link count and times, and the directory's inode
+            // kept as an orphan until the kernel forgets it, go in the
+            // request that releases the locks (neither needs them: the
+            // name is gone); what did not land is redone the re-reading way.
+            let name = &entry.name;
+            let Some(touch) = self.tree.touch_op(parent, -1, None)? else {
+                self.files.drop_link(entry.ino, parent, name)?;
                 drop(t);
                 return self.tree.touch(parent, -1);
             };
-            let landed = t.release_with(vec![op])?.into_iter().next();
-            return self.tree.touched(parent, -1, matches!(landed, Some(Ok(_))));
+            let orphan = self.files.drop_dir_link_op(entry.ino, parent, name)?;
+            if orphan.is_none() {
+                self.files.drop_link(entry.ino, parent, name)?;
+            }
+            let kept = orphan.is_some();
+            let mut landed = t
+                .release_with([touch].into_iter().chain(orphan).collect())?
+                .into_iter()
+                .map(|r| r.is_ok());
+            let touched = landed.next() == Some(true);
+            if kept {
+                let orphaned = landed.next() == Some(true);
+                self.files.dir_link_dropped(entry.ino, parent, name, orphaned)?;
+            }
+            return self.tree.touched(parent, -1, touched);
         }
     }
 
