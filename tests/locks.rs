@@ -146,7 +146,10 @@ fn scenarios(store: Arc<dyn MetaStore>) {
     let ga = a.lock_tree(&[], &paths(&["/s"])).unwrap();
     let doc = store.get(Idx::Locks, &tree_id("/s")).unwrap().unwrap();
     assert_eq!(doc.source["type"], json!("exclusive"));
-    assert!(b.lock_tree(&paths(&["/s"]), &[]).is_err(), "excludes sharers");
+    assert!(
+        b.lock_tree(&paths(&["/s"]), &[]).is_err(),
+        "excludes sharers"
+    );
     a.release(ga);
     assert!(store.get(Idx::Locks, &tree_id("/s")).unwrap().is_none());
     // ... but not one another mount joined after it: that share waits.
@@ -158,7 +161,11 @@ fn scenarios(store: Arc<dyn MetaStore>) {
         Err(LockError::Timeout(..))
     ));
     assert_eq!(
-        store.get(Idx::Locks, &tree_id("/s")).unwrap().unwrap().source["holders"],
+        store
+            .get(Idx::Locks, &tree_id("/s"))
+            .unwrap()
+            .unwrap()
+            .source["holders"],
         json!({"b": 1}),
         "a's share went back, b's stays"
     );

@@ -328,7 +328,7 @@ fn round_trips_per_operation_on_elasticsearch() {
     row(
         "rename of a directory holding 1000 files (total)",
         t.per_op(1, |_| fs::rename(a.p("big"), a.p("big2")).unwrap()),
-        10.5,
+        8.5,
         12.0,
     );
 
@@ -345,7 +345,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.right_after(|| {
             sh_ok(a.path(), "mv mine mine2");
         }),
-        9.5,
+        8.5,
         8.0,
     );
 

@@ -107,7 +107,8 @@ impl Fs {
             let touched = landed.next() == Some(true);
             if kept {
                 let orphaned = landed.next() == Some(true);
-                self.files.dir_link_dropped(entry.ino, parent, name, orphaned)?;
+                self.files
+                    .dir_link_dropped(entry.ino, parent, name, orphaned)?;
             }
             return self.tree.touched(parent, -1, touched);
         }
