@@ -137,6 +137,43 @@ fn scenarios(store: Arc<dyn MetaStore>) {
         .expect("the exclusive locker gets /p once a lets go");
     c.set_wait(Duration::from_millis(300));
 
+    // A share this mount alone holds becomes its exclusive lock in place
+    // (one conditional write, as `mkdir d; ...; mv d e` needs), and is gone
+    // with it at release ...
+    let ga = a.lock_tree(&paths(&["/s"]), &[]).unwrap();
+    a.release(ga); // the share stays cached
+    assert_eq!(shared_count(&store, "/s"), Some(1));
+    let ga = a.lock_tree(&[], &paths(&["/s"])).unwrap();
+    let doc = store.get(Idx::Locks, &tree_id("/s")).unwrap().unwrap();
+    assert_eq!(doc.source["type"], json!("exclusive"));
+    assert!(
+        b.lock_tree(&paths(&["/s"]), &[]).is_err(),
+        "excludes sharers"
+    );
+    a.release(ga);
+    assert!(store.get(Idx::Locks, &tree_id("/s")).unwrap().is_none());
+    // ... but not one another mount joined after it: that share waits.
+    let ga = a.lock_tree(&paths(&["/s"]), &[]).unwrap();
+    a.release(ga);
+    let gb = b.lock_tree(&paths(&["/s"]), &[]).unwrap();
+    assert!(matches!(
+        a.lock_tree(&[], &paths(&["/s"])),
+        Err(LockError::Timeout(..))
+    ));
+    assert_eq!(
+        store
+            .get(Idx::Locks, &tree_id("/s"))
+            .unwrap()
+            .unwrap()
+            .source["holders"],
+        json!({"b": 1}),
+        "a's share went back, b's stays"
+    );
+    b.release(gb);
+    b.release_idle(Duration::ZERO);
+    let ga = a.lock_tree(&[], &paths(&["/s"])).unwrap();
+    a.release(ga);
+
     // A holder that dies: its session lease lapses and its locks can be broken.
     let d = mgr(&store, "dead");
     let gd = d.lock_tree(&paths(&["/q"]), &paths(&["/q/x"])).unwrap();

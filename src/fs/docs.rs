@@ -220,6 +220,16 @@ impl Docs {
         typed(self.store.get(Idx::Entries, &entry_id(parent, name))?)
     }
 
+    /// [`Docs::entry`] where the source is not written back (a removal
+    /// reads the inode number, kind and version): a brief copy serves, such
+    /// as the one a lookup just read, which `entry` would read again whole.
+    pub(super) fn entry_brief(&self, parent: u64, name: &[u8]) -> FsResult<Found> {
+        typed(
+            self.store
+                .get_brief(Idx::Entries, &entry_id(parent, name))?,
+        )
+    }
+
     /// [`Docs::entry`] from the store itself: for a name read under an
     /// exclusive tree lock to decide a change of several documents.
     pub(super) fn entry_fresh(&self, parent: u64, name: &[u8]) -> FsResult<Found> {
@@ -330,6 +340,13 @@ impl Docs {
     ) -> FsResult<Inode> {
         for _ in 0..MAX_RETRIES {
             let (mut inode, ver) = self.inode(ino)?;
+            // As in `change_seen`: a directory's times waiting in memory go
+            // in with this write.
+            let pending = self.pending.dir_time(&inode);
+            if let Some(t) = pending {
+                inode.mtime_ns = inode.mtime_ns.max(t);
+                inode.ctime_ns = inode.ctime_ns.max(t);
+            }
             f(&mut inode)?;
             let mut ops = vec![BulkOp::Index {
                 index: Idx::Inodes,
@@ -357,6 +374,9 @@ impl Docs {
                 Ok(_) => {}
                 Err(StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(e.into()),
+            }
+            if inode.kind == Kind::Dir && self.pending.lazy() {
+                self.wrote_dir(ino, pending);
             }
             if results.any(|r| r.is_err()) {
                 self.sync_entries(&inode)?;

@@ -18,15 +18,15 @@
 //! An unlinked file goes after the inode's FORGET, which the kernel sends
 //! only once no descriptor holds the inode.
 
-use super::docs::{Docs, Fate, stale};
+use super::docs::{Docs, Fate, stale, to_doc};
 use super::pending::Pending;
 use super::refs::Refs;
 use super::tree::Tree;
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
 use crate::hook::HookSlot;
-use crate::model::{Inode, Kind, now_ns};
-use crate::store::{Idx, MetaStore, Query, Version, scan};
+use crate::model::{Inode, Kind, inode_id, now_ns};
+use crate::store::{BulkOp, Idx, MetaStore, Query, Version, scan};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -630,6 +630,57 @@ impl OpenFiles {
     }
 
     // ---- names going, inodes deleted ----
+
+    /// [`OpenFiles::drop_link`] of a removed directory the kernel still
+    /// holds (the rmdir's own lookup, or a process's cwd), as a write for
+    /// the caller's bulk: the link gone, the inode an orphan until the
+    /// forget, conditional on the copy read. None where `drop_link` decides
+    /// (nothing holds it: deleted at once). After the bulk:
+    /// [`OpenFiles::dir_link_dropped`].
+    pub(super) fn drop_dir_link_op(
+        &self,
+        ino: u64,
+        parent: u64,
+        ename: &str,
+    ) -> FsResult<Option<BulkOp>> {
+        if self.open.lock().contains_key(&ino) || !self.refs.kernel_holds(ino) {
+            return Ok(None);
+        }
+        let (mut i, ver) = self.docs.inode(ino)?;
+        let Some(pos) = i.links.iter().position(|l| l.p == parent && l.n == ename) else {
+            return Ok(None);
+        };
+        if i.kind != Kind::Dir {
+            return Ok(None);
+        }
+        i.links.remove(pos);
+        i.nlink = 0;
+        i.ctime_ns = now_ns();
+        i.orphan = true;
+        // Known before the write, so a forget racing it reads the inode again.
+        self.refs.orphan(ino);
+        Ok(Some(BulkOp::Index {
+            index: Idx::Inodes,
+            id: inode_id(ino),
+            source: to_doc(&i),
+            if_version: Some(ver),
+        }))
+    }
+
+    /// After a [`OpenFiles::drop_dir_link_op`] item: if it did not land
+    /// (the inode changed since read), the re-reading way.
+    pub(super) fn dir_link_dropped(
+        &self,
+        ino: u64,
+        parent: u64,
+        ename: &str,
+        landed: bool,
+    ) -> FsResult<()> {
+        match landed {
+            true => Ok(()),
+            false => self.drop_link(ino, parent, ename),
+        }
+    }
 
     /// One name of `ino` is gone: drop the link; at zero links delete the
     /// inode, unless it is still in use (then the last close or forget does).

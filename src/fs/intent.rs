@@ -24,7 +24,7 @@ use super::tree::{Tree, TreeLock};
 use crate::error::{FsError, FsResult};
 use crate::locks::LockManager;
 use crate::locks::manager::now_ms;
-use crate::model::{Entry, decode_bytes, join_path};
+use crate::model::{Entry, Kind, decode_bytes, join_path};
 use crate::store::{BulkOp, Idx, MetaStore, Query, Sort, StoreError, scan};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -143,6 +143,12 @@ impl Intents {
             && src.ino == e.ino
             && dst_ino == m.replaced
         {
+            // A directory's plan made from a stale peek may move it into its
+            // own subtree (the live rename refuses that after its fresh
+            // read, but may have died first): never carried out.
+            if src.kind == Kind::Dir && self.tree.is_ancestor(e.ino, e.parent)? {
+                return Ok(MoveState::Stale);
+            }
             return Ok(MoveState::Pending(Box::new(src)));
         }
         match self.docs.inode_fresh(e.ino) {

@@ -43,8 +43,9 @@ pub(super) struct TreeLock<'a> {
 }
 
 impl TreeLock<'_> {
-    /// Release the locks in one request after `first` (items on the `locks`
-    /// index, applied before the releases); returns `first`'s results.
+    /// Release the locks in one request after `first` (see
+    /// `LockManager::release_with`: only `locks` items are ordered before
+    /// the releases); returns `first`'s results.
     pub(super) fn release_with(mut self, first: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
         let g = self.guard.take().unwrap_or_default();
         self.lm.release_with(g, first)

@@ -105,6 +105,10 @@ struct Cached {
     checked: Instant,
     last_used: Instant,
     draining: bool,
+    /// The lock document's version when this mount last wrote or read it
+    /// as its only holder: an exclusive lock on the same path may then
+    /// replace it in one conditional write (see `drain_own_share`).
+    sole: Option<Version>,
 }
 
 /// One mount's lock session, through one store handle: every handle
@@ -467,27 +471,51 @@ impl LockManager {
         // The exclusive locks in one bulk of creates; those taken already
         // (live or dead holders, shared counts) the per-lock way. All are
         // try-locks, backed off from as a whole: the order cannot deadlock.
-        for p in excl {
-            self.drain_own_share(p);
-        }
+        let owned: Vec<Option<Version>> = excl.iter().map(|p| self.drain_own_share(p)).collect();
         let mut ops: Vec<BulkOp> = excl
             .iter()
-            .map(|p| BulkOp::Create {
-                index: Idx::Locks,
-                id: tree_id(p),
-                source: self.exclusive_doc(p),
+            .zip(&owned)
+            .map(|(p, own)| match own {
+                // Our share becomes the exclusive lock in place.
+                Some(v) => BulkOp::Index {
+                    index: Idx::Locks,
+                    id: tree_id(p),
+                    source: self.exclusive_doc(p),
+                    if_version: Some(*v),
+                },
+                None => BulkOp::Create {
+                    index: Idx::Locks,
+                    id: tree_id(p),
+                    source: self.exclusive_doc(p),
+                },
             })
             .collect();
         ops.extend(with.iter().cloned());
-        let mut results = self.store.bulk(ops)?;
+        let mut results = match self.store.bulk(ops) {
+            Ok(r) => r,
+            Err(e) => {
+                // Our shares that were to become exclusive: given back if
+                // they still are shares.
+                for (p, _) in excl.iter().zip(&owned).filter(|(_, o)| o.is_some()) {
+                    self.store_release_shared(&*self.store, &tree_id(p));
+                }
+                return Err(e.into());
+            }
+        };
         let with_results = results.split_off(excl.len());
         g.with_landed = with_results.iter().all(|r| r.is_ok());
         let mut taken = Vec::new();
         let mut failed = None;
-        for (p, r) in excl.iter().zip(results) {
+        for ((p, r), own) in excl.iter().zip(results).zip(&owned) {
             match r {
                 Ok(v) => g.exclusive.push((p.clone(), v)),
-                Err(StoreError::Conflict(_)) => taken.push(p),
+                Err(StoreError::Conflict(_)) => {
+                    if own.is_some() {
+                        // Changed since we held it alone: ours goes back.
+                        self.store_release_shared(&*self.store, &tree_id(p));
+                    }
+                    taken.push(p)
+                }
                 // Keep what was created (in the guard, to be released).
                 Err(e) => failed = failed.or(Some(e)),
             }
@@ -541,16 +569,18 @@ impl LockManager {
     }
 
     /// [`LockManager::release`], the exclusive locks in one bulk of deletes
-    /// conditional on our versions, after `first` (items on the `locks`
-    /// index, applied before the releases: one shard applies a bulk in
-    /// order). Returns `first`'s results. A release that finds its lock
-    /// changed or gone leaves it: it was broken, this mount taken for dead.
+    /// conditional on our versions, after `first`. Items of `first` on the
+    /// `locks` index are applied before the releases (one shard applies a
+    /// bulk in order); items on other indices ride in the same request but
+    /// may land after the releases, so only writes that need no lock go
+    /// there (a parent's times). Returns `first`'s results. A release that
+    /// finds its lock changed or gone leaves it: it was broken, this mount
+    /// taken for dead.
     pub fn release_with(
         &self,
         mut g: TreeGuard,
         first: Vec<BulkOp>,
     ) -> StoreResult<Vec<BulkItemResult>> {
-        debug_assert!(first.iter().all(|op| op.index() == Idx::Locks));
         let n = first.len();
         g.exclusive.sort_by(|a, b| b.0.cmp(&a.0)); // reverse sorted: children first
         let mut ops = first;
@@ -599,9 +629,12 @@ impl LockManager {
             let cached = self.cache.lock().contains_key(path);
             if cached {
                 // Re-check for a waiting exclusive holder.
-                let pending = match self.store.get(Idx::Locks, &id)? {
-                    Some(d) => d.source["pending"].as_str().map(String::from),
-                    None => None,
+                let (pending, sole) = match self.store.get(Idx::Locks, &id)? {
+                    Some(d) => (
+                        d.source["pending"].as_str().map(String::from),
+                        self.sole_version(&d.source, d.version),
+                    ),
+                    None => (None, None),
                 };
                 let mut cache = self.cache.lock();
                 if let Some(c) = cache.get_mut(path) {
@@ -609,6 +642,7 @@ impl LockManager {
                         Some(o) if o != self.owner && self.alive(&o)? => c.draining = true,
                         _ => {
                             if !c.draining {
+                                c.sole = sole;
                                 c.checked = Instant::now();
                                 c.users += 1;
                                 c.last_used = Instant::now();
@@ -628,7 +662,7 @@ impl LockManager {
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
-            self.store_acquire_shared(path, &id)?;
+            let sole = self.store_acquire_shared(path, &id)?;
             let mut cache = self.cache.lock();
             match cache.get_mut(path) {
                 // Another thread of ours cached it meanwhile: give ours back.
@@ -645,6 +679,7 @@ impl LockManager {
                             checked: Instant::now(),
                             last_used: Instant::now(),
                             draining: false,
+                            sole,
                         },
                     );
                 }
@@ -692,14 +727,25 @@ impl LockManager {
         }
     }
 
+    /// `version` if lock document `s` is a share this mount alone holds.
+    fn sole_version(&self, s: &Value, version: Version) -> Option<Version> {
+        let holders = s["holders"].as_object()?;
+        let only_us = s["type"] == "shared"
+            && s["pending"].is_null()
+            && holders.len() == 1
+            && holders.contains_key(&self.owner);
+        only_us.then_some(version)
+    }
+
     /// One attempt at the store-level shared lock: Held if an exclusive
-    /// holder or a pending exclusive waiter (alive) is in the way.
-    fn store_acquire_shared(&self, path: &str, id: &str) -> Result<(), LockError> {
+    /// holder or a pending exclusive waiter (alive) is in the way. Returns
+    /// the version written if this mount is now the only holder.
+    fn store_acquire_shared(&self, path: &str, id: &str) -> Result<Option<Version>, LockError> {
         for _ in 0..50 {
             let Some(cur) = self.store.get(Idx::Locks, id)? else {
                 let doc = json!({"type": "shared", "path": path, "count": 1, "holders": {&self.owner: 1}, "since": now_ms()});
                 match self.store.create(Idx::Locks, id, &doc) {
-                    Ok(_) => return Ok(()),
+                    Ok(v) => return Ok(Some(v)),
                     Err(StoreError::Conflict(_)) => continue,
                     Err(e) => return Err(e.into()),
                 }
@@ -727,7 +773,7 @@ impl LockManager {
             s["holders"][&self.owner] = json!(n);
             s["count"] = json!(s["count"].as_u64().unwrap_or(0) + 1);
             match self.store.put(Idx::Locks, id, &s, Some(cur.version)) {
-                Ok(_) => return Ok(()),
+                Ok(v) => return Ok(self.sole_version(&s, v)),
                 Err(StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -778,18 +824,26 @@ impl LockManager {
         json!({"type": "exclusive", "path": path, "owner": self.owner, "since": now_ms()})
     }
 
-    /// Our own idle cached share of `path` would block our exclusive lock
-    /// on it: give it back first (and let no new user take it).
-    fn drain_own_share(&self, path: &str) {
+    /// Give back this mount's cached share of `path` before taking it
+    /// exclusively. A share no call of ours is using and that this mount
+    /// alone held as of a version is not given back: its version is
+    /// returned, for the exclusive lock to replace that document in one
+    /// conditional write (if anyone joined or marked it pending since, the
+    /// write conflicts and `try_tree` gives the share back first).
+    fn drain_own_share(&self, path: &str) -> Option<Version> {
         let mut cache = self.cache.lock();
-        if let Some(c) = cache.get_mut(path) {
-            c.draining = true;
-            if c.users == 0 {
-                cache.remove(path);
-                drop(cache);
-                self.store_release_shared(&*self.store, &tree_id(path));
-            }
+        let c = cache.get_mut(path)?;
+        c.draining = true;
+        if c.users > 0 {
+            return None;
         }
+        let sole = c.sole;
+        cache.remove(path);
+        drop(cache);
+        if sole.is_none() {
+            self.store_release_shared(&*self.store, &tree_id(path));
+        }
+        sole
     }
 
     /// One attempt at an exclusive lock on `path` whose create conflicted,

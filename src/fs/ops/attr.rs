@@ -112,7 +112,8 @@ impl Fs {
         let mut landed = None;
         // A pending atime goes in with this write, unless this sets atime.
         let pending = self.pending.take_atime(ino);
-        let inode = self.docs.update(ino, |i| {
+        // The inode and its entries' attribute copies in one bulk.
+        let inode = self.docs.update_synced(ino, |i| {
             if let Some(m) = set.mode {
                 i.mode = m & 0o7777;
             }
@@ -158,7 +159,6 @@ impl Fs {
             // Keep the data's mtime the file's (see `WriteBack::replay`).
             self.data.set_mtime(key, inode.mtime_ns)?;
         }
-        self.docs.sync_entries(&inode)?;
         if (set.size.is_some() || set.mtime.is_some()) && inode.kind == Kind::File {
             self.hook.changed(ino);
         }

@@ -21,7 +21,7 @@ impl Fs {
         let mut fresh = false;
         loop {
             let (entry, ver) = match fresh {
-                false => self.docs.entry(parent, name)?,
+                false => self.docs.entry_brief(parent, name)?,
                 true => self.docs.entry_fresh(parent, name)?,
             }
             .ok_or(FsError::NotFound)?;
@@ -50,31 +50,67 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         encode_name(name)?;
+        // The name as cached: the delete below is conditional on its
+        // version, so a copy another mount overtook (the name removed,
+        // renamed over, or naming a file now) changes nothing and is read
+        // again from the store; so is one that would refuse.
+        let mut fresh = false;
         loop {
-            // Lock the parent and the directory itself (creates inside it
-            // lock it), in a deadlock-free sorted order, then re-check.
-            let (peek, _) = self.docs.entry(parent, name)?.ok_or(FsError::NotFound)?;
-            let _g = self.tree.lock_dirs(&[parent, peek.ino]);
-            // Exclusive on the directory itself: no other mount can create
-            // in it (creates hold it shared) while we check it is empty.
-            let (_t, _) = self.tree.lock(&[parent], &[(parent, &peek.name)])?;
-            let (entry, ver) = self
-                .docs
-                .entry_fresh(parent, name)?
-                .ok_or(FsError::NotFound)?;
-            if entry.ino != peek.ino {
+            let (entry, ver) = match fresh {
+                false => self.docs.entry_brief(parent, name)?,
+                true => self.docs.entry_fresh(parent, name)?,
+            }
+            .ok_or(FsError::NotFound)?;
+            if entry.kind != Kind::Dir {
+                if fresh {
+                    return Err(FsError::NotDir);
+                }
+                fresh = true;
                 continue;
             }
-            if entry.kind != Kind::Dir {
-                return Err(FsError::NotDir);
-            }
+            // Lock the parent and the directory itself (creates inside it
+            // lock it), in a deadlock-free sorted order.
+            let _g = self.tree.lock_dirs(&[parent, entry.ino]);
+            // Exclusive on the directory itself: no other mount can create
+            // in it (creates hold it shared) while we check it is empty.
+            let (t, _) = self.tree.lock(&[parent], &[(parent, &entry.name)])?;
             self.docs.see_other_mounts()?;
             if !self.tree.is_empty(entry.ino)? {
                 return Err(FsError::NotEmpty);
             }
-            self.delete_entry(parent, name, entry.ino, ver, None)?;
-            self.files.drop_link(entry.ino, parent, &entry.name)?;
-            return self.tree.touch(parent, -1);
+            match self.delete_entry(parent, name, entry.ino, ver, None) {
+                Err(FsError::Again | FsError::NotFound) if !fresh => {
+                    fresh = true;
+                    continue;
+                }
+                r => r?,
+            };
+            // The parent's link count and times, and the directory's inode
+            // kept as an orphan until the kernel forgets it, go in the
+            // request that releases the locks (neither needs them: the
+            // name is gone); what did not land is redone the re-reading way.
+            let name = &entry.name;
+            let Some(touch) = self.tree.touch_op(parent, -1, None)? else {
+                self.files.drop_link(entry.ino, parent, name)?;
+                drop(t);
+                return self.tree.touch(parent, -1);
+            };
+            let orphan = self.files.drop_dir_link_op(entry.ino, parent, name)?;
+            if orphan.is_none() {
+                self.files.drop_link(entry.ino, parent, name)?;
+            }
+            let kept = orphan.is_some();
+            let mut landed = t
+                .release_with([touch].into_iter().chain(orphan).collect())?
+                .into_iter()
+                .map(|r| r.is_ok());
+            let touched = landed.next() == Some(true);
+            if kept {
+                let orphaned = landed.next() == Some(true);
+                self.files
+                    .dir_link_dropped(entry.ino, parent, name, orphaned)?;
+            }
+            return self.tree.touched(parent, -1, touched);
         }
     }
 
@@ -110,7 +146,7 @@ impl Fs {
                 Err(StoreError::Conflict(_)) => {}
                 Err(e) => return Err(e.into()),
             }
-            let Some((cur, v)) = self.docs.entry(parent, name)? else {
+            let Some((cur, v)) = self.docs.entry_brief(parent, name)? else {
                 return Err(FsError::NotFound);
             };
             if cur.ino != ino {

@@ -75,12 +75,21 @@ impl Fs {
             } else {
                 self.tree.lock_dirs(&[parent, newparent])
             };
-            // A file's move is planned from the peek, and its intent goes in
-            // the request that takes the tree locks: the names read under
-            // them confirm the plan (or it is written again). A plan never
+            // A move is planned from the peek, and its intent goes in the
+            // request that takes the tree locks: the names read under them
+            // confirm the plan (or it is written again). A plan never
             // confirmed is checked against the names by any roll-forward
-            // (`Intents::move_state`), so a stale peek is never carried out.
-            let early = match !exchange && !whole_tree && self.tree.locks_stored() {
+            // (`Intents::move_state`, which also refuses a directory's move
+            // into itself), so a stale peek is never carried out. Not where
+            // the peek already says the move is refused (a directory to
+            // replace or to be replaced by a file, a directory over a file,
+            // a name NOREPLACE keeps): a plan the names still match would be
+            // carried out by a roll-forward if this mount died before
+            // withdrawing it, and a roll-forward does not repeat those checks.
+            let refused = peek_dst.as_ref().is_some_and(|(d, _)| {
+                d.kind == Kind::Dir || peek.kind == Kind::Dir || flags & RENAME_NOREPLACE != 0
+            });
+            let early = match !exchange && !refused && self.tree.locks_stored() {
                 true => {
                     let replaced = peek_dst.as_ref().map(|(d, _)| d.ino);
                     let plan = self.plan_move(
@@ -348,12 +357,19 @@ impl Fs {
         if src_is_dir && self.tree.is_ancestor(src.ino, newparent)? {
             return Err(FsError::Invalid);
         }
-        let intent = self.plan_move(
+        let mut intent = self.plan_move(
             src,
             (newparent, new_ename),
             dst.as_ref().map(|(d, _)| d.ino),
             cookie,
         )?;
+        // A directory's new entry carries its inode's times as read (its
+        // old entry's copy lags after changes in it), so the write-back has
+        // no copy left to refresh. A file's keeps its old entry's, which
+        // its indexed text is checked against.
+        if let (true, Some((inode, _))) = (src_is_dir, &moved_inode) {
+            intent.entry.refresh_attrs(inode);
+        }
         Ok(Some(Prepared {
             replaced_dir,
             parents,
