@@ -7,6 +7,11 @@
 //! mapping is injective (no two names collide), keeps `/` as the only path
 //! separator (subtree queries stay exact), and valid UTF-8 names are stored
 //! exactly as they are.
+//!
+//! A larger file's contents in object storage are its [`block_map`], held in
+//! its inode document.
+
+pub mod block_map;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -211,7 +216,7 @@ pub struct Inode {
     /// or an older esfs keeps its map in a `<key>:map` document; Some of
     /// an empty map: it had blocks and was cut to nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub map: Option<crate::data::blocks::BlockMap>,
+    pub map: Option<block_map::BlockMap>,
 }
 
 impl Inode {
