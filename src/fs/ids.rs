@@ -45,10 +45,14 @@ impl Ids {
                     .ok_or_else(|| FsError::Io("id allocator missing".into()))?;
                 let next = doc.source["next"].as_u64().unwrap_or(16);
                 let end = next + ID_BATCH;
-                match self
-                    .store
-                    .put(Idx::Meta, "ids", &json!({ "next": end }), Some(doc.version))
-                {
+                // `by` makes the document this reservation's alone: when a
+                // write is refused as a conflict after its answer was lost,
+                // the store tells its own landed write from another's by
+                // comparing documents, and two mounts reserving the same
+                // range would otherwise write the same one (and both take
+                // the range: duplicate inode numbers).
+                let mine = json!({ "next": end, "by": rand::random::<u64>() });
+                match self.store.put(Idx::Meta, "ids", &mine, Some(doc.version)) {
                     Ok(_) => {
                         *ids = (next, end);
                         break;

@@ -33,9 +33,9 @@ use crate::store::{
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a session lives without a heartbeat. Long enough that an idle
@@ -132,7 +132,7 @@ impl std::ops::Deref for LockManager {
 pub struct Session {
     owner: String,
     /// How long a tree lock may wait before giving up, in milliseconds.
-    wait_ms: std::sync::atomic::AtomicU64,
+    wait_ms: AtomicU64,
     cache: Mutex<HashMap<String, Cached>>,
     stop: AtomicBool,
     /// This mount is the store's only one (embedded store, held by its
@@ -144,6 +144,13 @@ pub struct Session {
     /// Versions of the global and document locks this mount holds: a
     /// release is one conditional delete, without reading the lock first.
     owned: Mutex<HashMap<String, Version>>,
+    /// Tokens of the exclusive lock documents calls of this mount are
+    /// taking or hold. A lock document of ours whose token is not here was
+    /// left behind (its release failed while the cluster was away) and is
+    /// removed rather than waited for: this mount would otherwise wait for
+    /// itself until it is unmounted.
+    live: Mutex<HashSet<u64>>,
+    next_token: AtomicU64,
 }
 
 /// What [`LockManager::reap_dead`] found (and, repairing, removed).
@@ -162,6 +169,8 @@ pub struct TreeGuard {
     shared: Vec<String>,
     /// Paths and the versions we wrote them at (released conditionally).
     exclusive: Vec<(String, Version)>,
+    /// The tokens this attempt registered in `Session::live`.
+    tokens: Vec<u64>,
     /// Some shared lock was newly taken from the store (not the cache): the
     /// caller must re-validate the paths it computed before locking.
     pub fresh: bool,
@@ -189,12 +198,14 @@ impl LockManager {
             store,
             session: Arc::new(Session {
                 owner: owner.to_string(),
-                wait_ms: std::sync::atomic::AtomicU64::new(10_000),
+                wait_ms: AtomicU64::new(10_000),
                 cache: Mutex::new(HashMap::new()),
                 stop: AtomicBool::new(false),
                 sole: AtomicBool::new(false),
                 doc: Mutex::new((Value::Null, None)),
                 owned: Mutex::new(HashMap::new()),
+                live: Mutex::new(HashSet::new()),
+                next_token: AtomicU64::new(1),
             }),
         });
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -472,21 +483,24 @@ impl LockManager {
         // (live or dead holders, shared counts) the per-lock way. All are
         // try-locks, backed off from as a whole: the order cannot deadlock.
         let owned: Vec<Option<Version>> = excl.iter().map(|p| self.drain_own_share(p)).collect();
+        let tokens: Vec<u64> = excl.iter().map(|_| self.new_token()).collect();
+        g.tokens.extend(&tokens);
         let mut ops: Vec<BulkOp> = excl
             .iter()
             .zip(&owned)
-            .map(|(p, own)| match own {
+            .zip(&tokens)
+            .map(|((p, own), &token)| match own {
                 // Our share becomes the exclusive lock in place.
                 Some(v) => BulkOp::Index {
                     index: Idx::Locks,
                     id: tree_id(p),
-                    source: self.exclusive_doc(p),
+                    source: self.exclusive_doc(p, token),
                     if_version: Some(*v),
                 },
                 None => BulkOp::Create {
                     index: Idx::Locks,
                     id: tree_id(p),
-                    source: self.exclusive_doc(p),
+                    source: self.exclusive_doc(p, token),
                 },
             })
             .collect();
@@ -506,7 +520,7 @@ impl LockManager {
         g.with_landed = with_results.iter().all(|r| r.is_ok());
         let mut taken = Vec::new();
         let mut failed = None;
-        for ((p, r), own) in excl.iter().zip(results).zip(&owned) {
+        for (((p, r), own), &token) in excl.iter().zip(results).zip(&owned).zip(&tokens) {
             match r {
                 Ok(v) => g.exclusive.push((p.clone(), v)),
                 Err(StoreError::Conflict(_)) => {
@@ -514,7 +528,7 @@ impl LockManager {
                         // Changed since we held it alone: ours goes back.
                         self.store_release_shared(&*self.store, &tree_id(p));
                     }
-                    taken.push(p)
+                    taken.push((p, token))
                 }
                 // Keep what was created (in the guard, to be released).
                 Err(e) => failed = failed.or(Some(e)),
@@ -523,8 +537,8 @@ impl LockManager {
         if let Some(e) = failed {
             return Err(e.into());
         }
-        for p in taken {
-            let v = self.try_exclusive(p)?;
+        for (p, token) in taken {
+            let v = self.try_exclusive(p, token)?;
             g.exclusive.push((p.clone(), v));
         }
         Ok(())
@@ -597,6 +611,12 @@ impl LockManager {
         while let Some(p) = g.shared.pop() {
             self.release_shared(&p);
         }
+        // Released or not, no call holds them now (see `Session::live`).
+        let mut live = self.live.lock();
+        for t in &g.tokens {
+            live.remove(t);
+        }
+        drop(live);
         let mut res = res?;
         for ((p, _), r) in g.exclusive.iter().zip(res.drain(n..)) {
             match r {
@@ -820,8 +840,17 @@ impl LockManager {
         }
     }
 
-    fn exclusive_doc(&self, path: &str) -> Value {
-        json!({"type": "exclusive", "path": path, "owner": self.owner, "since": now_ms()})
+    /// An exclusive lock document; `token` tells this mount's calls apart
+    /// (see `Session::live`).
+    fn exclusive_doc(&self, path: &str, token: u64) -> Value {
+        json!({"type": "exclusive", "path": path, "owner": self.owner, "token": token, "since": now_ms()})
+    }
+
+    /// A token for one exclusive lock document, registered as live.
+    fn new_token(&self) -> u64 {
+        let t = self.next_token.fetch_add(1, Ordering::Relaxed);
+        self.live.lock().insert(t);
+        t
     }
 
     /// Give back this mount's cached share of `path` before taking it
@@ -846,13 +875,14 @@ impl LockManager {
         sole
     }
 
-    /// One attempt at an exclusive lock on `path` whose create conflicted,
-    /// returning the version written. A dead holder's lock is broken;
+    /// One attempt at an exclusive lock on `path` whose create (of the
+    /// document with `token`) conflicted, returning the version written. A
+    /// dead holder's lock is broken, and so is one this mount left behind;
     /// shared holders that are dead are dropped, live ones make us mark the
     /// lock `pending` and wait.
-    fn try_exclusive(&self, path: &str) -> Result<Version, LockError> {
+    fn try_exclusive(&self, path: &str, token: u64) -> Result<Version, LockError> {
         let id = tree_id(path);
-        let doc = self.exclusive_doc(path);
+        let doc = self.exclusive_doc(path, token);
         let mut create = false;
         for _ in 0..50 {
             if create {
@@ -869,7 +899,25 @@ impl LockManager {
             let mut s = cur.source.clone();
             if s["type"] == "exclusive" {
                 let holder = s["owner"].as_str().unwrap_or("").to_string();
-                if holder == self.owner || self.alive(&holder)? {
+                if holder == self.owner {
+                    match s["token"].as_u64() {
+                        // Our create landed though its answer was a
+                        // conflict: a primary that failed over mid-request
+                        // and the coordinating node sent it again.
+                        Some(t) if t == token => return Ok(cur.version),
+                        Some(t) if self.live.lock().contains(&t) => {
+                            return Err(LockError::Held(path.into(), holder));
+                        }
+                        _ => {
+                            log::warn!(
+                                "removing exclusive lock {path} this mount failed to release"
+                            );
+                            let _ = self.store.delete(Idx::Locks, &id, Some(cur.version));
+                            continue;
+                        }
+                    }
+                }
+                if self.alive(&holder)? {
                     return Err(LockError::Held(path.into(), holder));
                 }
                 log::warn!("breaking exclusive lock {path} of dead owner {holder}");
