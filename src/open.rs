@@ -9,6 +9,7 @@ use crate::data::chunks::ChunkStore;
 use crate::data::objects::ObjectStore;
 use crate::data::{DataStore, LocalDataStore};
 use crate::store::cache::CachedStore;
+use crate::store::delegated::DelegatedStore;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::es::{EsConfig, EsStore, redact};
 use crate::store::{Idx, MetaStore, StoreError};
@@ -191,6 +192,8 @@ pub(crate) fn lock_store(dir: &Path) -> Result<File, OpenError> {
 pub(crate) struct Stores {
     pub meta: Arc<dyn MetaStore>,
     pub data: Arc<dyn DataStore>,
+    /// `--delegate`: the layer `meta` is (both stores write through it).
+    pub delegated: Option<Arc<DelegatedStore>>,
     /// Holds an embedded store's mount lock while alive (never read).
     pub _lock: Option<File>,
 }
@@ -298,12 +301,16 @@ pub(crate) fn cache_for_mount(
 }
 
 /// Open the metadata store ([`open_meta`]) and the contents store bound to
-/// it: the data directory `data`, or chunk documents in the cluster.
+/// it: the data directory `data`, or chunk documents in the cluster. A
+/// mount given `delegate` (the op logs' state directory) puts the
+/// delegated store in front of the metadata store, for both to write
+/// through ([`DelegatedStore`]).
 pub(crate) fn open_stores(
     backend: &Backend,
     data: Option<&Path>,
     blocks: Option<&BlockConfig>,
     mount: bool,
+    delegate: Option<&Path>,
 ) -> Result<Stores, OpenError> {
     let url = data.and_then(|d| d.to_str()).filter(|u| is_object_url(u));
     if let Some(url) = url {
@@ -311,7 +318,7 @@ pub(crate) fn open_stores(
             Some(c) => c.clone(),
             None => BlockConfig::new(S3Location::parse(url).map_err(OpenError::DataBinding)?),
         };
-        return open_objects(backend, &cfg, mount);
+        return open_objects(backend, &cfg, mount, delegate);
     }
     let (store, guard) = open_meta_for(backend, mount, data)?;
     // The filesystem id, and the data directory bound to it.
@@ -339,6 +346,7 @@ pub(crate) fn open_stores(
             }
         }
     }
+    let (store, delegated) = delegated(store, delegate)?;
     let data: Arc<dyn DataStore> = match data {
         Some(dir) if !mount && !dir.is_dir() => {
             return Err(OpenError::DataBinding(format!(
@@ -355,15 +363,36 @@ pub(crate) fn open_stores(
     Ok(Stores {
         meta: store,
         data,
+        delegated,
         _lock: guard,
     })
+}
+
+/// `store` behind the delegated store when `delegate` names the op logs'
+/// state directory (a subdirectory per filesystem id in it: a log is only
+/// ever replayed into the filesystem it was written for).
+/// A store as the filesystem sees it, and the delegated layer it is, if.
+type Layered = (Arc<dyn MetaStore>, Option<Arc<DelegatedStore>>);
+
+fn delegated(store: Arc<dyn MetaStore>, delegate: Option<&Path>) -> Result<Layered, OpenError> {
+    let Some(dir) = delegate else {
+        return Ok((store, None));
+    };
+    let fsid = ident_of_store(&*store)?;
+    let d = DelegatedStore::new(store, dir.join(fsid));
+    Ok((d.clone(), Some(d)))
 }
 
 /// [`open_stores`] with contents in object storage: the metadata store
 /// as for chunks in the cluster, the bucket checked with one request (a
 /// mount fails fast, with one line naming the URL and the cause), and a
 /// mount's collector of superseded blocks started.
-fn open_objects(backend: &Backend, cfg: &BlockConfig, mount: bool) -> Result<Stores, OpenError> {
+fn open_objects(
+    backend: &Backend,
+    cfg: &BlockConfig,
+    mount: bool,
+    delegate: Option<&Path>,
+) -> Result<Stores, OpenError> {
     let (store, guard) = open_meta_for(backend, mount, None)?;
     let blocks = BlockStore::open(cfg).map_err(|e| OpenError::DataBinding(e.to_string()))?;
     blocks
@@ -377,6 +406,7 @@ fn open_objects(backend: &Backend, cfg: &BlockConfig, mount: bool) -> Result<Sto
     if let Some(fsid) = fsid {
         check_prefix(&blocks, &fsid, backend, mount)?;
     }
+    let (store, delegated) = delegated(store, delegate)?;
     let objects = ObjectStore::new(store.clone(), Arc::new(blocks), gc_grace());
     if mount {
         crate::data::objects::spawn_collector(objects.clone(), GC_EVERY.min(gc_grace()));
@@ -384,6 +414,7 @@ fn open_objects(backend: &Backend, cfg: &BlockConfig, mount: bool) -> Result<Sto
     Ok(Stores {
         meta: store,
         data: objects,
+        delegated,
         _lock: guard,
     })
 }

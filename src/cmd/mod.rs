@@ -58,7 +58,7 @@ fn open_fs(store: &StoreArgs, contents: bool) -> Result<(Fs, Stores), CmdError> 
     let (backend, data, _) = store.resolve()?;
     let data = data.filter(|_| contents);
     let blocks = store.block_config()?;
-    let stores = open_stores(&backend, data.as_deref(), blocks.as_ref(), false)?;
+    let stores = open_stores(&backend, data.as_deref(), blocks.as_ref(), false, None)?;
     let fs = Fs::new(
         Arc::new(CachedStore::off(stores.meta.clone())),
         stores.data.clone(),

@@ -11,6 +11,7 @@ use crate::data::blocks::BlockConfig;
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
 use crate::open::{Backend, cache_for_mount, open_stores, unflushed_journal};
+use crate::store::delegated::grant;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -43,6 +44,16 @@ pub struct MountCmd {
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     threads: usize,
+    /// Hold the tree's delegation while this is the filesystem's only mount
+    /// (Elasticsearch): changes are acknowledged from memory and a local op
+    /// log, and reach the cluster every 200 ms, on fsync, and when another
+    /// mount starts (it recalls the delegation). See docs/delegations.md.
+    #[arg(long)]
+    delegate: bool,
+    /// Where a delegated mount keeps its op log [default:
+    /// $XDG_STATE_HOME/esfs, or ~/.local/state/esfs].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     /// Log file of the background server [default: <store>/esfs.log, or
     /// $XDG_DATA_HOME/esfs/esfs.log with --es].
     #[arg(long, value_name = "FILE")]
@@ -67,6 +78,9 @@ pub fn run(m: MountCmd) -> Result<i32, CmdError> {
     if !(ttl.is_finite() && (0.0..=1e9).contains(&ttl)) {
         return Err("--attr-ttl must be a non-negative number of seconds".into());
     }
+    if m.delegate && !matches!(backend, Backend::Elasticsearch(_)) {
+        return Err("--delegate needs --es: an embedded store is its mount's alone already".into());
+    }
     let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
     mount(MountArgs {
         mountpoint: m.mountpoint,
@@ -78,6 +92,9 @@ pub fn run(m: MountCmd) -> Result<i32, CmdError> {
         attr_ttl: Duration::from_secs_f64(ttl),
         threads: m.threads,
         log: abs(m.log.unwrap_or_else(|| log_dir.join("esfs.log"))),
+        delegate: m
+            .delegate
+            .then(|| abs(m.state_dir.unwrap_or_else(default_state_dir))),
     })?;
     Ok(0)
 }
@@ -102,6 +119,17 @@ struct MountArgs {
     pub attr_ttl: Duration,
     pub threads: usize,
     pub log: PathBuf,
+    /// `--delegate`: the state directory of its op logs.
+    pub delegate: Option<PathBuf>,
+}
+
+/// `$XDG_STATE_HOME/esfs`, or `~/.local/state/esfs`.
+fn default_state_dir() -> PathBuf {
+    match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d).join("esfs"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into()))
+            .join(".local/state/esfs"),
+    }
 }
 
 fn mount(args: MountArgs) -> Result<(), CmdError> {
@@ -211,6 +239,9 @@ fn background(args: &MountArgs) -> Result<(), CmdError> {
         .arg(args.threads.to_string())
         .arg("--log")
         .arg(&args.log);
+    if let Some(dir) = &args.delegate {
+        cmd.arg("--delegate").arg("--state-dir").arg(dir);
+    }
     for o in &args.options {
         cmd.arg("-o").arg(o);
     }
@@ -374,16 +405,20 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
         args.data.as_deref(),
         args.blocks.as_ref(),
         true,
+        args.delegate.as_deref(),
     )?;
     if writeback && !stores.meta.capabilities().single_writer {
         return Err(WRITEBACK_NEEDS_SOLE.into());
     }
+    // --delegate: the metadata store answers writes from memory while this
+    // mount holds the tree's delegation (taken once the lock session exists).
+    let delegated = stores.delegated.clone();
     let cached = cache_for_mount(stores.meta.clone(), args.attr_ttl);
 
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let fs = Fs::new(
-        cached,
+        cached.clone(),
         stores.data.clone(),
         FsConfig {
             root_uid: uid,
@@ -402,6 +437,17 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
         },
     )
     .map_err(|e| format!("cannot start filesystem: {e}"))?;
+    if let Some(d) = &delegated {
+        // Once given back, cached documents carry local versions.
+        let cache = Arc::downgrade(&cached);
+        d.shared().on_release(Box::new(move || {
+            if let Some(c) = cache.upgrade() {
+                c.clear();
+            }
+        }));
+        grant::take(d, fs.lock_manager())
+            .map_err(|e| format!("cannot take the tree's delegation: {e}"))?;
+    }
     // Content indexing for `esfs search` (a background thread).
     crate::search::attach(&fs, args.backend.description(args.data.as_deref()));
     let fs = Arc::new(fs);
@@ -446,5 +492,10 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     }
     fs.shutdown()
         .map_err(|e| format!("final write-back and sync: {e}"))?;
+    if let Some(d) = &delegated {
+        d.shared()
+            .release(fs.lock_manager().owner())
+            .map_err(|e| format!("giving back the tree's delegation: {e}"))?;
+    }
     r.map_err(|e| format!("session ended with error: {e}").into())
 }

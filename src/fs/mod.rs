@@ -177,6 +177,12 @@ impl Fs {
         let lm = LockManager::new(store.clone(), &session_id(), &cfg.label)?;
         lm.spawn_heartbeat();
         let caps = store.capabilities();
+        // A mount holding the whole tree's delegation gives it back first:
+        // then what it acknowledged is in the cluster, and it no longer
+        // writes from memory (see `store::delegated`).
+        if !caps.single_writer {
+            crate::store::delegated::grant::recall_others(&*store, &lm)?;
+        }
         let hook = Arc::new(HookSlot::default());
         let ids = Arc::new(Ids::new(store.clone()));
         let pending = Arc::new(Pending::default());

@@ -144,7 +144,7 @@ pub(crate) fn in_store(
     data: Option<&Path>,
     operands: &[OsString],
 ) -> Result<(Vec<Target>, Vec<Operand>), SearchError> {
-    let stores = open_stores(backend, data, None, false)?;
+    let stores = open_stores(backend, data, None, false, None)?;
     let target = Target {
         store: stores.meta,
         data: Some(stores.data),

@@ -293,6 +293,14 @@ impl CachedStore {
 
     /// Another handle on this cache, for `caller`: its requests go out
     /// under that name and it reads as that caller reads.
+    /// Forget every cached document and listing: what the store below
+    /// answered may no longer hold (its delegation was given back, see
+    /// [`super::delegated`]).
+    pub fn clear(&self) {
+        self.docs.clear();
+        self.listings.lock().clear();
+    }
+
     pub fn for_caller(&self, caller: Caller) -> Arc<CachedStore> {
         Arc::new(CachedStore {
             inner: super::for_caller(&self.inner, caller),

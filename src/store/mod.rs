@@ -14,6 +14,7 @@
 //! - ids are UTF-8 strings of at most [`MAX_ID_BYTES`] bytes.
 
 pub mod cache;
+pub mod delegated;
 pub mod embedded;
 pub mod es;
 #[cfg(test)]

@@ -67,6 +67,21 @@ pub fn es_backend_args() -> Vec<String> {
     vec!["--es".into(), url, "--index".into(), index]
 }
 
+/// `ESFS_TEST_DELEGATE=1`: mounts of the suites on Elasticsearch hold the
+/// tree's delegation (see tests/delegations.rs) while they are their
+/// index's only mount. The mount-only options that asks for.
+fn delegate_args() -> Vec<String> {
+    if std::env::var_os("ESFS_TEST_DELEGATE").is_none_or(|v| v != "1") {
+        return Vec::new();
+    }
+    let state = std::env::temp_dir().join(format!("esfs-test-state-{}", std::process::id()));
+    vec![
+        "--delegate".into(),
+        "--state-dir".into(),
+        state.display().to_string(),
+    ]
+}
+
 /// Whether mounts keep contents in object storage (`ESFS_TEST_DATA=s3`).
 pub fn s3_data() -> bool {
     std::env::var("ESFS_TEST_DATA").is_ok_and(|v| v == "s3")
@@ -191,6 +206,8 @@ pub struct Mount {
     s3: Option<Vec<String>>,
     /// The daemon's RUST_LOG (from its next start on: see `set_log_filter`).
     log_filter: String,
+    /// Mount-only options of the suites' backend (see `delegate_args`).
+    mount_args: Vec<String>,
 }
 
 impl Mount {
@@ -215,7 +232,13 @@ impl Mount {
 
     fn build(backend: Option<Vec<String>>, allow_plain: bool, options: &[&str]) -> Mount {
         let s3 = (backend.is_none() && s3_data()).then_some(());
-        let backend = backend.or_else(|| (test_backend() == "es").then(es_backend_args));
+        let suites_es = backend.is_none() && test_backend() == "es";
+        let backend = backend.or_else(|| suites_es.then(es_backend_args));
+        let mount_args = if suites_es {
+            delegate_args()
+        } else {
+            Vec::new()
+        };
         let allow_plain = allow_plain && test_backend() == "embedded" && s3.is_none();
         let tmp = tempfile::Builder::new()
             .prefix("esfs-test-")
@@ -243,6 +266,7 @@ impl Mount {
             options: options.iter().map(|o| o.to_string()).collect(),
             s3,
             log_filter: "warn".into(),
+            mount_args,
         };
         if !m.plain {
             m.start();
@@ -318,6 +342,7 @@ impl Mount {
             .arg("mount")
             .arg(&self.mnt)
             .args(&backend)
+            .args(&self.mount_args)
             .arg("--foreground")
             .arg("-o")
             .arg("allow_other")

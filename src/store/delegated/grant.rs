@@ -1,0 +1,149 @@
+//! The tree's delegation as a lock document, `deleg/root` in the `locks`
+//! index: `{type: "delegation", owner, since, recall}`.
+//!
+//! - **Taken** ([`take`]) by a mount started with `--delegate`: a create of
+//!   the document, then a search for other live sessions. A mount that
+//!   registered its session before the create shows up in that search (the
+//!   create made the index dirty, so the search refreshes first); one that
+//!   registers after finds the document at its start ([`recall_others`]).
+//!   Either way they never both go on.
+//! - **Recalled** ([`recall_others`]) by every other mount and lock-taking
+//!   command at its start: it sets `recall` and waits until the document is
+//!   gone. The holder looks every 400 ms ([`recalled`]), flushes everything
+//!   and deletes it ([`give_back`]).
+//! - A holder that died is handled as its locks are: once its session has
+//!   lapsed (lease and grace) the waiting mount deletes the document; what
+//!   the dead mount had not sent is in its op log, replayed by the next
+//!   delegated mount on its machine ([`super::replay`]).
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::DelegatedStore;
+use super::oplog::OpLog;
+use crate::locks::LockManager;
+use crate::locks::manager::now_ms;
+use crate::store::{Idx, MetaStore, Query, SearchRequest, StoreError, StoreResult};
+
+/// The delegation's document id in the `locks` index.
+pub(crate) const DOC: &str = "deleg/root";
+
+/// How long a starting mount waits for a live holder to give it back.
+const RECALL_WAIT: Duration = Duration::from_secs(60);
+
+/// Take the tree's delegation for `lm`'s session if no other mount is
+/// live; first replay what dead delegated mounts of this filesystem left in
+/// their op logs here. Returns whether it is held.
+pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
+    let shared = d.shared();
+    let raw = &*shared.raw;
+    super::replay::leftovers(raw, &shared.state_dir, lm)?;
+    let owner = lm.owner();
+    let doc = json!({"type": "delegation", "owner": owner, "since": now_ms(), "recall": null});
+    match raw.create(Idx::Locks, DOC, &doc) {
+        Ok(_) => {}
+        Err(StoreError::Conflict(_)) => {
+            log::info!("delegation: another mount holds the tree; this one sends every change");
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    }
+    if let Some(other) = other_live_session(raw, lm)? {
+        log::info!("delegation: mount {other} is live; this one sends every change");
+        give_back(raw, owner)?;
+        return Ok(false);
+    }
+    let log = OpLog::create(&shared.state_dir, owner)
+        .map_err(|e| StoreError::Other(format!("op log in {}: {e}", shared.state_dir.display())))?;
+    *shared.log.lock() = Some(log);
+    shared
+        .held
+        .store(true, std::sync::atomic::Ordering::Release);
+    shared.spawn_flusher(owner.to_string());
+    log::info!("delegation: this mount holds the tree (changes sent every 200 ms)");
+    Ok(true)
+}
+
+/// Another session than `lm`'s that is alive.
+fn other_live_session(store: &dyn MetaStore, lm: &LockManager) -> StoreResult<Option<String>> {
+    let hits = store.search(&SearchRequest {
+        index: Idx::Locks,
+        query: Query::term("type", "session"),
+        sort: vec![],
+        search_after: None,
+        size: 1000,
+        past_own_writes: false,
+    })?;
+    let now = now_ms();
+    Ok(hits.into_iter().find_map(|h| {
+        let owner = h.doc.source["owner"].as_str()?.to_string();
+        let expires = h.doc.source["expires"].as_i64().unwrap_or(0);
+        (owner != lm.owner() && expires > now).then_some(owner)
+    }))
+}
+
+/// Whether the holder `owner` must give the delegation back: recalled, or
+/// the document is no longer its own (broken: this mount was taken for
+/// dead). An unanswered look is not a recall.
+pub(crate) fn recalled(store: &dyn MetaStore, owner: &str) -> bool {
+    match store.get(Idx::Locks, DOC) {
+        Ok(Some(d)) => d.source["owner"] != owner || !d.source["recall"].is_null(),
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
+/// Delete the delegation document if it is still `owner`'s.
+pub(crate) fn give_back(store: &dyn MetaStore, owner: &str) -> StoreResult<()> {
+    if let Some(d) = store.get(Idx::Locks, DOC)?
+        && d.source["owner"] == owner
+    {
+        match store.delete(Idx::Locks, DOC, Some(d.version)) {
+            Ok(_) | Err(StoreError::Conflict(_)) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// At the start of any mount or command with a lock session: if another
+/// mount holds the tree's delegation, recall it and wait until it is given
+/// back (its changes are then in the cluster); a dead holder's is broken.
+pub(crate) fn recall_others(store: &dyn MetaStore, lm: &LockManager) -> StoreResult<()> {
+    let deadline = Instant::now() + RECALL_WAIT;
+    let mut asked = false;
+    loop {
+        let Some(d) = store.get(Idx::Locks, DOC)? else {
+            return Ok(());
+        };
+        let holder = d.source["owner"].as_str().unwrap_or("").to_string();
+        if holder == lm.owner() {
+            return Ok(());
+        }
+        if !lm.alive(&holder)? {
+            log::warn!(
+                "delegation: breaking the tree's delegation of mount {holder}, which died; \
+                 what it had not sent waits in its op log on its machine"
+            );
+            let _ = store.delete(Idx::Locks, DOC, Some(d.version));
+            continue;
+        }
+        if d.source["recall"].is_null() {
+            let mut s = d.source.clone();
+            s["recall"] = json!({"by": lm.owner(), "at": now_ms()});
+            let _ = store.put(Idx::Locks, DOC, &s, Some(d.version));
+        }
+        if !asked {
+            log::info!("delegation: mount {holder} holds the tree; recalling it");
+            asked = true;
+        }
+        if Instant::now() > deadline {
+            return Err(StoreError::Unavailable(format!(
+                "mount {holder} holds the tree's delegation and did not give it back within {}s",
+                RECALL_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

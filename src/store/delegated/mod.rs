@@ -1,0 +1,409 @@
+//! The delegated store: a mount that holds the tree's delegation answers
+//! its writes from memory and sends them to the cluster in batches.
+//!
+//! Every namespace change on Elasticsearch otherwise waits for a request
+//! (a bulk costs the engine's service time, 1-2.5 ms here, even with no
+//! network between). Distributed filesystems avoid that with a capability
+//! the server grants one client (NFSv4 delegations, CephFS capabilities):
+//! while a client holds it, it is the only writer, so it decides locally,
+//! acknowledges, and writes back later; another client that needs the
+//! object recalls it first. esfs grants it with a lock document,
+//! `deleg/root` in the `locks` index (see [`grant`]), taken by a mount
+//! started with `--delegate` that finds itself the only mount, and
+//! recalled by any other mount (or command with a lock session) at its
+//! start. This is the whole tree's delegation, the coarsest form; see
+//! docs/delegations.md for the per-directory plan.
+//!
+//! While it holds the delegation, this layer (below the document cache, so
+//! the filesystem above does not change):
+//! - decides each write against its [`overlay`] (what it wrote, and what it
+//!   read to decide), acknowledges it with a local version, and appends it
+//!   to its [`oplog`] (one `write(2)`), so `kill -9` loses nothing: the
+//!   next delegated mount on this machine replays the log ([`replay`]);
+//! - answers reads of what it wrote from the overlay, and names in
+//!   directories it made as absent, without a request;
+//! - flushes every 200 ms (at once past 4096 documents or 32 MiB), in one bulk of
+//!   writes conditional on the cluster's versions; before any search (a
+//!   listing, a count), so searches see every acknowledged write; and on
+//!   `sync` (`fsync(2)`: after it the change is in the cluster).
+//!
+//! Recalled, it flushes everything with writers held off, deletes the
+//! delegation, and from then on passes every call through, mapping the
+//! local versions its callers hold to the cluster's.
+
+pub(crate) mod grant;
+pub(crate) mod oplog;
+mod overlay;
+pub(crate) mod replay;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use serde_json::Value;
+
+use self::oplog::OpLog;
+use self::overlay::{Need, Overlay};
+use super::{
+    Bucket, BulkItemResult, BulkOp, Caller, Capabilities, Doc, GroupRequest, Hit, Idx, MetaStore,
+    Query, SearchRequest, Sort, StoreError, StoreResult,
+};
+
+/// How often the flusher sends what waits.
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
+
+/// A handle on the delegated store: one per caller, sharing the rest.
+pub struct DelegatedStore {
+    inner: Arc<dyn MetaStore>,
+    shared: Arc<Shared>,
+}
+
+/// What every handle shares.
+pub(crate) struct Shared {
+    /// The flusher's and the delegation protocol's handle on the cluster.
+    raw: Arc<dyn MetaStore>,
+    /// Writers decide under it shared; giving the delegation back takes it
+    /// exclusively, so no write slips between the last flush and the
+    /// switch to passing through.
+    gate: RwLock<()>,
+    held: AtomicBool,
+    overlay: Mutex<Overlay>,
+    log: Mutex<Option<OpLog>>,
+    /// One flush at a time (a document's writes stay in order).
+    flushing: Mutex<()>,
+    /// Where the op logs live (one directory per filesystem).
+    state_dir: PathBuf,
+    /// Run once the delegation is given back (the mount drops its cached
+    /// documents, whose versions were local).
+    on_release: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+}
+
+impl DelegatedStore {
+    /// A store passing every call to `inner` until [`grant::take`] gets it
+    /// the delegation; op logs in `state_dir`.
+    pub fn new(inner: Arc<dyn MetaStore>, state_dir: PathBuf) -> Arc<DelegatedStore> {
+        Arc::new(DelegatedStore {
+            shared: Arc::new(Shared {
+                raw: super::for_caller(&inner, Caller::WriteBack),
+                gate: RwLock::new(()),
+                held: AtomicBool::new(false),
+                overlay: Mutex::new(Overlay::default()),
+                log: Mutex::new(None),
+                flushing: Mutex::new(()),
+                state_dir,
+                on_release: Mutex::new(None),
+            }),
+            inner,
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Whether this mount holds the delegation now.
+    pub fn held(&self) -> bool {
+        self.shared.held.load(Ordering::Acquire)
+    }
+
+    /// Send what waits, and wait for it to be acknowledged.
+    fn flush_first(&self) -> StoreResult<()> {
+        if self.held() {
+            self.shared.flush()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A bulk decided here, under the delegation.
+    fn bulk_held(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
+        // Documents the decision needs, read first, outside the lock.
+        let need = self.shared.overlay.lock().needs(&ops);
+        if let Need::Fetch(keys) = need {
+            let docs = self.inner.mget_docs(&keys, false)?;
+            self.shared.overlay.lock().learn(keys, docs);
+        }
+        let mut overlay = self.shared.overlay.lock();
+        // A read made after `needs` may be missing if a write took a slot
+        // meanwhile and the flush dropped it: decide again from scratch.
+        if let Need::Fetch(_) = overlay.needs(&ops) {
+            drop(overlay);
+            return self.bulk_held(ops);
+        }
+        let (results, records) = overlay.apply(ops);
+        if let Some(log) = self.shared.log.lock().as_mut() {
+            let n = log
+                .append(&records)
+                .map_err(|e| StoreError::Other(format!("op log: {e}")))?;
+            overlay.logged(n);
+        }
+        let backlog = overlay.backlog();
+        drop(overlay);
+        if backlog {
+            self.shared.flush()?;
+        }
+        Ok(results)
+    }
+
+    /// A bulk straight to the cluster, local versions mapped to its own.
+    fn bulk_through(&self, mut ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
+        {
+            let mut overlay = self.shared.overlay.lock();
+            for op in &mut ops {
+                let key = (op.index(), op.id().to_string());
+                if let BulkOp::Index { if_version, .. }
+                | BulkOp::Update { if_version, .. }
+                | BulkOp::Delete { if_version, .. } = op
+                    && let Some(v) = if_version
+                {
+                    *v = overlay.translate(&key, *v);
+                }
+                overlay.forget(&key);
+            }
+        }
+        self.inner.bulk(ops)
+    }
+}
+
+impl Shared {
+    /// Send every dirty document in one bulk and apply the answers.
+    pub(crate) fn flush(&self) -> StoreResult<()> {
+        let _one = self.flushing.lock();
+        let (out, generation) = {
+            let mut overlay = self.overlay.lock();
+            let out = overlay.outgoing();
+            let generation = match self.log.lock().as_mut() {
+                Some(log) => Some(
+                    log.rotate()
+                        .map_err(|e| StoreError::Other(format!("op log: {e}")))?,
+                ),
+                None => None,
+            };
+            (out, generation)
+        };
+        if !out.ops.is_empty() {
+            match self.raw.bulk(out.ops.clone()) {
+                Ok(results) => {
+                    let lost = {
+                        let mut overlay = self.overlay.lock();
+                        let (acks, lost) = overlay.answered(&out, results);
+                        // Before the older generations go: the records
+                        // written while this flush was in flight name the
+                        // cluster's version from before it.
+                        if let Some(log) = self.log.lock().as_mut() {
+                            log.append(&acks)
+                                .map_err(|e| StoreError::Other(format!("op log: {e}")))?;
+                        }
+                        lost
+                    };
+                    for ((idx, id), e) in lost {
+                        log::error!(
+                            "delegation: {}/{id} was changed by another mount while this one held \
+                             the tree; its change stands, this mount's is dropped ({e})",
+                            idx.name()
+                        );
+                    }
+                }
+                Err(e) => {
+                    self.overlay.lock().unsent(out);
+                    return Err(e);
+                }
+            }
+        }
+        if let (Some(g), Some(log)) = (generation, self.log.lock().as_ref()) {
+            log.forget_through(g);
+        }
+        Ok(())
+    }
+
+    /// The flusher: every [`FLUSH_EVERY`] while the delegation holds, and
+    /// a look for a recall every few rounds.
+    pub(crate) fn spawn_flusher(self: &Arc<Self>, owner: String) {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("esfs-delegation".into())
+            .spawn(move || {
+                let mut round = 0u64;
+                while me.held.load(Ordering::Acquire) {
+                    std::thread::sleep(FLUSH_EVERY);
+                    if let Err(e) = me.flush() {
+                        log::warn!("delegation: flush failed, retrying: {e}");
+                    }
+                    round += 1;
+                    if round.is_multiple_of(2) && grant::recalled(&*me.raw, &owner) {
+                        log::info!("delegation recalled by another mount: giving it back");
+                        if let Err(e) = me.release(&owner) {
+                            log::warn!("delegation: could not give it back yet: {e}");
+                        }
+                    }
+                }
+            })
+            .expect("spawn the delegation flusher");
+    }
+
+    /// Give the delegation back: flush everything with writers held off,
+    /// then pass every call through.
+    pub(crate) fn release(&self, owner: &str) -> StoreResult<()> {
+        let _gate = self.gate.write();
+        if !self.held.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.flush()?;
+        self.held.store(false, Ordering::Release);
+        self.overlay.lock().released();
+        if let Some(log) = self.log.lock().take() {
+            log.remove();
+        }
+        grant::give_back(&*self.raw, owner)?;
+        if let Some(f) = self.on_release.lock().as_ref() {
+            f();
+        }
+        Ok(())
+    }
+
+    /// Run `f` once the delegation is given back.
+    pub(crate) fn on_release(&self, f: Box<dyn Fn() + Send + Sync>) {
+        *self.on_release.lock() = Some(f);
+    }
+}
+
+impl MetaStore for DelegatedStore {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn as_caller(&self, caller: Caller) -> Option<Arc<dyn MetaStore>> {
+        let inner = super::for_caller(&self.inner, caller);
+        // The session's renewals are the cluster's business alone.
+        if caller == Caller::Heartbeat {
+            return Some(inner);
+        }
+        Some(Arc::new(DelegatedStore {
+            inner,
+            shared: self.shared.clone(),
+        }))
+    }
+
+    fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        if !self.held() {
+            return self.inner.get(index, id);
+        }
+        if let Some(answer) = self.shared.overlay.lock().get(index, id) {
+            return Ok(answer);
+        }
+        let doc = self.inner.get(index, id)?;
+        self.shared
+            .overlay
+            .lock()
+            .remember(vec![(index, id.to_string())], vec![doc.clone()]);
+        Ok(doc)
+    }
+
+    fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+        let keys: Vec<(Idx, String)> = ids.iter().map(|id| (index, id.clone())).collect();
+        self.mget_docs(&keys, false)
+    }
+
+    fn mget_docs(&self, keys: &[(Idx, String)], brief: bool) -> StoreResult<Vec<Option<Doc>>> {
+        if !self.held() {
+            return self.inner.mget_docs(keys, brief);
+        }
+        let known: Vec<Option<Option<Doc>>> = {
+            let overlay = self.shared.overlay.lock();
+            keys.iter().map(|(i, id)| overlay.get(*i, id)).collect()
+        };
+        let ask: Vec<(Idx, String)> = keys
+            .iter()
+            .zip(&known)
+            .filter(|(_, k)| k.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut asked = if ask.is_empty() {
+            Vec::new()
+        } else {
+            let docs = self.inner.mget_docs(&ask, false)?;
+            self.shared.overlay.lock().remember(ask, docs.clone());
+            docs
+        }
+        .into_iter();
+        Ok(known
+            .into_iter()
+            .map(|k| k.unwrap_or_else(|| asked.next().flatten()))
+            .collect())
+    }
+
+    fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+        if self.held() {
+            return self.get(index, id);
+        }
+        self.inner.get_brief(index, id)
+    }
+
+    fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
+        let _gate = self.shared.gate.read();
+        if self.held() {
+            self.bulk_held(ops)
+        } else {
+            self.bulk_through(ops)
+        }
+    }
+
+    fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        self.flush_first()?;
+        self.inner.search(req)
+    }
+
+    fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        self.flush_first()?;
+        self.inner.search_brief(req)
+    }
+
+    fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Vec<Value>>> {
+        self.flush_first()?;
+        self.inner.search_fields(req, fields)
+    }
+
+    fn scan_pages(
+        &self,
+        index: Idx,
+        query: &Query,
+        sort: &[Sort],
+        page: usize,
+        f: &mut dyn FnMut(Vec<Hit>) -> StoreResult<bool>,
+    ) -> StoreResult<()> {
+        self.flush_first()?;
+        self.inner.scan_pages(index, query, sort, page, f)
+    }
+
+    fn group(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
+        self.flush_first()?;
+        self.inner.group(req)
+    }
+
+    fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
+        self.flush_first()?;
+        self.inner.count(index, query)
+    }
+
+    fn refresh(&self, index: Idx) -> StoreResult<()> {
+        self.flush_first()?;
+        self.inner.refresh(index)
+    }
+
+    /// `fsync(2)`: after it, the change is in the cluster.
+    fn sync(&self) -> StoreResult<()> {
+        self.flush_first()?;
+        self.inner.sync()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
+        self.flush_first()?;
+        self.inner.rebase_paths(index, old, new)
+    }
+}

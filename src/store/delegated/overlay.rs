@@ -1,0 +1,543 @@
+//! What a delegated mount acknowledged and the cluster may not hold yet:
+//! one slot per document it wrote (or looked at to decide a write), with
+//! the state it gave it and the version of it the cluster holds.
+//!
+//! Writes are decided here by the rules Elasticsearch applies (a create
+//! conflicts with an existing document, a conditional write with a stale
+//! version), against the overlay's state: while the mount holds the
+//! delegation no other mount writes, so what it wrote or read is what the
+//! cluster will hold. Answers carry *local* versions, newer than any
+//! version the cluster gave (see [`is_local`]), which the flush maps to
+//! the cluster's.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use super::oplog::{Base, Record, write_op};
+use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, Version};
+
+/// Local versions: a primary term no cluster reaches, so they sort after
+/// the cluster's (the document cache keeps the newer of two answers) and
+/// are told apart from them.
+const LOCAL_TERM: u64 = 1 << 40;
+
+pub(crate) fn is_local(v: Version) -> bool {
+    v.primary_term >= LOCAL_TERM
+}
+
+pub(crate) type Key = (Idx, String);
+
+#[derive(Clone, Debug)]
+enum State {
+    Doc(Value),
+    Gone,
+}
+
+#[derive(Debug)]
+struct Slot {
+    state: State,
+    /// The version this mount's callers were last given.
+    local: Option<Version>,
+    /// What the cluster holds.
+    base: Base,
+    /// Not sent since it changed.
+    dirty: bool,
+}
+
+impl Slot {
+    /// A caller's `if_version` matches: the version it was given, or the
+    /// cluster's for a document not changed since it was read.
+    fn matches(&self, v: Version) -> bool {
+        self.local == Some(v) || (!self.dirty && self.base == Base::At(v))
+    }
+}
+
+/// What a bulk needs read from the cluster before it can be decided here.
+pub(crate) enum Need {
+    Nothing,
+    Fetch(Vec<Key>),
+}
+
+#[derive(Default)]
+pub(crate) struct Overlay {
+    slots: HashMap<Key, Slot>,
+    /// Dirty keys in the order they turned dirty (a flush sends them so).
+    dirty: Vec<Key>,
+    /// Directories made under the delegation: every name in them has a
+    /// slot, so a name without one is absent (no read to tell).
+    complete: HashSet<u64>,
+    next: u64,
+    /// Documents kept from reads.
+    learned: usize,
+    /// Bytes logged since the last flush began.
+    dirty_bytes: usize,
+}
+
+/// How many documents read from the cluster the overlay keeps.
+const MAX_LEARNED: usize = 100_000;
+/// Past this many waiting documents, or bytes of them, a writer flushes
+/// before going on: memory stays bounded while the cluster is slower than
+/// the writers (file contents kept in the cluster are documents too).
+const MAX_DIRTY: usize = 4096;
+const MAX_DIRTY_BYTES: usize = 32 << 20;
+
+/// One flush: the ops, and for each the key and the local version sent.
+pub(crate) struct Outgoing {
+    pub ops: Vec<BulkOp>,
+    pub keys: Vec<(Key, Option<Version>)>,
+}
+
+impl Overlay {
+    fn fresh(&mut self, base: Base) -> Version {
+        self.next += 1;
+        let term = match base {
+            Base::At(v) if !is_local(v) => v.primary_term,
+            _ => 1,
+        };
+        Version {
+            seq_no: self.next,
+            primary_term: LOCAL_TERM + term,
+        }
+    }
+
+    /// Whether so much waits that a writer should flush before going on.
+    pub(crate) fn backlog(&self) -> bool {
+        self.dirty.len() >= MAX_DIRTY || self.dirty_bytes >= MAX_DIRTY_BYTES
+    }
+
+    /// `n` more bytes of documents wait (as the op log counted them).
+    pub(crate) fn logged(&mut self, n: usize) {
+        self.dirty_bytes += n;
+    }
+
+    #[cfg(test)]
+    fn dirty_len(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Whether a document absent from the slots is known absent: an entry
+    /// of a directory made under the delegation, or a new inode (its number
+    /// comes fresh from the id allocator's range this mount reserved).
+    fn known_absent(&self, index: Idx, id: &str) -> bool {
+        match index {
+            Idx::Inodes => true,
+            Idx::Entries => id
+                .split_once('/')
+                .and_then(|(p, _)| p.parse::<u64>().ok())
+                .is_some_and(|p| self.complete.contains(&p)),
+            _ => false,
+        }
+    }
+
+    /// The overlay's answer for a read: `Some(None)` absent, `Some(doc)`,
+    /// or `None`: ask the cluster.
+    pub(crate) fn get(&self, index: Idx, id: &str) -> Option<Option<Doc>> {
+        match self.slots.get(&(index, id.to_string())) {
+            Some(Slot {
+                state: State::Doc(s),
+                local: Some(v),
+                ..
+            }) => Some(Some(Doc {
+                id: id.to_string(),
+                version: *v,
+                source: s.clone(),
+            })),
+            Some(Slot {
+                state: State::Gone, ..
+            }) => Some(None),
+            Some(_) => None,
+            // (An inode not written here exists or not: only names in
+            // directories made here are known absent to a read.)
+            None if index == Idx::Entries && self.known_absent(index, id) => Some(None),
+            None => None,
+        }
+    }
+
+    /// The documents `ops` must read from the cluster to be decided.
+    pub(crate) fn needs(&self, ops: &[BulkOp]) -> Need {
+        let mut keys: Vec<Key> = Vec::new();
+        for op in ops {
+            let (index, id) = (op.index(), op.id());
+            let needed = match op {
+                BulkOp::Create { .. } => true,
+                BulkOp::Update { .. } => true,
+                // A delete of a document not known here is taken as done
+                // (the flush's delete of an absent one counts as done too):
+                // what it answers is not worth a read.
+                BulkOp::Delete { .. } | BulkOp::Index { .. } => false,
+            };
+            let key = (index, id.to_string());
+            if needed
+                && !self.slots.contains_key(&key)
+                && !self.known_absent(index, id)
+                && !keys.contains(&key)
+            {
+                keys.push(key);
+            }
+        }
+        if keys.is_empty() {
+            Need::Nothing
+        } else {
+            Need::Fetch(keys)
+        }
+    }
+
+    /// Documents read from the cluster for a read (kept unless a write made
+    /// a slot meanwhile): while the delegation holds they stay true, so a write
+    /// deciding on them needs no second read. Past [`MAX_LEARNED`] reads
+    /// are no longer kept (the document cache above keeps the hot ones).
+    pub(crate) fn remember(&mut self, keys: Vec<Key>, docs: Vec<Option<Doc>>) {
+        if self.learned >= MAX_LEARNED {
+            return;
+        }
+        self.learned += keys.len();
+        self.learn(keys, docs);
+    }
+
+    /// Documents read to decide a write ([`Overlay::needs`]): always kept.
+    pub(crate) fn learn(&mut self, keys: Vec<Key>, docs: Vec<Option<Doc>>) {
+        for (key, doc) in keys.into_iter().zip(docs) {
+            self.slots.entry(key).or_insert_with(|| match doc {
+                Some(d) => Slot {
+                    state: State::Doc(d.source),
+                    local: Some(d.version),
+                    base: Base::At(d.version),
+                    dirty: false,
+                },
+                None => Slot {
+                    state: State::Gone,
+                    local: None,
+                    base: Base::Absent,
+                    dirty: false,
+                },
+            });
+        }
+    }
+
+    /// Decide `ops` (after [`Overlay::needs`] was satisfied): the results,
+    /// and the records to log for those that changed something.
+    pub(crate) fn apply(&mut self, ops: Vec<BulkOp>) -> (Vec<BulkItemResult>, Vec<Record>) {
+        let mut results = Vec::with_capacity(ops.len());
+        let mut records = Vec::new();
+        for op in ops {
+            let key = (op.index(), op.id().to_string());
+            let r = self.apply_one(&key, op);
+            if r.is_ok() {
+                let slot = &self.slots[&key];
+                records.push(Record {
+                    index: key.0,
+                    id: key.1.clone(),
+                    state: match &slot.state {
+                        State::Doc(s) => Some(s.clone()),
+                        State::Gone => None,
+                    },
+                    base: slot.base,
+                    sent: false,
+                });
+            }
+            results.push(r);
+        }
+        (results, records)
+    }
+
+    fn apply_one(&mut self, key: &Key, op: BulkOp) -> BulkItemResult {
+        let conflict = || Err(StoreError::Conflict(key.1.clone()));
+        let known_absent = self.known_absent(key.0, &key.1);
+        let slot = self.slots.get(key);
+        let exists = matches!(
+            slot,
+            Some(Slot {
+                state: State::Doc(_),
+                ..
+            })
+        );
+        let (state, base) = match op {
+            BulkOp::Create { source, .. } => {
+                if exists {
+                    return conflict();
+                }
+                if key.0 == Idx::Inodes
+                    && source["kind"] == "dir"
+                    && let Ok(ino) = key.1.parse::<u64>()
+                {
+                    self.complete.insert(ino);
+                }
+                let base = slot.map_or(Base::Absent, |s| s.base);
+                debug_assert!(slot.is_some() || known_absent);
+                (State::Doc(source), base)
+            }
+            BulkOp::Index {
+                source, if_version, ..
+            } => match (slot, if_version) {
+                (Some(s), Some(v)) if !exists || !s.matches(v) => return conflict(),
+                (Some(s), _) => (State::Doc(source), s.base),
+                (None, Some(v)) if is_local(v) => return conflict(),
+                // Trusted: no one else writes while the delegation holds.
+                (None, Some(v)) => (State::Doc(source), Base::At(v)),
+                (None, None) => (State::Doc(source), Base::Unknown),
+            },
+            BulkOp::Update {
+                doc, if_version, ..
+            } => match slot {
+                Some(s) if exists => {
+                    if if_version.is_some_and(|v| !s.matches(v)) {
+                        return conflict();
+                    }
+                    let State::Doc(mut cur) = s.state.clone() else {
+                        unreachable!("exists")
+                    };
+                    if let (Some(cur), Some(fields)) = (cur.as_object_mut(), doc.as_object()) {
+                        for (k, v) in fields {
+                            cur.insert(k.clone(), v.clone());
+                        }
+                    }
+                    (State::Doc(cur), s.base)
+                }
+                _ => return Err(StoreError::NotFound(key.1.clone())),
+            },
+            BulkOp::Delete { if_version, .. } => match (slot, if_version) {
+                (Some(s), Some(v)) if !exists || !s.matches(v) => return conflict(),
+                (Some(_), None) if !exists => return Err(StoreError::NotFound(key.1.clone())),
+                (Some(s), _) => (State::Gone, s.base),
+                (None, Some(v)) if is_local(v) => return conflict(),
+                (None, Some(v)) => (State::Gone, Base::At(v)),
+                (None, None) if known_absent => return Err(StoreError::NotFound(key.1.clone())),
+                (None, None) => (State::Gone, Base::Unknown),
+            },
+        };
+        let v = self.fresh(base);
+        let was_dirty = self.slots.get(key).is_some_and(|s| s.dirty);
+        self.slots.insert(
+            key.clone(),
+            Slot {
+                state,
+                local: Some(v),
+                base,
+                dirty: true,
+            },
+        );
+        if !was_dirty {
+            self.dirty.push(key.clone());
+        }
+        Ok(v)
+    }
+
+    /// The dirty documents as one flush: each a write conditional on what
+    /// the cluster holds. They are clean from now on unless written again.
+    pub(crate) fn outgoing(&mut self) -> Outgoing {
+        let mut out = Outgoing {
+            ops: Vec::new(),
+            keys: Vec::new(),
+        };
+        self.dirty_bytes = 0;
+        for key in std::mem::take(&mut self.dirty) {
+            let Some(slot) = self.slots.get_mut(&key) else {
+                continue;
+            };
+            slot.dirty = false;
+            let state = match &slot.state {
+                State::Doc(s) => Some(s),
+                State::Gone => None,
+            };
+            // Made and removed between two flushes: nothing to send.
+            let Some(op) = write_op(key.0, &key.1, state, slot.base) else {
+                continue;
+            };
+            out.ops.push(op);
+            out.keys.push((key, slot.local));
+        }
+        out
+    }
+
+    /// A flush was answered: the cluster's versions become the bases. An
+    /// item refused means the cluster changed behind the delegation (it was
+    /// broken, the mount taken for dead): the cluster's state stands, the
+    /// slot is dropped, and the loss is returned to be reported.
+    pub(crate) fn answered(
+        &mut self,
+        sent: &Outgoing,
+        results: Vec<BulkItemResult>,
+    ) -> (Vec<Record>, Vec<(Key, StoreError)>) {
+        let mut lost = Vec::new();
+        let mut acks = Vec::new();
+        for ((key, _), (op, r)) in sent.keys.iter().zip(sent.ops.iter().zip(results)) {
+            let held = match (op, r) {
+                (BulkOp::Delete { if_version, .. }, r)
+                    if r.is_ok()
+                        || (if_version.is_none() && matches!(r, Err(StoreError::NotFound(_)))) =>
+                {
+                    Ok(Base::Absent)
+                }
+                (_, Ok(v)) => Ok(Base::At(v)),
+                (_, Err(e)) => Err(e),
+            };
+            let Ok(base) = held else {
+                if let Some(e) = held.err() {
+                    self.slots.remove(key);
+                    lost.push((key.clone(), e));
+                }
+                continue;
+            };
+            acks.push(Record {
+                index: key.0,
+                id: key.1.clone(),
+                state: None,
+                base,
+                sent: true,
+            });
+            let Some(slot) = self.slots.get_mut(key) else {
+                continue;
+            };
+            if key.0 == Idx::Chunks && !slot.dirty {
+                // File contents (written unconditionally) are not kept
+                // once the cluster holds them: reads go there.
+                self.slots.remove(key);
+            } else {
+                slot.base = base;
+            }
+        }
+        (acks, lost)
+    }
+
+    /// A flush failed as a whole (the cluster unreachable): what it carried
+    /// is dirty again, ahead of what was written since.
+    pub(crate) fn unsent(&mut self, sent: Outgoing) {
+        let mut again: Vec<Key> = Vec::new();
+        for (key, _) in sent.keys {
+            if let Some(slot) = self.slots.get_mut(&key)
+                && !slot.dirty
+            {
+                slot.dirty = true;
+                again.push(key);
+            }
+        }
+        again.append(&mut self.dirty);
+        self.dirty = again;
+    }
+
+    /// For a write that goes straight to the cluster once the delegation is
+    /// given back: the cluster's version for a local one this mount handed
+    /// out as the document's latest (an older local version stays, and
+    /// conflicts, as it should).
+    pub(crate) fn translate(&self, key: &Key, v: Version) -> Version {
+        match self.slots.get(key) {
+            Some(s) if is_local(v) && s.local == Some(v) => match s.base {
+                Base::At(real) => real,
+                _ => v,
+            },
+            _ => v,
+        }
+    }
+
+    /// A write went to the cluster directly: the slot no longer tells its
+    /// version.
+    pub(crate) fn forget(&mut self, key: &Key) {
+        self.slots.remove(key);
+    }
+
+    /// The delegation ended: nothing is known absent any more.
+    pub(crate) fn released(&mut self) {
+        self.complete.clear();
+        self.slots
+            .retain(|_, s| matches!(s.local, Some(v) if is_local(v)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn create(index: Idx, id: &str, source: Value) -> BulkOp {
+        BulkOp::Create {
+            index,
+            id: id.into(),
+            source,
+        }
+    }
+
+    #[test]
+    fn a_tree_made_under_the_delegation_is_decided_without_reads() {
+        let mut o = Overlay::default();
+        // The directory's inode and its entry in the root, whose names are
+        // not known: the entry needs a read, the inode (a fresh number) not.
+        let ops = vec![
+            create(Idx::Inodes, "20", json!({"kind": "dir"})),
+            create(Idx::Entries, "1/d", json!({"ino": 20})),
+        ];
+        let Need::Fetch(keys) = o.needs(&ops) else {
+            panic!("the root's names are not known")
+        };
+        o.learn(keys, vec![None]);
+        let (r, recs) = o.apply(ops);
+        assert!(r.iter().all(|r| r.is_ok()));
+        assert_eq!(recs.len(), 2);
+        // Inside the new directory nothing needs a read, and a name taken
+        // twice conflicts.
+        let inside = vec![create(Idx::Entries, "20/f", json!({"ino": 21}))];
+        assert!(matches!(o.needs(&inside), Need::Nothing));
+        assert!(o.apply(inside.clone()).0[0].is_ok());
+        assert!(matches!(o.apply(inside).0[0], Err(StoreError::Conflict(_))));
+        assert_eq!(o.get(Idx::Entries, "20/nothing"), Some(None));
+        // A conditional write needs the version handed out.
+        let v = o.get(Idx::Entries, "20/f").unwrap().unwrap().version;
+        assert!(is_local(v));
+        let stale = Version {
+            seq_no: v.seq_no - 1,
+            ..v
+        };
+        let put = |v| BulkOp::Index {
+            index: Idx::Entries,
+            id: "20/f".into(),
+            source: json!({"ino": 22}),
+            if_version: Some(v),
+        };
+        assert!(matches!(
+            o.apply(vec![put(stale)]).0[0],
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(o.apply(vec![put(v)]).0[0].is_ok());
+        // One flush: creates of what the cluster lacks, in order.
+        let out = o.outgoing();
+        assert_eq!(out.ops.len(), 3);
+        assert!(out.ops.iter().all(|op| matches!(op, BulkOp::Create { .. })));
+        assert_eq!(o.dirty_len(), 0);
+    }
+
+    #[test]
+    fn made_and_removed_between_flushes_sends_nothing_and_answers_set_bases() {
+        let mut o = Overlay::default();
+        o.complete.insert(5);
+        let v = o.apply(vec![create(Idx::Entries, "5/x", json!({}))]).0[0]
+            .clone()
+            .unwrap();
+        let del = BulkOp::Delete {
+            index: Idx::Entries,
+            id: "5/x".into(),
+            if_version: Some(v),
+        };
+        assert!(o.apply(vec![del]).0[0].is_ok());
+        assert!(o.outgoing().ops.is_empty());
+        // A flush answered: the local version now maps to the cluster's.
+        let w = o.apply(vec![create(Idx::Entries, "5/y", json!({}))]).0[0]
+            .clone()
+            .unwrap();
+        let out = o.outgoing();
+        let real = Version {
+            seq_no: 3,
+            primary_term: 1,
+        };
+        assert!(o.answered(&out, vec![Ok(real)]).1.is_empty());
+        let key = (Idx::Entries, "5/y".to_string());
+        assert_eq!(o.translate(&key, w), real);
+        // A failed flush puts its items back first.
+        let _ = o.apply(vec![create(Idx::Entries, "5/z", json!({}))]);
+        let out = o.outgoing();
+        let _ = o.apply(vec![create(Idx::Entries, "5/w", json!({}))]);
+        o.unsent(out);
+        let again = o.outgoing();
+        let ids: Vec<&str> = again.ops.iter().map(|op| op.id()).collect();
+        assert_eq!(ids, vec!["5/z", "5/w"]);
+    }
+}

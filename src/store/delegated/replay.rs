@@ -1,0 +1,109 @@
+//! Replaying what a delegated mount that died had acknowledged and not
+//! sent: its op log, found by the next delegated mount of the same
+//! filesystem on the same machine (the logs live in a directory per
+//! filesystem id) once the dead mount's session has lapsed.
+//!
+//! The last state of each document is sent, conditional on the version
+//! the log says the cluster held. A conflict is checked, not trusted: the
+//! document may already hold that state (the flush landed before the
+//! crash), or one of the mount's earlier states (an earlier flush landed:
+//! the last state is sent again on the version found); anything else is
+//! another mount's change after the delegation was broken, which stands,
+//! and the replay says so.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::oplog::{self, Base, Record};
+use crate::locks::LockManager;
+use crate::store::{BulkOp, Idx, MetaStore, StoreError, StoreResult};
+
+/// Replay and remove the op logs in `dir` of mounts that are not alive.
+pub(crate) fn leftovers(raw: &dyn MetaStore, dir: &Path, lm: &LockManager) -> StoreResult<()> {
+    for owner in oplog::owners(dir) {
+        if owner == lm.owner() || lm.alive(&owner)? {
+            continue;
+        }
+        let records = oplog::read(dir, &owner).map_err(|e| {
+            StoreError::Other(format!("op log of {owner} in {}: {e}", dir.display()))
+        })?;
+        let (sent, skipped) = replay(raw, &records)?;
+        log::warn!(
+            "delegation: replayed {sent} change(s) mount {owner} had acknowledged before it died"
+        );
+        for id in &skipped {
+            log::error!(
+                "delegation: {id} was changed by another mount after {owner} died; \
+                 that change stands, {owner}'s is dropped"
+            );
+        }
+        for (_, path) in oplog::generations(dir, &owner) {
+            let _ = std::fs::remove_file(path);
+        }
+        super::grant::give_back(raw, &owner)?;
+    }
+    Ok(())
+}
+
+type Key = (Idx, String);
+
+/// Send the last state of each document `records` name. Returns how many
+/// were sent and the ids skipped (changed by someone else).
+pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(usize, Vec<String>)> {
+    let mut order: Vec<Key> = Vec::new();
+    // Per document: its last state, and the latest word on what the
+    // cluster holds (a change's base, or a later flush's acknowledgement).
+    let mut last: HashMap<Key, (&Option<Value>, Base)> = HashMap::new();
+    let mut states: HashMap<Key, Vec<&Option<Value>>> = HashMap::new();
+    for r in records {
+        let key = (r.index, r.id.clone());
+        if r.sent {
+            if let Some(l) = last.get_mut(&key) {
+                l.1 = r.base;
+            }
+            continue;
+        }
+        if last.insert(key.clone(), (&r.state, r.base)).is_none() {
+            order.push(key.clone());
+        }
+        states.entry(key).or_default().push(&r.state);
+    }
+    let (keys, ops): (Vec<&Key>, Vec<BulkOp>) = order
+        .iter()
+        .filter_map(|k| {
+            let (state, base) = last[k];
+            oplog::write_op(k.0, &k.1, state.as_ref(), base).map(|op| (k, op))
+        })
+        .unzip();
+    let sent = ops.len();
+    let results = if ops.is_empty() {
+        Vec::new()
+    } else {
+        raw.bulk(ops)?
+    };
+    let mut skipped = Vec::new();
+    for (key, r) in keys.into_iter().zip(results) {
+        if r.is_ok() {
+            continue;
+        }
+        let want = last[key].0;
+        let cur = raw.get(key.0, &key.1)?;
+        let now = cur.as_ref().map(|d| d.source.clone());
+        if &now == want || (want.is_none() && matches!(r, Err(StoreError::NotFound(_)))) {
+            continue; // landed before the crash
+        }
+        let ours = states[key].iter().any(|s| **s == now);
+        let again = cur.map_or(Base::Absent, |d| Base::At(d.version));
+        let resent = ours
+            && oplog::write_op(key.0, &key.1, want.as_ref(), again)
+                .map(|op| raw.bulk(vec![op]))
+                .transpose()?
+                .is_none_or(|r| r.iter().all(|r| r.is_ok()));
+        if !resent {
+            skipped.push(format!("{}/{}", key.0.name(), key.1));
+        }
+    }
+    Ok((sent, skipped))
+}

@@ -1,0 +1,231 @@
+//! The tree's delegation (`esfs mount --delegate`, docs/delegations.md): a
+//! mount that is its filesystem's only one acknowledges changes from memory
+//! and its op log and sends them in batches; another mount's start recalls
+//! it; `kill -9` loses nothing acknowledged (the next delegated mount on the
+//! machine replays the log). On the test double, whose request journal
+//! tells the syscall path (`esfs/fs`) from the flusher (`esfs/writeback`).
+
+mod common;
+
+use common::*;
+use es_test_server::EsTestServer;
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+struct Setup {
+    server: EsTestServer,
+    index: String,
+    state: tempfile::TempDir,
+    /// Contents in a directory: the delegation is about metadata (chunk
+    /// documents in the cluster are written by the data store directly).
+    data: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(name: &str) -> Setup {
+        Setup {
+            server: EsTestServer::start("127.0.0.1:0").unwrap(),
+            index: format!("dg{name}{}", std::process::id()),
+            state: tempfile::tempdir().unwrap(),
+            data: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn args(&self, delegate: bool) -> Vec<String> {
+        let data = self.data.path().display().to_string();
+        let mut a: Vec<String> = [
+            "--es",
+            &self.server.url(),
+            "--index",
+            &self.index,
+            "--data",
+            &data,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if delegate {
+            a.push("--delegate".into());
+            a.push("--state-dir".into());
+            a.push(self.state.path().display().to_string());
+        }
+        a
+    }
+
+    fn mount(&self, delegate: bool) -> Mount {
+        let args = self.args(delegate);
+        Mount::with_backend(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+    }
+
+    /// Requests of each component since the last call: (syscall path, flusher).
+    fn requests(&self) -> (usize, usize) {
+        let j = self.server.take_journal();
+        let of = |who: &str| {
+            j.iter()
+                .filter(|r| r.opaque_id.as_deref() == Some(who))
+                .count()
+        };
+        (of("esfs/fs"), of("esfs/writeback"))
+    }
+
+    /// The op log files left in the state directory.
+    fn logs(&self) -> usize {
+        walk(self.state.path())
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .count()
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn source() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fs")
+}
+
+fn same_tree(a: &Path, b: &Path) {
+    let out = std::process::Command::new("diff")
+        .arg("-r")
+        .arg(a)
+        .arg(b)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} differs from {}:\n{}",
+        b.display(),
+        a.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn a_delegated_mount_writes_without_waiting_and_a_second_mount_recalls_it() {
+    let s = Setup::new("r");
+    let a = s.mount(true);
+    s.server.set_journaling(true);
+    let src = source();
+    let files = walk(&src).len();
+    s.requests();
+    sh_ok(a.path(), &format!("cp -a {} tree", src.display()));
+    // The flusher's next round (every 200 ms) sends it.
+    std::thread::sleep(Duration::from_millis(1000));
+    let (fs_path, flushed) = s.requests();
+    eprintln!(
+        "cp -a of {files} files: {fs_path} requests on the syscall path, {flushed} by the flusher"
+    );
+    // Only reads: whether the copy's name is free in the root (which
+    // existed before), the id allocator, and a first look at each
+    // directory's lock document; every name below is decided from memory.
+    // Without the delegation every file costs at least one request.
+    assert!(
+        fs_path <= 6,
+        "{fs_path} requests on the syscall path for {files} files; log:\n{}",
+        a.log()
+    );
+    assert!(flushed >= 1, "nothing reached the cluster");
+    assert_eq!(s.logs(), 1, "the delegated mount keeps one op log");
+
+    // A second mount's start recalls the delegation: everything is there.
+    let b = s.mount(false);
+    same_tree(&src, &b.p("tree"));
+    // Both mounts now write to the cluster, and see each other's changes
+    // within the attribute TTL.
+    fs::write(b.p("tree/from-b"), "b\n").unwrap();
+    fs::write(a.p("tree/from-a"), "a\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = fs::read_to_string(a.p("tree/from-b")).ok() == Some("b\n".into())
+            && fs::read_to_string(b.p("tree/from-a")).ok() == Some("a\n".into());
+        if seen {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mounts do not see each other's files"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (fs_path, _) = s.requests();
+    assert!(fs_path > 0, "after the recall the syscall path sends");
+    assert_eq!(
+        s.logs(),
+        0,
+        "a mount that gave the delegation back keeps no log"
+    );
+}
+
+#[test]
+fn kill_9_of_a_delegated_mount_loses_nothing_it_acknowledged() {
+    let s = Setup::new("k");
+    let mut a = s.mount(true);
+    let src = source();
+    // Killed the moment the copy and a rename are acknowledged: some of it
+    // is only in the op log.
+    a.kill9_right_after(&format!(
+        "cp -a {} tree\nmv tree/mod.rs tree/renamed.rs\necho last > tree/marker",
+        src.display()
+    ));
+    assert_eq!(s.logs(), 1, "the op log outlives the mount");
+    // The next delegated mount on this machine waits out the dead mount's
+    // session, then replays its log before serving.
+    a.start_again();
+    assert_eq!(
+        fs::read_to_string(a.p("tree/marker")).unwrap(),
+        "last\n",
+        "the last change before the kill"
+    );
+    assert!(!a.p("tree/mod.rs").exists());
+    fs::rename(a.p("tree/renamed.rs"), a.p("tree/mod.rs")).unwrap();
+    fs::remove_file(a.p("tree/marker")).unwrap();
+    same_tree(&src, &a.p("tree"));
+    // And another mount sees the same.
+    let b = s.mount(false);
+    same_tree(&src, &b.p("tree"));
+}
+
+#[test]
+fn fsync_sends_what_the_delegated_mount_acknowledged() {
+    let s = Setup::new("f");
+    let a = s.mount(true);
+    s.server.set_journaling(true);
+    fs::create_dir(a.p("d")).unwrap();
+    fs::write(a.p("d/first"), "").unwrap();
+    s.requests();
+    let f = fs::File::create(a.p("d/synced")).unwrap();
+    let (before, _) = s.requests();
+    f.sync_all().unwrap();
+    let (_, flushed) = s.requests();
+    assert_eq!(
+        before, 0,
+        "a create in a directory the mount made sends nothing"
+    );
+    assert!(flushed >= 1, "fsync flushes");
+    // In the cluster now: a search through the double's own API finds it.
+    let url = format!("{}/{}-entries/_search", s.server.url(), s.index);
+    ureq::post(format!("{}/{}-entries/_refresh", s.server.url(), s.index))
+        .send_empty()
+        .unwrap();
+    let body: serde_json::Value = ureq::post(&url)
+        .send_json(serde_json::json!({"query": {"term": {"name": "synced"}}}))
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    assert_eq!(
+        body["hits"]["total"]["value"], 1,
+        "the file is in the cluster after fsync: {body}"
+    );
+}
