@@ -61,6 +61,14 @@ impl Setup {
     /// Requests of each component since the last call: (syscall path, flusher).
     fn requests(&self) -> (usize, usize) {
         let j = self.server.take_journal();
+        if std::env::var_os("ESFS_TEST_SHOW").is_some() {
+            for r in j
+                .iter()
+                .filter(|r| r.opaque_id.as_deref() == Some("esfs/fs"))
+            {
+                eprintln!("  fs: {} {}", r.method, r.path);
+            }
+        }
         let of = |who: &str| {
             j.iter()
                 .filter(|r| r.opaque_id.as_deref() == Some(who))
@@ -228,4 +236,48 @@ fn fsync_sends_what_the_delegated_mount_acknowledged() {
         body["hits"]["total"]["value"], 1,
         "the file is in the cluster after fsync: {body}"
     );
+}
+
+#[test]
+fn namespace_changes_in_a_directory_the_mount_made_send_nothing() {
+    let s = Setup::new("n");
+    let a = s.mount(true);
+    s.server.set_journaling(true);
+    fs::create_dir(a.p("d")).unwrap();
+    fs::write(a.p("d/warm"), "").unwrap();
+    s.requests();
+    // The design's table (docs/delegations.md): each of these is decided
+    // from memory; the flusher sends them later.
+    let steps: [(&str, &dyn Fn()); 9] = [
+        ("create", &|| fs::write(a.p("d/f"), "").unwrap()),
+        ("100-byte write + close", &|| {
+            fs::write(a.p("d/f"), [b'x'; 100]).unwrap()
+        }),
+        ("chmod", &|| {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(a.p("d/f"), fs::Permissions::from_mode(0o600)).unwrap()
+        }),
+        ("file rename", &|| {
+            fs::rename(a.p("d/f"), a.p("d/g")).unwrap()
+        }),
+        ("mkdir", &|| fs::create_dir(a.p("d/sub")).unwrap()),
+        ("rmdir", &|| fs::remove_dir(a.p("d/sub")).unwrap()),
+        ("unlink", &|| fs::remove_file(a.p("d/g")).unwrap()),
+        ("stat of an absent name", &|| {
+            assert!(!a.p("d/none").exists())
+        }),
+        ("ls -l", &|| {
+            let out = sh_ok(a.path(), "ls -l d");
+            assert!(out.contains("warm"), "{out}");
+        }),
+    ];
+    let mut sent = Vec::new();
+    for (what, step) in steps {
+        step();
+        let (fs_path, _) = s.requests();
+        if fs_path > 0 {
+            sent.push(format!("{what}: {fs_path}"));
+        }
+    }
+    assert!(sent.is_empty(), "requests on the syscall path: {sent:?}");
 }

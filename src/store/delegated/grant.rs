@@ -9,8 +9,8 @@
 //!   Either way they never both go on.
 //! - **Recalled** ([`recall_others`]) by every other mount and lock-taking
 //!   command at its start: it sets `recall` and waits until the document is
-//!   gone. The holder looks every 400 ms ([`recalled`]), flushes everything
-//!   and deletes it ([`give_back`]).
+//!   gone. The holder looks every 400 ms while busy, every 2 s when idle
+//!   ([`recalled`]), flushes everything and deletes it ([`give_back`]).
 //! - A holder that died is handled as its locks are: once its session has
 //!   lapsed (lease and grace) the waiting mount deletes the document; what
 //!   the dead mount had not sent is in its op log, replayed by the next
@@ -24,7 +24,7 @@ use super::DelegatedStore;
 use super::oplog::OpLog;
 use crate::locks::LockManager;
 use crate::locks::manager::now_ms;
-use crate::store::{Idx, MetaStore, Query, SearchRequest, StoreError, StoreResult};
+use crate::store::{Doc, Idx, MetaStore, Query, SearchRequest, StoreError, StoreResult};
 
 /// The delegation's document id in the `locks` index.
 pub(crate) const DOC: &str = "deleg/root";
@@ -54,6 +54,18 @@ pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
         give_back(raw, owner)?;
         return Ok(false);
     }
+    // From now on only this mount writes lock documents: the ones there are
+    // (another's session aside) are all it will ever find.
+    let locks = LockManager::list(raw)?
+        .into_iter()
+        .filter(|(id, _, _)| id != DOC && !id.starts_with("session/"))
+        .map(|(id, version, source)| Doc {
+            id,
+            version,
+            source,
+        })
+        .collect();
+    shared.overlay.lock().know_locks(locks);
     let log = OpLog::create(&shared.state_dir, owner)
         .map_err(|e| StoreError::Other(format!("op log in {}: {e}", shared.state_dir.display())))?;
     *shared.log.lock() = Some(log);

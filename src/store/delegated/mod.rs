@@ -117,6 +117,15 @@ impl DelegatedStore {
         }
     }
 
+    /// A page of a directory's listing, from the overlay (see
+    /// [`children_page`]).
+    fn listed(&self, req: &SearchRequest) -> Option<Vec<Hit>> {
+        if !self.held() {
+            return None;
+        }
+        children_page(&self.shared.overlay.lock(), req)
+    }
+
     /// A bulk decided here, under the delegation.
     fn bulk_held(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
         // Documents the decision needs, read first, outside the lock.
@@ -228,11 +237,16 @@ impl Shared {
                 let mut round = 0u64;
                 while me.held.load(Ordering::Acquire) {
                     std::thread::sleep(FLUSH_EVERY);
+                    let busy = me.overlay.lock().busy();
                     if let Err(e) = me.flush() {
                         log::warn!("delegation: flush failed, retrying: {e}");
                     }
                     round += 1;
-                    if round.is_multiple_of(2) && grant::recalled(&*me.raw, &owner) {
+                    // A look every 400 ms while writes come, every 2 s when
+                    // idle: an idle mount costs half a request a second,
+                    // and a starting mount waits at most that long.
+                    let every = if busy { 2 } else { 10 };
+                    if round.is_multiple_of(every) && grant::recalled(&*me.raw, &owner) {
                         log::info!("delegation recalled by another mount: giving it back");
                         if let Err(e) = me.release(&owner) {
                             log::warn!("delegation: could not give it back yet: {e}");
@@ -267,6 +281,67 @@ impl Shared {
     pub(crate) fn on_release(&self, f: Box<dyn Fn() + Send + Sync>) {
         *self.on_release.lock() = Some(f);
     }
+}
+
+/// [`Overlay::children`] for a query of terms naming a `parent`.
+fn children_count(overlay: &Overlay, query: &Query) -> Option<u64> {
+    children_of(overlay, query).map(|docs| docs.len() as u64)
+}
+
+/// A listing's page (terms naming a `parent`, sorted by one numeric field
+/// ascending, after a value) answered from the overlay, when it knows the
+/// directory whole.
+fn children_page(overlay: &Overlay, req: &SearchRequest) -> Option<Vec<Hit>> {
+    let [sort] = req.sort.as_slice() else {
+        return None;
+    };
+    if req.index != Idx::Entries || sort.descending {
+        return None;
+    }
+    let key = |d: &Doc| d.source[&sort.field].as_i64();
+    let after = match &req.search_after {
+        None => None,
+        Some(v) => Some(v.first()?.as_i64()?),
+    };
+    let mut docs: Vec<(i64, Doc)> = children_of(overlay, &req.query)?
+        .into_iter()
+        .map(|d| Some((key(&d)?, d)))
+        .collect::<Option<_>>()?;
+    docs.sort_by_key(|(k, _)| *k);
+    Some(
+        docs.into_iter()
+            .filter(|(k, _)| after.is_none_or(|a| *k > a))
+            .take(req.size)
+            .map(|(k, doc)| Hit {
+                doc,
+                sort: vec![k.into()],
+            })
+            .collect(),
+    )
+}
+
+fn children_of(overlay: &Overlay, query: &Query) -> Option<Vec<Doc>> {
+    let terms: Vec<&Query> = match query {
+        Query::Term { .. } => vec![query],
+        Query::Bool {
+            must,
+            must_not,
+            should,
+        } if must_not.is_empty() && should.is_empty() => must.iter().collect(),
+        _ => return None,
+    };
+    let mut parent = None;
+    let mut rest = Vec::new();
+    for t in terms {
+        let Query::Term { field, value } = t else {
+            return None;
+        };
+        match field.as_str() {
+            "parent" => parent = value.as_u64(),
+            f => rest.push((f, value)),
+        }
+    }
+    overlay.children(parent?, &rest)
 }
 
 impl MetaStore for DelegatedStore {
@@ -351,16 +426,25 @@ impl MetaStore for DelegatedStore {
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        if let Some(hits) = self.listed(req) {
+            return Ok(hits);
+        }
         self.flush_first()?;
         self.inner.search(req)
     }
 
     fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+        if let Some(hits) = self.listed(req) {
+            return Ok(hits);
+        }
         self.flush_first()?;
         self.inner.search_brief(req)
     }
 
     fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Vec<Value>>> {
+        if let Some(hits) = self.listed(req) {
+            return Ok(super::field_values(hits, fields));
+        }
         self.flush_first()?;
         self.inner.search_fields(req, fields)
     }
@@ -382,13 +466,26 @@ impl MetaStore for DelegatedStore {
         self.inner.group(req)
     }
 
+    /// A directory's children (`rmdir`'s emptiness check, a link count)
+    /// are counted here when every name in it is known: no flush, no search.
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
+        if self.held()
+            && index == Idx::Entries
+            && let Some(n) = children_count(&self.shared.overlay.lock(), query)
+        {
+            return Ok(n);
+        }
         self.flush_first()?;
         self.inner.count(index, query)
     }
 
+    /// Held, nothing: no other mount writes, and this mount's own writes
+    /// reach every search anyway (it flushes first, and the cluster store
+    /// refreshes what it wrote before searching).
     fn refresh(&self, index: Idx) -> StoreResult<()> {
-        self.flush_first()?;
+        if self.held() {
+            return Ok(());
+        }
         self.inner.refresh(index)
     }
 

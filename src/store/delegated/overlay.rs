@@ -10,12 +10,18 @@
 //! version the cluster gave (see [`is_local`]), which the flush maps to
 //! the cluster's.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
 
 use super::oplog::{Base, Record, write_op};
 use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, Version};
+
+/// Whether the overlay may keep a document read from the cluster: not
+/// another mount's session, which it renews behind this mount's back.
+fn kept(index: Idx, id: &str) -> bool {
+    !(index == Idx::Locks && id.starts_with("session/"))
+}
 
 /// Local versions: a primary term no cluster reaches, so they sort after
 /// the cluster's (the document cache keeps the newer of two answers) and
@@ -61,7 +67,8 @@ pub(crate) enum Need {
 
 #[derive(Default)]
 pub(crate) struct Overlay {
-    slots: HashMap<Key, Slot>,
+    /// Ordered, so a directory's entries (ids `<parent>/<name>`) are a range.
+    slots: BTreeMap<Key, Slot>,
     /// Dirty keys in the order they turned dirty (a flush sends them so).
     dirty: Vec<Key>,
     /// Directories made under the delegation: every name in them has a
@@ -70,8 +77,13 @@ pub(crate) struct Overlay {
     next: u64,
     /// Documents kept from reads.
     learned: usize,
+    /// Every lock document this mount does not hold a slot for is absent
+    /// ([`Overlay::know_locks`]).
+    locks_whole: bool,
     /// Bytes logged since the last flush began.
     dirty_bytes: usize,
+    /// When a write was last decided here.
+    last_write: Option<std::time::Instant>,
 }
 
 /// How many documents read from the cluster the overlay keeps.
@@ -109,6 +121,13 @@ impl Overlay {
     /// `n` more bytes of documents wait (as the op log counted them).
     pub(crate) fn logged(&mut self, n: usize) {
         self.dirty_bytes += n;
+        self.last_write = Some(std::time::Instant::now());
+    }
+
+    /// Whether writes came in the last 2 s.
+    pub(crate) fn busy(&self) -> bool {
+        self.last_write
+            .is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(2))
     }
 
     #[cfg(test)]
@@ -126,8 +145,43 @@ impl Overlay {
                 .split_once('/')
                 .and_then(|(p, _)| p.parse::<u64>().ok())
                 .is_some_and(|p| self.complete.contains(&p)),
+            Idx::Locks => self.locks_whole && kept(index, id),
             _ => false,
         }
+    }
+
+    /// The lock documents in the cluster when the delegation was taken:
+    /// from then on only this mount writes them, so the rest are absent.
+    pub(crate) fn know_locks(&mut self, docs: Vec<Doc>) {
+        let keys = docs.iter().map(|d| (Idx::Locks, d.id.clone())).collect();
+        self.learn(keys, docs.into_iter().map(Some).collect());
+        self.locks_whole = true;
+    }
+
+    /// The entries of directory `parent` that have `terms` (field, value),
+    /// when every name in it is known here (a directory made under the
+    /// delegation).
+    pub(crate) fn children(&self, parent: u64, terms: &[(&str, &Value)]) -> Option<Vec<Doc>> {
+        if !self.complete.contains(&parent) {
+            return None;
+        }
+        let from = (Idx::Entries, format!("{parent}/"));
+        let to = (Idx::Entries, format!("{parent}0")); // '0' follows '/'
+        let docs = self
+            .slots
+            .range(from..to)
+            .filter_map(|((_, id), s)| match (&s.state, s.local) {
+                (State::Doc(d), Some(v)) if terms.iter().all(|(f, val)| &&d[*f] == val) => {
+                    Some(Doc {
+                        id: id.clone(),
+                        version: v,
+                        source: d.clone(),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        Some(docs)
     }
 
     /// The overlay's answer for a read: `Some(None)` absent, `Some(doc)`,
@@ -148,8 +202,9 @@ impl Overlay {
             }) => Some(None),
             Some(_) => None,
             // (An inode not written here exists or not: only names in
-            // directories made here are known absent to a read.)
-            None if index == Idx::Entries && self.known_absent(index, id) => Some(None),
+            // directories made here, and lock documents, are known absent
+            // to a read.)
+            None if index != Idx::Inodes && self.known_absent(index, id) => Some(None),
             None => None,
         }
     }
@@ -192,6 +247,11 @@ impl Overlay {
             return;
         }
         self.learned += keys.len();
+        let (keys, docs) = keys
+            .into_iter()
+            .zip(docs)
+            .filter(|((i, id), _)| kept(*i, id))
+            .unzip();
         self.learn(keys, docs);
     }
 
@@ -439,6 +499,7 @@ impl Overlay {
     /// The delegation ended: nothing is known absent any more.
     pub(crate) fn released(&mut self) {
         self.complete.clear();
+        self.locks_whole = false;
         self.slots
             .retain(|_, s| matches!(s.local, Some(v) if is_local(v)));
     }
