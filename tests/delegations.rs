@@ -77,6 +77,19 @@ impl Setup {
         (of("esfs/fs"), of("esfs/writeback"))
     }
 
+    /// How many entries in the cluster have `path`.
+    fn paths(&self, path: &str) -> u64 {
+        let base = format!("{}/{}-entries", self.server.url(), self.index);
+        ureq::post(format!("{base}/_refresh")).send_empty().unwrap();
+        let body: serde_json::Value = ureq::post(format!("{base}/_search"))
+            .send_json(serde_json::json!({"query": {"term": {"path": path}}}))
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap();
+        body["hits"]["total"]["value"].as_u64().unwrap()
+    }
+
     /// The op log files left in the state directory.
     fn logs(&self) -> usize {
         walk(self.state.path())
@@ -248,7 +261,10 @@ fn namespace_changes_in_a_directory_the_mount_made_send_nothing() {
     s.requests();
     // The design's table (docs/delegations.md): each of these is decided
     // from memory; the flusher sends them later.
-    let steps: [(&str, &dyn Fn()); 9] = [
+    fs::create_dir_all(a.p("d/t/x")).unwrap();
+    fs::write(a.p("d/t/x/y"), "y\n").unwrap();
+    s.requests();
+    let steps: [(&str, &dyn Fn()); 10] = [
         ("create", &|| fs::write(a.p("d/f"), "").unwrap()),
         ("100-byte write + close", &|| {
             fs::write(a.p("d/f"), [b'x'; 100]).unwrap()
@@ -270,6 +286,9 @@ fn namespace_changes_in_a_directory_the_mount_made_send_nothing() {
             let out = sh_ok(a.path(), "ls -l d");
             assert!(out.contains("warm"), "{out}");
         }),
+        ("directory rename", &|| {
+            fs::rename(a.p("d/t"), a.p("d/u")).unwrap()
+        }),
     ];
     let mut sent = Vec::new();
     for (what, step) in steps {
@@ -280,4 +299,17 @@ fn namespace_changes_in_a_directory_the_mount_made_send_nothing() {
         }
     }
     assert!(sent.is_empty(), "requests on the syscall path: {sent:?}");
+    // What the cluster got is right: another mount (recalling the
+    // delegation) renames the moved directory again, which finds its
+    // documents by their paths.
+    let b = s.mount(false);
+    fs::rename(b.p("d/u"), b.p("d/v")).unwrap();
+    assert_eq!(fs::read_to_string(b.p("d/v/x/y")).unwrap(), "y\n");
+    assert_eq!(fs::read_to_string(a.p("d/v/x/y")).unwrap(), "y\n");
+    assert_eq!(
+        s.paths("/d/v/x/y"),
+        1,
+        "the file's path was rewritten twice"
+    );
+    assert_eq!(s.paths("/d/u/x/y") + s.paths("/d/t/x/y"), 0);
 }

@@ -499,7 +499,23 @@ impl MetaStore for DelegatedStore {
         self.inner.describe()
     }
 
+    /// A subtree made under the delegation is moved here, in memory (its
+    /// documents are all in the overlay); any other goes the cluster's way.
     fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
+        {
+            let _gate = self.shared.gate.read();
+            let ops = match index {
+                Idx::Entries if self.held() => self.shared.overlay.lock().rebase_ops(old, new),
+                _ => None,
+            };
+            if let Some(ops) = ops {
+                let n = ops.len() as u64;
+                for r in self.bulk_held(ops)? {
+                    r?;
+                }
+                return Ok(Some(n));
+            }
+        }
         self.flush_first()?;
         self.inner.rebase_paths(index, old, new)
     }

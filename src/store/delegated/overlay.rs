@@ -150,6 +150,53 @@ impl Overlay {
         }
     }
 
+    /// A directory rename's path rewrite (see `MetaStore::rebase_paths`)
+    /// as partial updates of the documents here, when the moved directory
+    /// (its entry already at `new`) and every directory below it were
+    /// made under the delegation: then every document below `old` has a
+    /// slot. `None` otherwise.
+    pub(crate) fn rebase_ops(&self, old: &str, new: &str) -> Option<Vec<BulkOp>> {
+        let complete = |d: &Value| {
+            d["ino"]
+                .as_u64()
+                .is_some_and(|i| self.complete.contains(&i))
+        };
+        let entries = self
+            .slots
+            .iter()
+            .filter(|((i, _), _)| *i == Idx::Entries)
+            .filter_map(|((_, id), s)| match (&s.state, s.local) {
+                (State::Doc(d), Some(v)) => Some((id, d, v)),
+                _ => None,
+            });
+        let moved = entries
+            .clone()
+            .any(|(_, d, _)| d["path"] == new && d["kind"] == "dir" && complete(d));
+        if !moved {
+            return None;
+        }
+        let below =
+            |p: &str| p.len() > old.len() && p.starts_with(old) && p.as_bytes()[old.len()] == b'/';
+        let rebase = |p: &str| format!("{new}{}", &p[old.len()..]);
+        let mut ops = Vec::new();
+        for (id, d, v) in entries {
+            let Some(path) = d["path"].as_str().filter(|p| below(p)) else {
+                continue;
+            };
+            if d["kind"] == "dir" && !complete(d) {
+                return None;
+            }
+            let dir = d["dir"].as_str()?;
+            ops.push(BulkOp::Update {
+                index: Idx::Entries,
+                id: id.clone(),
+                doc: serde_json::json!({"path": rebase(path), "dir": rebase(dir)}),
+                if_version: Some(v),
+            });
+        }
+        Some(ops)
+    }
+
     /// The lock documents in the cluster when the delegation was taken:
     /// from then on only this mount writes them, so the rest are absent.
     pub(crate) fn know_locks(&mut self, docs: Vec<Doc>) {
