@@ -182,7 +182,10 @@ impl Shared {
         let _one = self.flushing.lock();
         let (out, generation) = {
             let mut overlay = self.overlay.lock();
-            let out = overlay.outgoing();
+            if overlay.clean() {
+                return Ok(());
+            }
+            // A new generation first: if that fails, nothing changed.
             let generation = match self.log.lock().as_mut() {
                 Some(log) => Some(
                     log.rotate()
@@ -190,7 +193,7 @@ impl Shared {
                 ),
                 None => None,
             };
-            (out, generation)
+            (overlay.outgoing(), generation)
         };
         if !out.ops.is_empty() {
             match self.raw.bulk(out.ops.clone()) {

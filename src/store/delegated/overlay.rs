@@ -18,9 +18,14 @@ use super::oplog::{Base, Record, write_op};
 use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, Version};
 
 /// Whether the overlay may keep a document read from the cluster: not
-/// another mount's session, which it renews behind this mount's back.
+/// another mount's session, which it renews behind this mount's back, nor
+/// file contents (the cluster serves those reads; memory stays small).
 fn kept(index: Idx, id: &str) -> bool {
-    !(index == Idx::Locks && id.starts_with("session/"))
+    match index {
+        Idx::Locks => !id.starts_with("session/"),
+        Idx::Chunks => false,
+        _ => true,
+    }
 }
 
 /// Local versions: a primary term no cluster reaches, so they sort after
@@ -111,6 +116,11 @@ impl Overlay {
             seq_no: self.next,
             primary_term: LOCAL_TERM + term,
         }
+    }
+
+    /// Nothing waits to be sent.
+    pub(crate) fn clean(&self) -> bool {
+        self.dirty.is_empty()
     }
 
     /// Whether so much waits that a writer should flush before going on.
