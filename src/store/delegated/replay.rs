@@ -107,3 +107,75 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
     }
     Ok((sent, skipped))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::embedded::EmbeddedStore;
+    use serde_json::json;
+
+    fn rec(id: &str, state: Option<Value>, base: Base) -> Record {
+        Record {
+            index: Idx::Entries,
+            id: id.into(),
+            state,
+            base,
+            sent: false,
+        }
+    }
+
+    #[test]
+    fn a_replay_sends_last_states_and_keeps_what_another_mount_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store
+            .create(Idx::Entries, "1/landed", &json!({"v": 2}))
+            .unwrap();
+        let v1 = store
+            .create(Idx::Entries, "1/earlier", &json!({"v": 1}))
+            .unwrap();
+        // Our flush of {"v": 2} landed before the crash (the ack was lost):
+        // the document is at a later version than the log's base.
+        store
+            .put(Idx::Entries, "1/earlier", &json!({"v": 2}), Some(v1))
+            .unwrap();
+        let theirs = store
+            .create(Idx::Entries, "1/theirs", &json!({"v": 1}))
+            .unwrap();
+        store
+            .put(
+                Idx::Entries,
+                "1/theirs",
+                &json!({"other": true}),
+                Some(theirs),
+            )
+            .unwrap();
+        let records = vec![
+            rec("1/new", Some(json!({"v": 1})), Base::Absent),
+            rec("1/new", Some(json!({"v": 3})), Base::Absent),
+            rec("1/landed", Some(json!({"v": 2})), Base::Absent),
+            rec("1/earlier", Some(json!({"v": 2})), Base::At(v1)),
+            rec("1/earlier", Some(json!({"v": 3})), Base::At(v1)),
+            rec("1/theirs", Some(json!({"v": 5})), Base::At(theirs)),
+            rec("1/gone", Some(json!({})), Base::Absent),
+            rec("1/gone", None, Base::Absent),
+        ];
+        let (sent, skipped) = replay(&store, &records).unwrap();
+        assert_eq!(sent, 4, "one write per document that has one to make");
+        let get = |id: &str| store.get(Idx::Entries, id).unwrap().map(|d| d.source);
+        assert_eq!(get("1/new"), Some(json!({"v": 3})), "the last state");
+        assert_eq!(get("1/landed"), Some(json!({"v": 2})), "already there");
+        assert_eq!(
+            get("1/earlier"),
+            Some(json!({"v": 3})),
+            "sent again on the version found"
+        );
+        assert_eq!(
+            get("1/theirs"),
+            Some(json!({"other": true})),
+            "another's change stands"
+        );
+        assert_eq!(skipped, vec!["entries/1/theirs".to_string()]);
+        assert_eq!(get("1/gone"), None);
+    }
+}
