@@ -2,7 +2,7 @@
 """A TCP forwarder on 127.0.0.1 that delays every chunk by D ms in each direction, order kept:
 network latency for a metadata server that runs on loopback (which has none).
 
-    bench/delayproxy.py --target HOST:PORT --delay-ms D [--port P] [--stats FILE]
+    bench/delayproxy.py --target HOST:PORT --delay-ms D [--port P] [--stats FILE] [--log FILE]
 
 Prints "listening PORT" (P, or the port the kernel chose when P is 0) once bound, then serves
 until SIGTERM/SIGINT. bench/run puts one in front of every networked metadata server (the
@@ -21,10 +21,13 @@ Round trips: a connection's exchange starts when the client sends after the serv
 Redis without pipelines; a Lua script or a MULTI block is one) that is one request, the unit
 latency is paid in. On SIGUSR1 the total so far is written to --stats FILE (replaced atomically). Connection set-up is not delayed
 (both esfs's HTTP client and JuiceFS's Redis client keep their connections open).
+--log FILE appends each exchange's first line (an HTTP request line), with the time: which
+requests a workload sends.
 """
 import argparse, collections, os, signal, socket, sys, threading, time
 
 EXCHANGES = [0]
+LOG = [None]
 
 
 def pump(src, dst, delay, done, turn, me):
@@ -41,6 +44,8 @@ def pump(src, dst, delay, done, turn, me):
                     turn[0] = me
                     if me == "c":
                         EXCHANGES[0] += 1  # under the GIL; an off-by-one now and then is no matter
+                        if LOG[0]:
+                            LOG[0].write("%.3f %s\n" % (time.time(), data.split(b"\r\n", 1)[0][:200].decode("latin-1")))
                 with cv:
                     q.append((time.monotonic() + delay, data))
                     cv.notify()
@@ -114,7 +119,10 @@ def main():
     ap.add_argument("--delay-ms", type=float, required=True, help="one-way delay, each direction")
     ap.add_argument("--port", type=int, default=0, help="port to listen on (default: any free one)")
     ap.add_argument("--stats", help="file the exchange count is written to on SIGUSR1")
+    ap.add_argument("--log", help="file each exchange's first line is appended to")
     o = ap.parse_args()
+    if o.log:
+        LOG[0] = open(o.log, "a", buffering=1)
     host, port = o.target.rsplit(":", 1)
     target, delay = (host, int(port)), o.delay_ms / 1e3
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
