@@ -227,10 +227,13 @@ fn cache_evicts_under_its_size_and_drops_damaged_entries() {
     let on_disk =
         |d: &std::path::Path| -> u64 { walk(d).iter().map(|p| p.metadata().unwrap().len()).sum() };
     assert!(on_disk(dir.path()) <= cfg.cache_size + 3 * 20);
-    // The first blocks were evicted: read again from the store.
+    // The first blocks were evicted: read again from the store. A file
+    // over half the cache read sequentially streams through memory: the
+    // scan leaves the cache as it was (it would only flush it).
+    let before = store.cache().unwrap().usage();
     assert_eq!(read_all(&store, "9", &map, 8 * MIB, 1 << 20), data);
     store.settle();
-    assert!(store.cache().unwrap().usage().bytes <= cfg.cache_size);
+    assert_eq!(store.cache().unwrap().usage(), before);
     // Damage every cached entry: reads still return the right bytes.
     for p in walk(dir.path()) {
         let mut d = std::fs::read(&p).unwrap();

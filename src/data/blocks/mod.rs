@@ -37,7 +37,7 @@ use object_store::{
     BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,6 +102,11 @@ struct Inner {
     /// is not cached).
     pending: Mutex<HashMap<String, Bytes>>,
     backlog: usize,
+    /// Blocks of a sequential read of a file too big for the cache, held
+    /// in memory only (at most `backlog`, the oldest dropped first): a
+    /// scan of a file that big would only flush the cache, and writing
+    /// blocks to the cache disk costs as much CPU as fetching them.
+    streamed: Mutex<VecDeque<(String, Bytes)>>,
 }
 
 pub struct BlockStore {
@@ -226,6 +231,7 @@ impl BlockStore {
                 downloads: Semaphore::new(n),
                 inflight: Mutex::new(HashMap::new()),
                 pending: Mutex::new(HashMap::new()),
+                streamed: Mutex::new(VecDeque::new()),
                 backlog: 2 * n,
             }),
             rt,
@@ -359,6 +365,11 @@ impl BlockStore {
         let n = pieces.last().map_or(0, |p| (p.off + p.len - off) as usize);
         let seq = ra.observe(off, buf.len() as u64);
         let inner = &self.inner;
+        let stream = seq
+            && inner
+                .cache
+                .as_ref()
+                .is_some_and(|c| map.end() > c.capacity() / 2);
         let mut misses = Vec::new();
         for p in &pieces {
             let dst = &mut buf[(p.off - off) as usize..(p.off - off + p.len) as usize];
@@ -374,7 +385,7 @@ impl BlockStore {
                 continue;
             }
             let name = cache_name(file, block);
-            if let Some(data) = inner.pending.lock().get(&name)
+            if let Some(data) = inner.held(&name)
                 && data.len() as u64 >= at + p.len
             {
                 dst.copy_from_slice(&data[at as usize..(at + p.len) as usize]);
@@ -391,7 +402,9 @@ impl BlockStore {
         }
         if !misses.is_empty() {
             let fetched = self.rt.block_on(futures_util::future::try_join_all(
-                misses.iter().map(|p| inner.fetch_piece(file, p, seq)),
+                misses
+                    .iter()
+                    .map(|p| inner.fetch_piece(file, p, seq, stream)),
             ))?;
             for (p, data) in misses.iter().zip(fetched) {
                 let (block, at) = p.source.expect("a block piece");
@@ -404,32 +417,33 @@ impl BlockStore {
             }
         }
         if seq && inner.cache.is_some() {
-            self.prefetch(file, map, ra, off + n as u64);
+            self.prefetch(file, map, ra, off + n as u64, stream);
         } else if inner.cache.is_some() {
             // A random reader got its range; the whole block follows into
             // the cache in the background, for the reads that land near
             // (as JuiceFS's fetcher does).
             for p in &misses {
                 let (block, _) = p.source.expect("a block piece");
-                self.fetch_behind(file, block);
+                self.fetch_behind(file, block, false);
             }
         }
         Ok(n)
     }
 
-    /// Fetch a whole block into the cache in the background, unless it is
-    /// there or on its way.
-    fn fetch_behind(&self, file: &str, block: BlockId) {
+    /// Fetch a whole block into the cache (or, `stream`ing, memory) in the
+    /// background, unless it is there or on its way.
+    fn fetch_behind(&self, file: &str, block: BlockId, stream: bool) {
         let name = cache_name(file, block);
         let inner = self.inner.clone();
         if inner.cache.as_ref().is_some_and(|c| c.contains(&name))
             || inner.inflight.lock().contains_key(&name)
+            || (stream && inner.held(&name).is_some())
         {
             return;
         }
         let file = file.to_string();
         self.rt.spawn(async move {
-            if let Err(e) = inner.fetch_whole(&file, block).await {
+            if let Err(e) = inner.fetch_whole(&file, block, stream).await {
                 log::debug!("prefetch of {name}: {e}");
             }
         });
@@ -437,10 +451,10 @@ impl BlockStore {
 
     /// Start fetching, into the cache, the blocks a sequential reader at
     /// `end` will want next.
-    fn prefetch(&self, file: &str, map: &BlockMap, ra: &mut ReadAhead, end: u64) {
+    fn prefetch(&self, file: &str, map: &BlockMap, ra: &mut ReadAhead, end: u64, stream: bool) {
         let Some(r) = ra.ahead(end) else { return };
         for block in map.blocks_in(r.start, r.end - r.start) {
-            self.fetch_behind(file, block);
+            self.fetch_behind(file, block, stream);
         }
     }
 
@@ -452,7 +466,7 @@ impl BlockStore {
         {
             return Ok(Bytes::from(v));
         }
-        self.rt.block_on(self.inner.fetch_whole(file, block))
+        self.rt.block_on(self.inner.fetch_whole(file, block, false))
     }
 
     /// Bytes `range` of a block, straight from the store.
@@ -533,9 +547,31 @@ impl Inner {
         ObjPath::from(format!("{}/{file}/{block}", self.root))
     }
 
-    /// Put a block in the cache, if there is one, in the background.
-    fn keep(self: &Arc<Self>, name: &str, data: &Bytes) {
+    /// A block on its way into the cache or streamed, from memory.
+    fn held(&self, name: &str) -> Option<Bytes> {
+        if let Some(b) = self.pending.lock().get(name) {
+            return Some(b.clone());
+        }
+        let streamed = self.streamed.lock();
+        streamed
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.clone())
+    }
+
+    /// Put a block in the cache, if there is one, in the background; or,
+    /// `stream`ing, in memory only (see `streamed`).
+    fn keep(self: &Arc<Self>, name: &str, data: &Bytes, stream: bool) {
         if self.cache.is_none() {
+            return;
+        }
+        if stream {
+            let mut streamed = self.streamed.lock();
+            if streamed.len() >= self.backlog {
+                streamed.pop_front();
+            }
+            streamed.push_back((name.to_string(), data.clone()));
             return;
         }
         {
@@ -604,22 +640,24 @@ impl Inner {
                 .map_err(|e| self.error("PUT", path.as_ref(), e))?;
         }
         if keep {
-            self.keep(&cache_name(file, block), &data);
+            self.keep(&cache_name(file, block), &data, false);
         }
         Ok(())
     }
 
     /// A miss of [`BlockStore::read`]: the whole block when reading
-    /// sequentially (kept in the cache), else just the piece.
+    /// sequentially (kept in the cache, or in memory when `stream`ing),
+    /// else just the piece.
     async fn fetch_piece(
         self: &Arc<Self>,
         file: &str,
         p: &Piece,
         seq: bool,
+        stream: bool,
     ) -> BlockResult<Fetched> {
         let (block, at) = p.source.expect("a block piece");
         if seq {
-            let bytes = self.fetch_whole(file, block).await?;
+            let bytes = self.fetch_whole(file, block, stream).await?;
             if (bytes.len() as u64) < at + p.len {
                 return Err(self.short(file, block, bytes.len() as u64, at + p.len));
             }
@@ -633,8 +671,13 @@ impl Inner {
     }
 
     /// Download a whole block once (concurrent askers wait for the first)
-    /// and keep it in the cache.
-    async fn fetch_whole(self: &Arc<Self>, file: &str, block: BlockId) -> BlockResult<Bytes> {
+    /// and keep it in the cache (`stream`ing: in memory).
+    async fn fetch_whole(
+        self: &Arc<Self>,
+        file: &str,
+        block: BlockId,
+        stream: bool,
+    ) -> BlockResult<Bytes> {
         let name = cache_name(file, block);
         let lock = self
             .inflight
@@ -643,8 +686,8 @@ impl Inner {
             .or_default()
             .clone();
         let _turn = lock.lock().await;
-        if let Some(b) = self.pending.lock().get(&name) {
-            return Ok(b.clone());
+        if let Some(b) = self.held(&name) {
+            return Ok(b);
         }
         if let Some(c) = &self.cache
             && let Ok(Some(v)) = tokio::task::block_in_place(|| c.get(&name))
@@ -659,7 +702,7 @@ impl Inner {
         .await;
         let got = got.map_err(|e| self.error("GET", path.as_ref(), e));
         if let Ok(bytes) = &got {
-            self.keep(&name, bytes);
+            self.keep(&name, bytes, stream);
         }
         // Waiters hold their clone of the lock; later askers find the
         // block pending or cached, or, after a failure, try again.
