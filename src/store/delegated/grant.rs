@@ -49,9 +49,23 @@ pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
         }
         Err(e) => return Err(e),
     }
+    match hold(d, lm) {
+        Ok(true) => Ok(true),
+        // Someone else is live, or holding failed: the document goes back.
+        r => {
+            give_back(raw, owner)?;
+            r
+        }
+    }
+}
+
+/// After the create of the delegation document: hold it, unless another
+/// mount is live.
+fn hold(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
+    let shared = d.shared();
+    let (raw, owner) = (&*shared.raw, lm.owner());
     if let Some(other) = other_live_session(raw, lm)? {
         log::info!("delegation: mount {other} is live; this one sends every change");
-        give_back(raw, owner)?;
         return Ok(false);
     }
     // From now on only this mount writes lock documents: the ones there are
