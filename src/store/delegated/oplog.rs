@@ -49,6 +49,19 @@ pub(crate) struct Record {
     pub sent: bool,
 }
 
+impl Record {
+    /// A document's new state (`None`: deleted) over what the cluster holds.
+    pub(crate) fn change(index: Idx, id: &str, state: Option<Value>, base: Base) -> Record {
+        Record {
+            index,
+            id: id.to_string(),
+            state,
+            base,
+            sent: false,
+        }
+    }
+}
+
 /// One mount's log files: `<owner>.<generation>.log` in `dir`.
 pub(crate) struct OpLog {
     dir: PathBuf,
@@ -257,13 +270,7 @@ mod tests {
     use super::*;
 
     fn rec(id: &str, state: Option<Value>, base: Base) -> Record {
-        Record {
-            index: Idx::Entries,
-            id: id.into(),
-            state,
-            base,
-            sent: false,
-        }
+        Record::change(Idx::Entries, id, state, base)
     }
 
     #[test]

@@ -342,16 +342,11 @@ impl Overlay {
             let r = self.apply_one(&key, op);
             if r.is_ok() {
                 let slot = &self.slots[&key];
-                records.push(Record {
-                    index: key.0,
-                    id: key.1.clone(),
-                    state: match &slot.state {
-                        State::Doc(s) => Some(s.clone()),
-                        State::Gone => None,
-                    },
-                    base: slot.base,
-                    sent: false,
-                });
+                let state = match &slot.state {
+                    State::Doc(s) => Some(s.clone()),
+                    State::Gone => None,
+                };
+                records.push(Record::change(key.0, &key.1, state, slot.base));
             }
             results.push(r);
         }

@@ -115,13 +115,7 @@ mod tests {
     use serde_json::json;
 
     fn rec(id: &str, state: Option<Value>, base: Base) -> Record {
-        Record {
-            index: Idx::Entries,
-            id: id.into(),
-            state,
-            base,
-            sent: false,
-        }
+        Record::change(Idx::Entries, id, state, base)
     }
 
     #[test]
