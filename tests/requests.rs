@@ -334,7 +334,10 @@ fn round_trips_per_operation_on_elasticsearch() {
 
     // A directory this mount just filled, moved as a shell does right
     // after (`mkdir d; ...; mv d e`): what the creates left to do (their
-    // shared locks, deferred times) is counted with the move.
+    // shared locks, deferred times) is counted with the move. The ceiling
+    // has one request of slack: the write-back's timer writes the directory's
+    // deferred times either just before the move starts (8 counted) or just
+    // after (9: seen once in CI), depending on when the last create ran.
     t.settle(Duration::from_secs(3));
     fs::create_dir(a.p("mine")).unwrap();
     for i in 0..1000 {
@@ -345,7 +348,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.right_after(|| {
             sh_ok(a.path(), "mv mine mine2");
         }),
-        8.5,
+        9.5,
         8.0,
     );
 
