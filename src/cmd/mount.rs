@@ -10,8 +10,8 @@ use crate::daemon::{block_signals, is_mounted, unmount_retrying, wait_signal};
 use crate::data::blocks::BlockConfig;
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
+use crate::locks::delegation;
 use crate::open::{Backend, cache_for_mount, open_stores, unflushed_journal};
-use crate::store::delegated::grant;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -440,12 +440,12 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     if let Some(d) = &delegated {
         // Once given back, cached documents carry local versions.
         let cache = Arc::downgrade(&cached);
-        d.shared().on_release(Box::new(move || {
+        d.on_release(Box::new(move || {
             if let Some(c) = cache.upgrade() {
                 c.clear();
             }
         }));
-        grant::take(d, fs.lock_manager())
+        delegation::take(d, fs.lock_manager())
             .map_err(|e| format!("cannot take the tree's delegation: {e}"))?;
     }
     // Content indexing for `esfs search` (a background thread).
@@ -493,8 +493,7 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     fs.shutdown()
         .map_err(|e| format!("final write-back and sync: {e}"))?;
     if let Some(d) = &delegated {
-        d.shared()
-            .release(fs.lock_manager().owner())
+        d.release(fs.lock_manager().owner())
             .map_err(|e| format!("giving back the tree's delegation: {e}"))?;
     }
     r.map_err(|e| format!("session ended with error: {e}").into())

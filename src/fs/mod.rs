@@ -181,7 +181,7 @@ impl Fs {
         // then what it acknowledged is in the cluster, and it no longer
         // writes from memory (see `store::delegated`).
         if !caps.single_writer {
-            crate::store::delegated::grant::recall_others(&*store, &lm)?;
+            crate::locks::delegation::recall_others(&*store, &lm)?;
         }
         let hook = Arc::new(HookSlot::default());
         let ids = Arc::new(Ids::new(store.clone()));

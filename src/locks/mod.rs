@@ -17,6 +17,7 @@
 //! locking allocates nothing and needs no cleanup; two directories sharing a
 //! stripe only serialize, which is harmless.
 
+pub(crate) mod delegation;
 pub mod manager;
 
 pub use manager::{LockError, LockManager, TreeGuard};

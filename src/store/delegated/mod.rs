@@ -8,7 +8,8 @@
 //! while a client holds it, it is the only writer, so it decides locally,
 //! acknowledges, and writes back later; another client that needs the
 //! object recalls it first. esfs grants it with a lock document,
-//! `deleg/root` in the `locks` index (see [`grant`]), taken by a mount
+//! `deleg/root` in the `locks` index ([`document`]; the protocol is
+//! `crate::locks::delegation`), taken by a mount
 //! started with `--delegate` that finds itself the only mount, and
 //! recalled by any other mount (or command with a lock session) at its
 //! start. This is the whole tree's delegation, the coarsest form; see
@@ -31,7 +32,7 @@
 //! delegation, and from then on passes every call through, mapping the
 //! local versions its callers hold to the cluster's.
 
-pub(crate) mod grant;
+pub(crate) mod document;
 pub(crate) mod oplog;
 mod overlay;
 pub(crate) mod replay;
@@ -81,7 +82,8 @@ pub(crate) struct Shared {
 }
 
 impl DelegatedStore {
-    /// A store passing every call to `inner` until [`grant::take`] gets it
+    /// A store passing every call to `inner` until the lock session's
+    /// `crate::locks::delegation::take` gets it
     /// the delegation; op logs in `state_dir`.
     pub fn new(inner: Arc<dyn MetaStore>, state_dir: PathBuf) -> Arc<DelegatedStore> {
         Arc::new(DelegatedStore {
@@ -99,8 +101,44 @@ impl DelegatedStore {
         })
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// The handle the delegation protocol and the flusher use.
+    pub(crate) fn raw(&self) -> &dyn MetaStore {
+        &*self.shared.raw
+    }
+
+    /// Start holding the delegation as `owner`: `locks` are every lock
+    /// document there is (only this mount writes them from now on), a
+    /// fresh op log, and the flusher.
+    pub(crate) fn begin_holding(&self, owner: &str, locks: Vec<Doc>) -> StoreResult<()> {
+        let shared = &self.shared;
+        shared.overlay.lock().know_locks(locks);
+        let log = OpLog::create(&shared.state_dir, owner).map_err(|e| {
+            StoreError::Other(format!("op log in {}: {e}", shared.state_dir.display()))
+        })?;
+        *shared.log.lock() = Some(log);
+        shared.held.store(true, Ordering::Release);
+        shared.spawn_flusher(owner.to_string());
+        Ok(())
+    }
+
+    /// Give the delegation back (at unmount, or recalled).
+    pub(crate) fn release(&self, owner: &str) -> StoreResult<()> {
+        self.shared.release(owner)
+    }
+
+    /// Run `f` once the delegation is given back.
+    pub(crate) fn on_release(&self, f: Box<dyn Fn() + Send + Sync>) {
+        self.shared.on_release(f)
+    }
+
+    /// The mounts whose op logs are in this filesystem's state directory.
+    pub(crate) fn logs_left(&self) -> Vec<String> {
+        oplog::owners(&self.shared.state_dir)
+    }
+
+    /// Replay and remove the op log of `owner`, a mount that died.
+    pub(crate) fn replay_left(&self, owner: &str) -> StoreResult<()> {
+        replay::replay_left(self.raw(), &self.shared.state_dir, owner)
     }
 
     /// Whether this mount holds the delegation now.
@@ -249,7 +287,7 @@ impl Shared {
                     // idle: an idle mount costs half a request a second,
                     // and a starting mount waits at most that long.
                     let every = if busy { 2 } else { 10 };
-                    if round.is_multiple_of(every) && grant::recalled(&*me.raw, &owner) {
+                    if round.is_multiple_of(every) && document::recalled(&*me.raw, &owner) {
                         log::info!("delegation recalled by another mount: giving it back");
                         if let Err(e) = me.release(&owner) {
                             log::warn!("delegation: could not give it back yet: {e}");
@@ -273,7 +311,7 @@ impl Shared {
         if let Some(log) = self.log.lock().take() {
             log.remove();
         }
-        grant::give_back(&*self.raw, owner)?;
+        document::give_back(&*self.raw, owner)?;
         if let Some(f) = self.on_release.lock().as_ref() {
             f();
         }

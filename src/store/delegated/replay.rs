@@ -17,32 +17,25 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::oplog::{self, Base, Record};
-use crate::locks::LockManager;
 use crate::store::{BulkOp, Idx, MetaStore, StoreError, StoreResult};
 
-/// Replay and remove the op logs in `dir` of mounts that are not alive.
-pub(crate) fn leftovers(raw: &dyn MetaStore, dir: &Path, lm: &LockManager) -> StoreResult<()> {
-    for owner in oplog::owners(dir) {
-        if owner == lm.owner() || lm.alive(&owner)? {
-            continue;
-        }
-        let records = oplog::read(dir, &owner).map_err(|e| {
-            StoreError::Other(format!("op log of {owner} in {}: {e}", dir.display()))
-        })?;
-        let (sent, skipped) = replay(raw, &records)?;
-        log::warn!(
-            "delegation: replayed {sent} change(s) mount {owner} had acknowledged before it died"
+/// Replay and remove the op log `owner`, a mount that is not alive, left
+/// in `dir`.
+pub(crate) fn replay_left(raw: &dyn MetaStore, dir: &Path, owner: &str) -> StoreResult<()> {
+    let records = oplog::read(dir, owner)
+        .map_err(|e| StoreError::Other(format!("op log of {owner} in {}: {e}", dir.display())))?;
+    let (sent, skipped) = replay(raw, &records)?;
+    log::warn!(
+        "delegation: replayed {sent} change(s) mount {owner} had acknowledged before it died"
+    );
+    for id in &skipped {
+        log::error!(
+            "delegation: {id} was changed by another mount after {owner} died; \
+             that change stands, {owner}'s is dropped"
         );
-        for id in &skipped {
-            log::error!(
-                "delegation: {id} was changed by another mount after {owner} died; \
-                 that change stands, {owner}'s is dropped"
-            );
-        }
-        for (_, path) in oplog::generations(dir, &owner) {
-            let _ = std::fs::remove_file(path);
-        }
-        super::grant::give_back(raw, &owner)?;
+    }
+    for (_, path) in oplog::generations(dir, owner) {
+        let _ = std::fs::remove_file(path);
     }
     Ok(())
 }

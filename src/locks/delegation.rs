@@ -1,4 +1,5 @@
-//! The tree's delegation as a lock document, `deleg/root` in the `locks`
+//! The tree's delegation, taken and recalled through the lock session: a lock
+//! document, `deleg/root` in the `locks`
 //! index: `{type: "delegation", owner, since, recall}`.
 //!
 //! - **Taken** ([`take`]) by a mount started with `--delegate`: a create of
@@ -10,24 +11,21 @@
 //! - **Recalled** ([`recall_others`]) by every other mount and lock-taking
 //!   command at its start: it sets `recall` and waits until the document is
 //!   gone. The holder looks every 400 ms while busy, every 2 s when idle
-//!   ([`recalled`]), flushes everything and deletes it ([`give_back`]).
+//!   ((`recalled`)), flushes everything and deletes it ((`give_back`)).
 //! - A holder that died is handled as its locks are: once its session has
 //!   lapsed (lease and grace) the waiting mount deletes the document; what
 //!   the dead mount had not sent is in its op log, replayed by the next
-//!   delegated mount on its machine ([`super::replay`]).
+//!   delegated mount on its machine (`crate::store::delegated::replay`).
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::DelegatedStore;
-use super::oplog::OpLog;
-use crate::locks::LockManager;
-use crate::locks::manager::now_ms;
+use super::LockManager;
+use super::manager::now_ms;
+use crate::store::delegated::DelegatedStore;
+use crate::store::delegated::document::{DOC, give_back};
 use crate::store::{Doc, Idx, MetaStore, Query, SearchRequest, StoreError, StoreResult};
-
-/// The delegation's document id in the `locks` index.
-pub(crate) const DOC: &str = "deleg/root";
 
 /// How long a starting mount waits for a live holder to give it back.
 const RECALL_WAIT: Duration = Duration::from_secs(60);
@@ -36,9 +34,13 @@ const RECALL_WAIT: Duration = Duration::from_secs(60);
 /// live; first replay what dead delegated mounts of this filesystem left in
 /// their op logs here. Returns whether it is held.
 pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
-    let shared = d.shared();
-    let raw = &*shared.raw;
-    super::replay::leftovers(raw, &shared.state_dir, lm)?;
+    let raw = d.raw();
+    for owner in d.logs_left() {
+        if owner != lm.owner() && !lm.alive(&owner)? {
+            d.replay_left(&owner)?;
+            give_back(raw, &owner)?;
+        }
+    }
     let owner = lm.owner();
     let doc = json!({"type": "delegation", "owner": owner, "since": now_ms(), "recall": null});
     match raw.create(Idx::Locks, DOC, &doc) {
@@ -62,8 +64,7 @@ pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
 /// After the create of the delegation document: hold it, unless another
 /// mount is live.
 fn hold(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
-    let shared = d.shared();
-    let (raw, owner) = (&*shared.raw, lm.owner());
+    let (raw, owner) = (d.raw(), lm.owner());
     if let Some(other) = other_live_session(raw, lm)? {
         log::info!("delegation: mount {other} is live; this one sends every change");
         return Ok(false);
@@ -79,14 +80,7 @@ fn hold(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
             source,
         })
         .collect();
-    shared.overlay.lock().know_locks(locks);
-    let log = OpLog::create(&shared.state_dir, owner)
-        .map_err(|e| StoreError::Other(format!("op log in {}: {e}", shared.state_dir.display())))?;
-    *shared.log.lock() = Some(log);
-    shared
-        .held
-        .store(true, std::sync::atomic::Ordering::Release);
-    shared.spawn_flusher(owner.to_string());
+    d.begin_holding(owner, locks)?;
     log::info!("delegation: this mount holds the tree (changes sent every 200 ms)");
     Ok(true)
 }
@@ -107,30 +101,6 @@ fn other_live_session(store: &dyn MetaStore, lm: &LockManager) -> StoreResult<Op
         let expires = h.doc.source["expires"].as_i64().unwrap_or(0);
         (owner != lm.owner() && expires > now).then_some(owner)
     }))
-}
-
-/// Whether the holder `owner` must give the delegation back: recalled, or
-/// the document is no longer its own (broken: this mount was taken for
-/// dead). An unanswered look is not a recall.
-pub(crate) fn recalled(store: &dyn MetaStore, owner: &str) -> bool {
-    match store.get(Idx::Locks, DOC) {
-        Ok(Some(d)) => d.source["owner"] != owner || !d.source["recall"].is_null(),
-        Ok(None) => true,
-        Err(_) => false,
-    }
-}
-
-/// Delete the delegation document if it is still `owner`'s.
-pub(crate) fn give_back(store: &dyn MetaStore, owner: &str) -> StoreResult<()> {
-    if let Some(d) = store.get(Idx::Locks, DOC)?
-        && d.source["owner"] == owner
-    {
-        match store.delete(Idx::Locks, DOC, Some(d.version)) {
-            Ok(_) | Err(StoreError::Conflict(_)) | Err(StoreError::NotFound(_)) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// At the start of any mount or command with a lock session: if another
