@@ -218,6 +218,37 @@ fn kill_9_of_a_delegated_mount_loses_nothing_it_acknowledged() {
 }
 
 #[test]
+fn a_subtree_renamed_in_memory_replays_to_its_new_paths_after_kill_9() {
+    let s = Setup::new("m");
+    let mut a = s.mount(true);
+    let src = source();
+    // Both renames are decided in the overlay (every directory below was
+    // made under the delegation), the outer one after part of the copy
+    // was flushed, the inner one just before the kill: the log holds
+    // their path rewrites and nothing else does.
+    a.kill9_right_after(&format!(
+        "cp -a {} tree\nmv tree moved\nmv moved/ops moved/ops2",
+        src.display()
+    ));
+    assert_eq!(s.logs(), 1, "the op log outlives the mount");
+    a.start_again();
+    assert!(!a.p("tree").exists());
+    assert!(!a.p("moved/ops").exists());
+    fs::rename(a.p("moved/ops2"), a.p("moved/ops")).unwrap();
+    same_tree(&src, &a.p("moved"));
+    // The cluster holds the rewritten paths: another mount renames the
+    // tree again, which finds its documents by path.
+    let b = s.mount(false);
+    fs::rename(b.p("moved"), b.p("again")).unwrap();
+    same_tree(&src, &b.p("again"));
+    assert_eq!(s.paths("/again/ops/rename.rs"), 1);
+    assert_eq!(
+        s.paths("/tree/ops/rename.rs") + s.paths("/moved/ops2/rename.rs"),
+        0
+    );
+}
+
+#[test]
 fn fsync_sends_what_the_delegated_mount_acknowledged() {
     let s = Setup::new("f");
     let a = s.mount(true);

@@ -9,8 +9,8 @@ use es_test_server::EsTestServer;
 use esfs::store::embedded::EmbeddedStore;
 use esfs::store::es::{EsConfig, EsStore};
 use esfs::store::{
-    BulkOp, Hit, Idx, MAX_ID_BYTES, MetaStore, Query, SearchRequest, Sort, StoreError, StoreResult,
-    Version, scan,
+    BulkOp, Hit, Idx, MAX_ID_BYTES, MetaStore, Query, Rebased, SearchRequest, Sort, StoreError,
+    StoreResult, Version, scan,
 };
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -282,7 +282,7 @@ fn rebased_paths(s: &dyn MetaStore) {
     for id in ["88/a", "88/x", "88/f", "88/sib"] {
         s.get(Idx::Entries, id).unwrap().unwrap();
     }
-    let Some(n) = s
+    let Some(Rebased { count: n, .. }) = s
         .rebase_paths(Idx::Entries, "/rb/a", "/rb/n\u{e9}w")
         .unwrap()
     else {

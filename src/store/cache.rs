@@ -45,7 +45,7 @@ use serde_json::Value;
 pub use super::listing::{Child, Gather};
 use super::listing::{Listings, listed_fields, split_id};
 use super::{
-    Bucket, BulkItemResult, BulkOp, Caller, Doc, GroupRequest, Hit, Idx, MetaStore, Query,
+    Bucket, BulkItemResult, BulkOp, Caller, Doc, GroupRequest, Hit, Idx, MetaStore, Query, Rebased,
     SearchRequest, Sort, StoreError, StoreResult, Version,
 };
 
@@ -911,23 +911,36 @@ impl MetaStore for CachedStore {
         self.inner.describe()
     }
 
-    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
+    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<Rebased>> {
         self.writing(Vec::new(), || {
             let r = self.inner.rebase_paths(index, old, new);
-            if self.cached(index) && !matches!(r, Ok(None) | Ok(Some(0))) {
-                // The moved documents keep their ids: drop the cached ones
-                // below `old` (after an error, every document of the index).
-                let below = format!("{old}/");
-                let failed = r.is_err();
-                self.docs.retain(|k, v| {
-                    k.0 != index
-                        || !(failed
-                            || v.doc.as_ref().is_some_and(|d| {
-                                d.source["path"]
-                                    .as_str()
-                                    .is_none_or(|p| p.starts_with(&below))
-                            }))
-                });
+            if !self.cached(index) {
+                return r;
+            }
+            // The moved documents keep their ids: drop the cached ones
+            // below `old` (after an error, every document of the index),
+            // by id when the store named them.
+            match &r {
+                Ok(None) => {}
+                Ok(Some(Rebased { count: 0, .. })) => {}
+                Ok(Some(Rebased { ids: Some(ids), .. })) => {
+                    for id in ids {
+                        self.docs.remove(&KeyRef(index, id));
+                    }
+                }
+                Ok(Some(Rebased { ids: None, .. })) | Err(_) => {
+                    let below = format!("{old}/");
+                    let failed = r.is_err();
+                    self.docs.retain(|k, v| {
+                        k.0 != index
+                            || !(failed
+                                || v.doc.as_ref().is_some_and(|d| {
+                                    d.source["path"]
+                                        .as_str()
+                                        .is_none_or(|p| p.starts_with(&below))
+                                }))
+                    });
+                }
             }
             r
         })

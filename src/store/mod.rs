@@ -30,6 +30,17 @@ pub use schema::Idx;
 /// Elasticsearch refuses `_id`s longer than this.
 pub const MAX_ID_BYTES: usize = 512;
 
+/// What [`MetaStore::rebase_paths`] moved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rebased {
+    pub count: u64,
+    /// The moved documents' ids, when the store has them at hand (a
+    /// delegated mount's overlay): a cache above drops just those instead
+    /// of looking through every document it holds. `None`: any document
+    /// below the old path may have moved.
+    pub ids: Option<Vec<String>>,
+}
+
 /// Optimistic-concurrency token of a document (`_seq_no`, `_primary_term`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Version {
@@ -521,8 +532,8 @@ pub trait MetaStore: Send + Sync {
     /// new version, all or nothing. `Ok(None)`: not offered; the caller runs
     /// the scan and bulk update of Elasticsearch: The Definitive Guide, chapter
     /// "Handling Relationships" ("Renaming Files and Directories") instead. Returns the number of
-    /// documents moved.
-    fn rebase_paths(&self, _index: Idx, _old: &str, _new: &str) -> StoreResult<Option<u64>> {
+    /// documents moved, and their ids when the store has them at hand.
+    fn rebase_paths(&self, _index: Idx, _old: &str, _new: &str) -> StoreResult<Option<Rebased>> {
         Ok(None)
     }
 }

@@ -49,7 +49,7 @@ use self::oplog::OpLog;
 use self::overlay::{Need, Overlay};
 use super::{
     Bucket, BulkItemResult, BulkOp, Caller, Capabilities, Doc, GroupRequest, Hit, Idx, MetaStore,
-    Query, SearchRequest, Sort, StoreError, StoreResult,
+    Query, Rebased, SearchRequest, Sort, StoreError, StoreResult,
 };
 
 /// How often the flusher sends what waits.
@@ -542,7 +542,7 @@ impl MetaStore for DelegatedStore {
 
     /// A subtree made under the delegation is moved here, in memory (its
     /// documents are all in the overlay); any other goes the cluster's way.
-    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
+    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<Rebased>> {
         {
             let _gate = self.shared.gate.read();
             let ops = match index {
@@ -550,11 +550,14 @@ impl MetaStore for DelegatedStore {
                 _ => None,
             };
             if let Some(ops) = ops {
-                let n = ops.len() as u64;
+                let ids: Vec<String> = ops.iter().map(|op| op.id().to_string()).collect();
                 for r in self.bulk_held(ops)? {
                     r?;
                 }
-                return Ok(Some(n));
+                return Ok(Some(Rebased {
+                    count: ids.len() as u64,
+                    ids: Some(ids),
+                }));
             }
         }
         self.flush_first()?;

@@ -18,6 +18,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::store::{BulkOp, Idx, Version};
@@ -100,7 +101,8 @@ impl OpLog {
         if records.is_empty() {
             return Ok(0);
         }
-        let body = serde_json::to_vec(&Value::Array(records.iter().map(encode).collect()))?;
+        let encoded: Vec<Encoded> = records.iter().map(Encoded::of).collect();
+        let body = serde_json::to_vec(&encoded)?;
         let mut frame = Vec::with_capacity(body.len() + 8);
         frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
         frame.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
@@ -233,16 +235,35 @@ pub(crate) fn read(dir: &Path, owner: &str) -> io::Result<Vec<Record>> {
     Ok(out)
 }
 
-fn encode(r: &Record) -> Value {
-    let base = match r.base {
-        Base::Absent => json!("absent"),
-        Base::At(v) => json!([v.seq_no, v.primary_term]),
-        Base::Unknown => Value::Null,
-    };
-    if r.sent {
-        return json!({"i": r.index.name(), "d": r.id, "b": base, "sent": true});
+/// A record as logged, borrowing its state: a directory rename logs every
+/// document it moves, and a copy of each source per record would cost more
+/// than the rename's decision itself.
+#[derive(Serialize)]
+struct Encoded<'a> {
+    i: &'static str,
+    d: &'a str,
+    /// Absent in a `sent` record; `null`: deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    s: Option<&'a Option<Value>>,
+    b: Value,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    sent: bool,
+}
+
+impl<'a> Encoded<'a> {
+    fn of(r: &'a Record) -> Encoded<'a> {
+        Encoded {
+            i: r.index.name(),
+            d: &r.id,
+            s: (!r.sent).then_some(&r.state),
+            b: match r.base {
+                Base::Absent => json!("absent"),
+                Base::At(v) => json!([v.seq_no, v.primary_term]),
+                Base::Unknown => Value::Null,
+            },
+            sent: r.sent,
+        }
     }
-    json!({"i": r.index.name(), "d": r.id, "s": r.state, "b": base})
 }
 
 fn decode(v: &Value) -> Option<Record> {
@@ -285,9 +306,14 @@ mod tests {
         log.append(&[rec("1/a", Some(json!({"x": 1})), Base::Absent)])
             .unwrap();
         let g = log.rotate().unwrap();
+        let ack = Record {
+            sent: true,
+            ..rec("1/a", None, Base::At(v))
+        };
         log.append(&[
             rec("1/b", None, Base::At(v)),
             rec("1/c", Some(json!({})), Base::Unknown),
+            ack.clone(),
         ])
         .unwrap();
         // A record cut short by a crash inside its write.
@@ -298,13 +324,15 @@ mod tests {
             .unwrap();
         f.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
         let got = read(&dir, "m1").unwrap();
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.len(), 4);
         assert_eq!(got[0], rec("1/a", Some(json!({"x": 1})), Base::Absent));
         assert_eq!(got[1], rec("1/b", None, Base::At(v)));
         assert_eq!(got[2].base, Base::Unknown);
+        assert_eq!(got[2].state, Some(json!({})));
+        assert_eq!(got[3], ack);
         assert_eq!(owners(&dir), vec!["m1".to_string()]);
         log.forget_through(g);
-        assert_eq!(read(&dir, "m1").unwrap().len(), 2);
+        assert_eq!(read(&dir, "m1").unwrap().len(), 3);
         log.remove();
         assert!(owners(&dir).is_empty());
         let _ = std::fs::remove_dir_all(&dir);

@@ -10,7 +10,7 @@
 //! version the cluster gave (see [`is_local`]), which the flush maps to
 //! the cluster's.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::Value;
 
@@ -73,7 +73,13 @@ pub(crate) enum Need {
 #[derive(Default)]
 pub(crate) struct Overlay {
     /// Ordered, so a directory's entries (ids `<parent>/<name>`) are a range.
+    /// Changed only through [`Overlay::put`] and [`Overlay::drop_slot`],
+    /// which keep `paths` in step.
     slots: BTreeMap<Key, Slot>,
+    /// The entries held, as (path, id): a subtree is a range of it (every
+    /// path below `/a` starts with `/a/`), so a directory rename touches
+    /// only what it moves, not every document held.
+    paths: BTreeSet<(String, String)>,
     /// Dirty keys in the order they turned dirty (a flush sends them so).
     dirty: Vec<Key>,
     /// Directories made under the delegation: every name in them has a
@@ -116,6 +122,47 @@ impl Overlay {
             seq_no: self.next,
             primary_term: LOCAL_TERM + term,
         }
+    }
+
+    /// The path an entry's slot holds, if it is an entry that exists.
+    fn path_of<'a>(key: &'a Key, slot: &'a Slot) -> Option<(&'a str, &'a str)> {
+        match (key.0, &slot.state) {
+            (Idx::Entries, State::Doc(d)) => Some((d["path"].as_str()?, &key.1)),
+            _ => None,
+        }
+    }
+
+    fn unindex(&mut self, key: &Key, slot: &Slot) {
+        if let Some((path, id)) = Self::path_of(key, slot) {
+            self.paths.remove(&(path.to_string(), id.to_string()));
+        }
+    }
+
+    /// Set a slot, keeping the path index in step.
+    fn put(&mut self, key: Key, slot: Slot) {
+        if let Some((path, id)) = Self::path_of(&key, &slot) {
+            self.paths.insert((path.to_string(), id.to_string()));
+        }
+        if let Some(old) = self.slots.insert(key.clone(), slot) {
+            let same = Self::path_of(&key, &old) == Self::path_of(&key, &self.slots[&key]);
+            if !same {
+                self.unindex(&key, &old);
+            }
+        }
+    }
+
+    /// Drop a slot, keeping the path index in step.
+    fn drop_slot(&mut self, key: &Key) -> Option<Slot> {
+        let old = self.slots.remove(key)?;
+        self.unindex(key, &old);
+        Some(old)
+    }
+
+    /// The held entries whose path is `from` or sorts after it, before `to`.
+    fn paths_in<'a>(&'a self, from: &str, to: &str) -> impl Iterator<Item = &'a str> + 'a {
+        let lo = (from.to_string(), String::new());
+        let hi = (to.to_string(), String::new());
+        self.paths.range(lo..hi).map(|(_, id)| id.as_str())
     }
 
     /// Nothing waits to be sent.
@@ -166,40 +213,42 @@ impl Overlay {
     /// made under the delegation: then every document below `old` has a
     /// slot. `None` otherwise.
     pub(crate) fn rebase_ops(&self, old: &str, new: &str) -> Option<Vec<BulkOp>> {
+        let entry = |id: &str| match self.slots.get(&(Idx::Entries, id.to_string())) {
+            Some(Slot {
+                state: State::Doc(d),
+                local: Some(v),
+                ..
+            }) => Some((d, *v)),
+            _ => None,
+        };
         let complete = |d: &Value| {
             d["ino"]
                 .as_u64()
                 .is_some_and(|i| self.complete.contains(&i))
         };
-        let entries = self
-            .slots
-            .iter()
-            .filter(|((i, _), _)| *i == Idx::Entries)
-            .filter_map(|((_, id), s)| match (&s.state, s.local) {
-                (State::Doc(d), Some(v)) => Some((id, d, v)),
-                _ => None,
-            });
-        let moved = entries
-            .clone()
-            .any(|(_, d, _)| d["path"] == new && d["kind"] == "dir" && complete(d));
+        // The moved directory: the entries at `new` (`new` and then the
+        // strings `new` followed by a byte below '\0'... none: just `new`).
+        let moved = self
+            .paths
+            .range((new.to_string(), String::new())..)
+            .take_while(|(p, _)| p == new)
+            .filter_map(|(_, id)| entry(id))
+            .any(|(d, _)| d["kind"] == "dir" && complete(d));
         if !moved {
             return None;
         }
-        let below =
-            |p: &str| p.len() > old.len() && p.starts_with(old) && p.as_bytes()[old.len()] == b'/';
         let rebase = |p: &str| format!("{new}{}", &p[old.len()..]);
         let mut ops = Vec::new();
-        for (id, d, v) in entries {
-            let Some(path) = d["path"].as_str().filter(|p| below(p)) else {
-                continue;
-            };
+        // Below `old`: the paths from `old/` up to `old0` ('0' follows '/').
+        for id in self.paths_in(&format!("{old}/"), &format!("{old}0")) {
+            let (d, v) = entry(id)?;
             if d["kind"] == "dir" && !complete(d) {
                 return None;
             }
-            let dir = d["dir"].as_str()?;
+            let (path, dir) = (d["path"].as_str()?, d["dir"].as_str()?);
             ops.push(BulkOp::Update {
                 index: Idx::Entries,
-                id: id.clone(),
+                id: id.to_string(),
                 doc: serde_json::json!({"path": rebase(path), "dir": rebase(dir)}),
                 if_version: Some(v),
             });
@@ -315,7 +364,10 @@ impl Overlay {
     /// Documents read to decide a write ([`Overlay::needs`]): always kept.
     pub(crate) fn learn(&mut self, keys: Vec<Key>, docs: Vec<Option<Doc>>) {
         for (key, doc) in keys.into_iter().zip(docs) {
-            self.slots.entry(key).or_insert_with(|| match doc {
+            if self.slots.contains_key(&key) {
+                continue;
+            }
+            let slot = match doc {
                 Some(d) => Slot {
                     state: State::Doc(d.source),
                     local: Some(d.version),
@@ -328,7 +380,8 @@ impl Overlay {
                     base: Base::Absent,
                     dirty: false,
                 },
-            });
+            };
+            self.put(key, slot);
         }
     }
 
@@ -357,6 +410,7 @@ impl Overlay {
         let conflict = || Err(StoreError::Conflict(key.1.clone()));
         let known_absent = self.known_absent(key.0, &key.1);
         let slot = self.slots.get(key);
+        let was_dirty = slot.is_some_and(|s| s.dirty);
         let exists = matches!(
             slot,
             Some(Slot {
@@ -396,7 +450,12 @@ impl Overlay {
                     if if_version.is_some_and(|v| !s.matches(v)) {
                         return conflict();
                     }
-                    let State::Doc(mut cur) = s.state.clone() else {
+                    let base = s.base;
+                    // Taken out and merged in place: a directory rename
+                    // updates every document below it, and a copy of
+                    // each would cost more than the update.
+                    let taken = self.drop_slot(key).map(|s| s.state);
+                    let Some(State::Doc(mut cur)) = taken else {
                         unreachable!("exists")
                     };
                     if let (Some(cur), Some(fields)) = (cur.as_object_mut(), doc.as_object()) {
@@ -404,7 +463,7 @@ impl Overlay {
                             cur.insert(k.clone(), v.clone());
                         }
                     }
-                    (State::Doc(cur), s.base)
+                    (State::Doc(cur), base)
                 }
                 _ => return Err(StoreError::NotFound(key.1.clone())),
             },
@@ -419,8 +478,7 @@ impl Overlay {
             },
         };
         let v = self.fresh(base);
-        let was_dirty = self.slots.get(key).is_some_and(|s| s.dirty);
-        self.slots.insert(
+        self.put(
             key.clone(),
             Slot {
                 state,
@@ -486,7 +544,7 @@ impl Overlay {
             };
             let Ok(base) = held else {
                 if let Some(e) = held.err() {
-                    self.slots.remove(key);
+                    self.drop_slot(key);
                     lost.push((key.clone(), e));
                 }
                 continue;
@@ -504,7 +562,7 @@ impl Overlay {
             if key.0 == Idx::Chunks && !slot.dirty {
                 // File contents (written unconditionally) are not kept
                 // once the cluster holds them: reads go there.
-                self.slots.remove(key);
+                self.drop_slot(key);
             } else {
                 slot.base = base;
             }
@@ -545,7 +603,7 @@ impl Overlay {
     /// A write went to the cluster directly: the slot no longer tells its
     /// version.
     pub(crate) fn forget(&mut self, key: &Key) {
-        self.slots.remove(key);
+        self.drop_slot(key);
     }
 
     /// The delegation ended: nothing is known absent any more.
@@ -554,6 +612,13 @@ impl Overlay {
         self.locks_whole = false;
         self.slots
             .retain(|_, s| matches!(s.local, Some(v) if is_local(v)));
+        let paths = self
+            .slots
+            .iter()
+            .filter_map(|(k, s)| Self::path_of(k, s))
+            .map(|(p, id)| (p.to_string(), id.to_string()))
+            .collect();
+        self.paths = paths;
     }
 }
 
@@ -652,5 +717,68 @@ mod tests {
         let again = o.outgoing();
         let ids: Vec<&str> = again.ops.iter().map(|op| op.id()).collect();
         assert_eq!(ids, vec!["5/z", "5/w"]);
+    }
+
+    #[test]
+    fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
+        let mut o = Overlay::default();
+        o.complete.insert(1);
+        let entry = |path: &str, dir: &str, kind: &str, ino: u64| json!({"path": path, "dir": dir, "kind": kind, "ino": ino});
+        let made = o.apply(vec![
+            create(Idx::Inodes, "20", json!({"kind": "dir"})),
+            create(Idx::Entries, "1/d", entry("/d", "/", "dir", 20)),
+            create(Idx::Entries, "20/a", entry("/d/a", "/d", "file", 21)),
+            create(Idx::Entries, "20/b", entry("/d/b", "/d", "file", 22)),
+            // Beside the subtree, sorting right after or before it.
+            create(Idx::Entries, "1/d-x", entry("/d-x", "/", "file", 23)),
+            create(Idx::Entries, "1/c", entry("/c", "/", "file", 24)),
+            create(Idx::Entries, "1/d0", entry("/d0", "/", "file", 25)),
+        ]);
+        assert!(made.0.iter().all(|r| r.is_ok()));
+        let ids = |ops: &[BulkOp]| ops.iter().map(|op| op.id().to_string()).collect::<Vec<_>>();
+        // Not moved yet: nothing is at the new path.
+        assert!(o.rebase_ops("/d", "/e").is_none());
+        // The rename's entry step, then its paths.
+        let v = o.get(Idx::Entries, "1/d").unwrap().unwrap().version;
+        let moved = o.apply(vec![
+            BulkOp::Delete {
+                index: Idx::Entries,
+                id: "1/d".into(),
+                if_version: Some(v),
+            },
+            create(Idx::Entries, "1/e", entry("/e", "/", "dir", 20)),
+        ]);
+        assert!(moved.0.iter().all(|r| r.is_ok()));
+        let ops = o.rebase_ops("/d", "/e").unwrap();
+        assert_eq!(ids(&ops), vec!["20/a", "20/b"]);
+        let (r, recs) = o.apply(ops);
+        assert!(r.iter().all(|r| r.is_ok()));
+        assert_eq!(recs[1].state.as_ref().unwrap()["path"], "/e/b");
+        assert_eq!(recs[1].state.as_ref().unwrap()["dir"], "/e");
+        assert!(o.rebase_ops("/d", "/e").unwrap().is_empty(), "none left");
+        // A removal leaves the index; a directory below not made here
+        // (its names unknown) stops the rebase in memory.
+        let v = o.get(Idx::Entries, "20/b").unwrap().unwrap().version;
+        let gone = BulkOp::Delete {
+            index: Idx::Entries,
+            id: "20/b".into(),
+            if_version: Some(v),
+        };
+        assert!(o.apply(vec![gone]).0[0].is_ok());
+        assert_eq!(ids(&o.rebase_ops("/e", "/e").unwrap()), vec!["20/a"]);
+        let _ = o.apply(vec![create(
+            Idx::Entries,
+            "20/s",
+            entry("/e/s", "/e", "dir", 30),
+        )]);
+        assert!(o.rebase_ops("/e", "/e").is_none());
+        // Given back: only what this mount wrote stays, indexed the same.
+        o.released();
+        o.complete.insert(20);
+        o.complete.insert(30);
+        assert_eq!(
+            ids(&o.rebase_ops("/e", "/e").unwrap()),
+            vec!["20/a", "20/s"]
+        );
     }
 }

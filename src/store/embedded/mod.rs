@@ -55,7 +55,7 @@ use serde_json::Value;
 use crate::store::schema::Field;
 use crate::store::{
     Bucket, BulkItemResult, BulkOp, Doc, GroupRequest, Hit, Idx, MAX_ID_BYTES, MetaStore, Query,
-    SearchRequest, StoreError, StoreResult, Version,
+    Rebased, SearchRequest, StoreError, StoreResult, Version,
 };
 use encode::json_of;
 use read::{Pool, Readers, check_get_id, get_doc};
@@ -769,7 +769,7 @@ impl MetaStore for EmbeddedStore {
     /// One statement: the subtree is a range of the path index, the new
     /// `path`/`dir` are spliced into columns and source in SQLite (no row
     /// leaves it, no JSON parsed in Rust), and each row gets its own seq_no.
-    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<u64>> {
+    fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<Rebased>> {
         let has = |f: &str| index.field(f).is_some_and(columnar);
         if !(has("path") && has("dir")) {
             return Err(invalid(format!(
@@ -792,7 +792,7 @@ impl MetaStore for EmbeddedStore {
                     seq.reserved = seq.next;
                 })
             })
-            .map(Some)
+            .map(|count| Some(Rebased { count, ids: None }))
     }
 
     fn begin_batch(&self) -> Option<Arc<dyn MetaStore>> {
