@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use serde_json::Value;
 
 use self::oplog::OpLog;
@@ -180,10 +180,19 @@ impl DelegatedStore {
             return self.bulk_held(ops);
         }
         let (results, records) = overlay.apply(ops);
+        self.log_decided(overlay, |_, log| log.append(&records))?;
+        Ok(results)
+    }
+
+    /// Log what `overlay` just decided (`write` appends it), then flush
+    /// before going on if too much waits.
+    fn log_decided(
+        &self,
+        mut overlay: MutexGuard<'_, Overlay>,
+        write: impl FnOnce(&Overlay, &mut OpLog) -> std::io::Result<usize>,
+    ) -> StoreResult<()> {
         if let Some(log) = self.shared.log.lock().as_mut() {
-            let n = log
-                .append(&records)
-                .map_err(|e| StoreError::Other(format!("op log: {e}")))?;
+            let n = write(&overlay, log).map_err(|e| StoreError::Other(format!("op log: {e}")))?;
             overlay.logged(n);
         }
         let backlog = overlay.backlog();
@@ -191,7 +200,7 @@ impl DelegatedStore {
         if backlog {
             self.shared.flush()?;
         }
-        Ok(results)
+        Ok(())
     }
 
     /// A bulk straight to the cluster, local versions mapped to its own.
@@ -543,17 +552,12 @@ impl MetaStore for DelegatedStore {
     /// A subtree made under the delegation is moved here, in memory (its
     /// documents are all in the overlay); any other goes the cluster's way.
     fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<Rebased>> {
-        {
+        if index == Idx::Entries {
             let _gate = self.shared.gate.read();
-            let ops = match index {
-                Idx::Entries if self.held() => self.shared.overlay.lock().rebase_ops(old, new),
-                _ => None,
-            };
-            if let Some(ops) = ops {
-                let ids: Vec<String> = ops.iter().map(|op| op.id().to_string()).collect();
-                for r in self.bulk_held(ops)? {
-                    r?;
-                }
+            let mut overlay = self.shared.overlay.lock();
+            if let Some(keys) = self.held().then(|| overlay.rebase(old, new)).flatten() {
+                self.log_decided(overlay, |o, log| log.append_encoded(&o.changes(&keys)))?;
+                let ids: Vec<String> = keys.into_iter().map(|(_, id)| id).collect();
                 return Ok(Some(Rebased {
                     count: ids.len() as u64,
                     ids: Some(ids),

@@ -98,11 +98,16 @@ impl OpLog {
     /// Append one acknowledged call's documents, in one `write(2)`; returns
     /// the bytes written.
     pub(crate) fn append(&mut self, records: &[Record]) -> io::Result<usize> {
+        let encoded: Vec<Encoded> = records.iter().map(Encoded::of).collect();
+        self.append_encoded(&encoded)
+    }
+
+    /// [`OpLog::append`] of records borrowed from where they live.
+    pub(crate) fn append_encoded(&mut self, records: &[Encoded]) -> io::Result<usize> {
         if records.is_empty() {
             return Ok(0);
         }
-        let encoded: Vec<Encoded> = records.iter().map(Encoded::of).collect();
-        let body = serde_json::to_vec(&encoded)?;
+        let body = serde_json::to_vec(records)?;
         let mut frame = Vec::with_capacity(body.len() + 8);
         frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
         frame.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
@@ -239,12 +244,12 @@ pub(crate) fn read(dir: &Path, owner: &str) -> io::Result<Vec<Record>> {
 /// document it moves, and a copy of each source per record would cost more
 /// than the rename's decision itself.
 #[derive(Serialize)]
-struct Encoded<'a> {
+pub(crate) struct Encoded<'a> {
     i: &'static str,
     d: &'a str,
     /// Absent in a `sent` record; `null`: deleted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    s: Option<&'a Option<Value>>,
+    s: Option<Option<&'a Value>>,
     b: Value,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     sent: bool,
@@ -252,16 +257,29 @@ struct Encoded<'a> {
 
 impl<'a> Encoded<'a> {
     fn of(r: &'a Record) -> Encoded<'a> {
+        if r.sent {
+            Encoded {
+                s: None,
+                sent: true,
+                ..Encoded::change(r.index, &r.id, None, r.base)
+            }
+        } else {
+            Encoded::change(r.index, &r.id, r.state.as_ref(), r.base)
+        }
+    }
+
+    /// [`Record::change`], borrowed.
+    pub(crate) fn change(index: Idx, id: &'a str, state: Option<&'a Value>, base: Base) -> Self {
         Encoded {
-            i: r.index.name(),
-            d: &r.id,
-            s: (!r.sent).then_some(&r.state),
-            b: match r.base {
+            i: index.name(),
+            d: id,
+            s: Some(state),
+            b: match base {
                 Base::Absent => json!("absent"),
                 Base::At(v) => json!([v.seq_no, v.primary_term]),
                 Base::Unknown => Value::Null,
             },
-            sent: r.sent,
+            sent: false,
         }
     }
 }

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::Value;
 
-use super::oplog::{Base, Record, write_op};
+use super::oplog::{Base, Encoded, Record, write_op};
 use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, Version};
 
 /// Whether the overlay may keep a document read from the cluster: not
@@ -38,6 +38,20 @@ pub(crate) fn is_local(v: Version) -> bool {
 }
 
 pub(crate) type Key = (Idx, String);
+
+/// The next local version (`next` counts them) of a document whose
+/// cluster version is `base`.
+fn next_local(next: &mut u64, base: Base) -> Version {
+    *next += 1;
+    let term = match base {
+        Base::At(v) if !is_local(v) => v.primary_term,
+        _ => 1,
+    };
+    Version {
+        seq_no: *next,
+        primary_term: LOCAL_TERM + term,
+    }
+}
 
 #[derive(Clone, Debug)]
 enum State {
@@ -113,15 +127,7 @@ pub(crate) struct Outgoing {
 
 impl Overlay {
     fn fresh(&mut self, base: Base) -> Version {
-        self.next += 1;
-        let term = match base {
-            Base::At(v) if !is_local(v) => v.primary_term,
-            _ => 1,
-        };
-        Version {
-            seq_no: self.next,
-            primary_term: LOCAL_TERM + term,
-        }
+        next_local(&mut self.next, base)
     }
 
     /// The path an entry's slot holds, if it is an entry that exists.
@@ -156,13 +162,6 @@ impl Overlay {
         let old = self.slots.remove(key)?;
         self.unindex(key, &old);
         Some(old)
-    }
-
-    /// The held entries whose path is `from` or sorts after it, before `to`.
-    fn paths_in<'a>(&'a self, from: &str, to: &str) -> impl Iterator<Item = &'a str> + 'a {
-        let lo = (from.to_string(), String::new());
-        let hi = (to.to_string(), String::new());
-        self.paths.range(lo..hi).map(|(_, id)| id.as_str())
     }
 
     /// Nothing waits to be sent.
@@ -207,18 +206,53 @@ impl Overlay {
         }
     }
 
-    /// A directory rename's path rewrite (see `MetaStore::rebase_paths`)
-    /// as partial updates of the documents here, when the moved directory
-    /// (its entry already at `new`) and every directory below it were
-    /// made under the delegation: then every document below `old` has a
-    /// slot. `None` otherwise.
-    pub(crate) fn rebase_ops(&self, old: &str, new: &str) -> Option<Vec<BulkOp>> {
+    /// A directory rename's path rewrite (see `MetaStore::rebase_paths`),
+    /// done in place when the moved directory (its entry already at `new`)
+    /// and every directory below it were made under the delegation: then
+    /// every document below `old` has a slot. Each entry below gets its
+    /// `path` and `dir` rewritten, a new local version and a place in the
+    /// next flush, as a partial update would; returns their keys (to log
+    /// with [`Overlay::changes`]). `None`, nothing changed, otherwise.
+    ///
+    /// O(subtree): the entries below `old` are a range of the path index
+    /// (`old/` up to `old0`, '0' following '/').
+    pub(crate) fn rebase(&mut self, old: &str, new: &str) -> Option<Vec<Key>> {
+        let below = self.rebase_check(old, new)?;
+        let moved = |p: &str| format!("{new}{}", &p[old.len()..]);
+        let mut keys = Vec::with_capacity(below.len());
+        for (path, id) in below {
+            let at = (path, id);
+            self.paths.remove(&at);
+            let (path, id) = at;
+            let key = (Idx::Entries, id);
+            let slot = self.slots.get_mut(&key).expect("checked");
+            let State::Doc(d) = &mut slot.state else {
+                unreachable!("checked")
+            };
+            let dir = moved(d["dir"].as_str().expect("checked"));
+            let path = moved(&path);
+            d["dir"] = Value::String(dir);
+            d["path"] = Value::String(path.clone());
+            self.paths.insert((path, key.1.clone()));
+            slot.local = Some(next_local(&mut self.next, slot.base));
+            if !slot.dirty {
+                slot.dirty = true;
+                self.dirty.push(key.clone());
+            }
+            keys.push(key);
+        }
+        Some(keys)
+    }
+
+    /// [`Overlay::rebase`]'s preconditions, checked before anything
+    /// changes: the (path, id) of every entry below `old`.
+    fn rebase_check(&self, old: &str, new: &str) -> Option<Vec<(String, String)>> {
         let entry = |id: &str| match self.slots.get(&(Idx::Entries, id.to_string())) {
             Some(Slot {
                 state: State::Doc(d),
-                local: Some(v),
+                local: Some(_),
                 ..
-            }) => Some((d, *v)),
+            }) => Some(d),
             _ => None,
         };
         let complete = |d: &Value| {
@@ -226,34 +260,42 @@ impl Overlay {
                 .as_u64()
                 .is_some_and(|i| self.complete.contains(&i))
         };
-        // The moved directory: the entries at `new` (`new` and then the
-        // strings `new` followed by a byte below '\0'... none: just `new`).
+        // The moved directory: its entry, already at `new`.
         let moved = self
             .paths
             .range((new.to_string(), String::new())..)
             .take_while(|(p, _)| p == new)
             .filter_map(|(_, id)| entry(id))
-            .any(|(d, _)| d["kind"] == "dir" && complete(d));
+            .any(|d| d["kind"] == "dir" && complete(d));
         if !moved {
             return None;
         }
-        let rebase = |p: &str| format!("{new}{}", &p[old.len()..]);
-        let mut ops = Vec::new();
-        // Below `old`: the paths from `old/` up to `old0` ('0' follows '/').
-        for id in self.paths_in(&format!("{old}/"), &format!("{old}0")) {
-            let (d, v) = entry(id)?;
-            if d["kind"] == "dir" && !complete(d) {
+        let lo = (format!("{old}/"), String::new());
+        let hi = (format!("{old}0"), String::new());
+        let mut below = Vec::new();
+        for (path, id) in self.paths.range(lo..hi) {
+            let d = entry(id)?;
+            let dir_ok = d["dir"].as_str().is_some_and(|p| p.starts_with(old));
+            if !dir_ok || (d["kind"] == "dir" && !complete(d)) {
                 return None;
             }
-            let (path, dir) = (d["path"].as_str()?, d["dir"].as_str()?);
-            ops.push(BulkOp::Update {
-                index: Idx::Entries,
-                id: id.to_string(),
-                doc: serde_json::json!({"path": rebase(path), "dir": rebase(dir)}),
-                if_version: Some(v),
-            });
+            below.push((path.clone(), id.clone()));
         }
-        Some(ops)
+        Some(below)
+    }
+
+    /// The log records of `keys`' current states, borrowed from the slots.
+    pub(crate) fn changes<'a>(&'a self, keys: &'a [Key]) -> Vec<Encoded<'a>> {
+        keys.iter()
+            .filter_map(|key| {
+                let slot = self.slots.get(key)?;
+                let state = match &slot.state {
+                    State::Doc(s) => Some(s),
+                    State::Gone => None,
+                };
+                Some(Encoded::change(key.0, &key.1, state, slot.base))
+            })
+            .collect()
     }
 
     /// The lock documents in the cluster when the delegation was taken:
@@ -735,11 +777,14 @@ mod tests {
             create(Idx::Entries, "1/d0", entry("/d0", "/", "file", 25)),
         ]);
         assert!(made.0.iter().all(|r| r.is_ok()));
-        let ids = |ops: &[BulkOp]| ops.iter().map(|op| op.id().to_string()).collect::<Vec<_>>();
+        let ids = |keys: Option<Vec<Key>>| -> Option<Vec<String>> {
+            Some(keys?.into_iter().map(|(_, id)| id).collect())
+        };
+        let at = |o: &Overlay, id: &str| o.get(Idx::Entries, id).unwrap().unwrap();
         // Not moved yet: nothing is at the new path.
-        assert!(o.rebase_ops("/d", "/e").is_none());
+        assert_eq!(o.rebase("/d", "/e"), None);
         // The rename's entry step, then its paths.
-        let v = o.get(Idx::Entries, "1/d").unwrap().unwrap().version;
+        let v = at(&o, "1/d").version;
         let moved = o.apply(vec![
             BulkOp::Delete {
                 index: Idx::Entries,
@@ -749,36 +794,38 @@ mod tests {
             create(Idx::Entries, "1/e", entry("/e", "/", "dir", 20)),
         ]);
         assert!(moved.0.iter().all(|r| r.is_ok()));
-        let ops = o.rebase_ops("/d", "/e").unwrap();
-        assert_eq!(ids(&ops), vec!["20/a", "20/b"]);
-        let (r, recs) = o.apply(ops);
-        assert!(r.iter().all(|r| r.is_ok()));
-        assert_eq!(recs[1].state.as_ref().unwrap()["path"], "/e/b");
-        assert_eq!(recs[1].state.as_ref().unwrap()["dir"], "/e");
-        assert!(o.rebase_ops("/d", "/e").unwrap().is_empty(), "none left");
+        let before = at(&o, "20/b").version;
+        let flushed = o.outgoing();
+        assert!(o.clean());
+        let keys = o.rebase("/d", "/e").unwrap();
+        assert_eq!(ids(Some(keys.clone())).unwrap(), vec!["20/a", "20/b"]);
+        let b = at(&o, "20/b");
+        assert_eq!(b.source, entry("/e/b", "/e", "file", 22));
+        assert!(b.version.seq_no > before.seq_no, "a new local version");
+        assert_eq!(at(&o, "1/d-x").source["path"], "/d-x", "beside: untouched");
+        // Logged as their new states, and sent by the next flush.
+        let changes = serde_json::to_value(o.changes(&keys)).unwrap();
+        assert_eq!(changes[1]["s"]["path"], "/e/b");
+        drop(flushed);
+        assert_eq!(o.outgoing().ops.len(), 2);
+        assert_eq!(ids(o.rebase("/d", "/e")), Some(vec![]), "none left");
         // A removal leaves the index; a directory below not made here
-        // (its names unknown) stops the rebase in memory.
-        let v = o.get(Idx::Entries, "20/b").unwrap().unwrap().version;
+        // (its names unknown) keeps the rebase out of memory.
+        let v = at(&o, "20/b").version;
         let gone = BulkOp::Delete {
             index: Idx::Entries,
             id: "20/b".into(),
             if_version: Some(v),
         };
         assert!(o.apply(vec![gone]).0[0].is_ok());
-        assert_eq!(ids(&o.rebase_ops("/e", "/e").unwrap()), vec!["20/a"]);
-        let _ = o.apply(vec![create(
-            Idx::Entries,
-            "20/s",
-            entry("/e/s", "/e", "dir", 30),
-        )]);
-        assert!(o.rebase_ops("/e", "/e").is_none());
+        assert_eq!(ids(o.rebase("/e", "/e")), Some(vec!["20/a".into()]));
+        let sub = create(Idx::Entries, "20/s", entry("/e/s", "/e", "dir", 30));
+        assert!(o.apply(vec![sub]).0[0].is_ok());
+        assert_eq!(o.rebase("/e", "/e"), None);
         // Given back: only what this mount wrote stays, indexed the same.
         o.released();
         o.complete.insert(20);
         o.complete.insert(30);
-        assert_eq!(
-            ids(&o.rebase_ops("/e", "/e").unwrap()),
-            vec!["20/a", "20/s"]
-        );
+        assert_eq!(ids(o.rebase("/e", "/e")).unwrap(), vec!["20/a", "20/s"]);
     }
 }
