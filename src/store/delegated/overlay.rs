@@ -10,7 +10,7 @@
 //! version the cluster gave (see [`is_local`]), which the flush maps to
 //! the cluster's.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -109,6 +109,10 @@ pub(crate) struct Overlay {
     dirty_bytes: usize,
     /// When a write was last decided here.
     last_write: Option<std::time::Instant>,
+    /// Small file contents kept after the cluster acknowledged them, with
+    /// their sizes ([`KEEP_CHUNK_MAX`], [`KEPT_CHUNK_BYTES`]).
+    kept_chunks: HashMap<Key, usize>,
+    kept_chunk_bytes: usize,
 }
 
 /// How many documents read from the cluster the overlay keeps.
@@ -118,6 +122,14 @@ const MAX_LEARNED: usize = 100_000;
 /// the writers (file contents kept in the cluster are documents too).
 const MAX_DIRTY: usize = 4096;
 const MAX_DIRTY_BYTES: usize = 32 << 20;
+/// File contents are dropped once the cluster holds them, but a small
+/// file's (a chunk of at most this many bytes) is kept, within
+/// [`KEPT_CHUNK_BYTES`] in all: a lookup of a small file asks for its inode
+/// and its bytes in one read (the open and read that usually follow then
+/// cost nothing), and with the bytes gone that read went to the cluster
+/// for every `stat` of a file this mount wrote (`du`, mdtest's stat phase).
+const KEEP_CHUNK_MAX: usize = 16 << 10;
+const KEPT_CHUNK_BYTES: usize = 64 << 20;
 
 /// One flush: the ops, and for each the key and the local version sent.
 pub(crate) struct Outgoing {
@@ -146,6 +158,7 @@ impl Overlay {
 
     /// Set a slot, keeping the path index in step.
     fn put(&mut self, key: Key, slot: Slot) {
+        self.unkeep(&key);
         if let Some((path, id)) = Self::path_of(&key, &slot) {
             self.paths.insert((path.to_string(), id.to_string()));
         }
@@ -159,9 +172,38 @@ impl Overlay {
 
     /// Drop a slot, keeping the path index in step.
     fn drop_slot(&mut self, key: &Key) -> Option<Slot> {
+        self.unkeep(key);
         let old = self.slots.remove(key)?;
         self.unindex(key, &old);
         Some(old)
+    }
+
+    /// A chunk acknowledged by the cluster: kept if small and within the
+    /// budget (see [`KEEP_CHUNK_MAX`]), else dropped (reads go there).
+    fn keep_or_drop_chunk(&mut self, key: &Key) {
+        self.unkeep(key);
+        let len = match self.slots.get(key).map(|s| &s.state) {
+            Some(State::Doc(d)) => d["len"].as_u64().map(|l| l as usize),
+            _ => None,
+        };
+        match len {
+            Some(len)
+                if len <= KEEP_CHUNK_MAX && self.kept_chunk_bytes + len <= KEPT_CHUNK_BYTES =>
+            {
+                self.kept_chunks.insert(key.clone(), len);
+                self.kept_chunk_bytes += len;
+            }
+            _ => {
+                self.drop_slot(key);
+            }
+        }
+    }
+
+    /// Stop counting a kept chunk (rewritten or dropped).
+    fn unkeep(&mut self, key: &Key) {
+        if let Some(len) = self.kept_chunks.remove(key) {
+            self.kept_chunk_bytes -= len;
+        }
     }
 
     /// Nothing waits to be sent.
@@ -601,12 +643,11 @@ impl Overlay {
             let Some(slot) = self.slots.get_mut(key) else {
                 continue;
             };
+            slot.base = base;
             if key.0 == Idx::Chunks && !slot.dirty {
-                // File contents (written unconditionally) are not kept
-                // once the cluster holds them: reads go there.
-                self.drop_slot(key);
-            } else {
-                slot.base = base;
+                // File contents (written unconditionally): once the
+                // cluster holds them, only small files' stay here.
+                self.keep_or_drop_chunk(key);
             }
         }
         (acks, lost)
@@ -654,6 +695,9 @@ impl Overlay {
         self.locks_whole = false;
         self.slots
             .retain(|_, s| matches!(s.local, Some(v) if is_local(v)));
+        let slots = &self.slots;
+        self.kept_chunks.retain(|k, _| slots.contains_key(k));
+        self.kept_chunk_bytes = self.kept_chunks.values().sum();
         let paths = self
             .slots
             .iter()
@@ -827,5 +871,38 @@ mod tests {
         o.complete.insert(20);
         o.complete.insert(30);
         assert_eq!(ids(o.rebase("/e", "/e")).unwrap(), vec!["20/a", "20/s"]);
+    }
+
+    #[test]
+    fn small_files_contents_stay_after_the_flush_and_large_ones_go() {
+        let mut o = Overlay::default();
+        let chunk = |id: &str, len: usize| BulkOp::Index {
+            index: Idx::Chunks,
+            id: id.into(),
+            source: json!({"file": "21", "n": 0, "len": len, "data": "eA"}),
+            if_version: None,
+        };
+        let r = o.apply(vec![chunk("21:0", 1), chunk("22:0", KEEP_CHUNK_MAX + 1)]);
+        assert!(r.0.iter().all(|r| r.is_ok()));
+        let out = o.outgoing();
+        let real = Version {
+            seq_no: 1,
+            primary_term: 1,
+        };
+        assert!(o.answered(&out, vec![Ok(real), Ok(real)]).1.is_empty());
+        // The small one answers a read from memory; the large one is the
+        // cluster's to answer.
+        assert!(matches!(o.get(Idx::Chunks, "21:0"), Some(Some(_))));
+        assert_eq!(o.get(Idx::Chunks, "22:0"), None);
+        assert_eq!(o.kept_chunk_bytes, 1);
+        // Rewritten or deleted, it is no longer counted as kept.
+        let del = BulkOp::Delete {
+            index: Idx::Chunks,
+            id: "21:0".into(),
+            if_version: None,
+        };
+        assert!(o.apply(vec![del]).0[0].is_ok());
+        assert_eq!(o.kept_chunk_bytes, 0);
+        assert_eq!(o.get(Idx::Chunks, "21:0"), Some(None));
     }
 }
