@@ -180,6 +180,11 @@ impl Filesystem for FuseFs {
                 // in no-open mode no RELEASE would end a flock.)
                 InitFlags::FUSE_POSIX_LOCKS,
                 InitFlags::FUSE_FLOCK_LOCKS,
+                // open(2) with O_TRUNC comes to us as one OPEN (not an
+                // OPEN then a SETATTR without the handle), so the truncate
+                // can wait for the close with the writes (see `Fs::open`).
+                // Not in no-open mode, where no OPEN would carry it.
+                InitFlags::FUSE_ATOMIC_O_TRUNC,
             ]);
         }
         for cap in caps {
@@ -231,7 +236,7 @@ impl Filesystem for FuseFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -246,6 +251,7 @@ impl Filesystem for FuseFs {
             atime: atime.map(time),
             mtime: mtime.map(time),
             ctime: ctime.map(ns_of),
+            handle: fh.map(|h| h.0),
         };
         match self.fs.batch(|fs| fs.setattr(ctx(req), ino.0, set)) {
             Ok(i) => reply.attr(&self.ttl, &attr(&i)),
@@ -377,14 +383,14 @@ impl Filesystem for FuseFs {
         self.entry(r, reply)
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if self.exclusive {
             // The kernel's no-open mode (ENOSYS here, once): from now on no
             // OPEN or RELEASE round trips, handle 0 on reads and writes, and
             // pages kept across opens. Close still sends FLUSH.
             return reply.error(Errno::ENOSYS);
         }
-        match self.fs.batch(|fs| fs.open(ino.0, flags.0)) {
+        match self.fs.batch(|fs| fs.open(ctx(req), ino.0, flags.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(errno(e)),
         }

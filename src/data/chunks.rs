@@ -84,6 +84,16 @@ struct State {
     /// `DataStore::offer`), until an open of that inode version adopts it.
     offered: HashMap<String, Offered>,
     offered_order: VecDeque<String>,
+    /// Per key cut to nothing in memory (see `DataStore::truncate_open`):
+    /// its stored chunks `0..n`, deleted by id in its next write-out (those
+    /// it rewrites are replaced instead). The key reads as empty meanwhile
+    /// (its end is 0).
+    doomed: HashMap<String, u64>,
+    /// Such deletes handed to the caller to send with the file's size
+    /// (see `DataStore::ride_with_size`), until it says how they went: a
+    /// write-out of the key waits, or its chunks could land first and be
+    /// deleted by them.
+    cutting: HashMap<String, u64>,
 }
 
 struct Offered {
@@ -175,6 +185,8 @@ impl State {
 pub(crate) struct ChunkStore {
     store: Arc<dyn MetaStore>,
     state: Mutex<State>,
+    /// Signalled when a key's `cutting` ends.
+    cut_done: parking_lot::Condvar,
     /// One write-out (or truncate) per file at a time: two closes' bulks
     /// could otherwise land in the wrong order, older contents last.
     writing: [Mutex<()>; STRIPES],
@@ -199,6 +211,7 @@ impl ChunkStore {
         ChunkStore {
             store,
             state: Mutex::new(State::default()),
+            cut_done: parking_lot::Condvar::new(),
             writing: std::array::from_fn(|_| Mutex::new(())),
         }
     }
@@ -281,22 +294,30 @@ impl ChunkStore {
         st.lru.retain(|(k, _)| k != key);
     }
 
-    fn write_out(&self, key: &str) -> io::Result<()> {
+    /// `lone_cut`: a truncate in memory with nothing written after it is
+    /// sent alone too (else it waits for `ride_with_size`).
+    fn write_out(&self, key: &str, lone_cut: bool) -> io::Result<()> {
         let _w = self.writing[stripe(key)].lock();
-        self.write_out_locked(key)
+        self.write_out_locked(key, lone_cut)
     }
 
-    /// Write the dirty chunks of `key` in one bulk (its write-out lock held).
-    fn write_out_locked(&self, key: &str) -> io::Result<()> {
-        let chunks = {
+    /// Write the dirty chunks of `key` in one bulk (its write-out lock
+    /// held), with the deletes of the chunks a truncate in memory cut.
+    fn write_out_locked(&self, key: &str, lone_cut: bool) -> io::Result<()> {
+        let (chunks, doomed) = {
             let mut st = self.state.lock();
-            let Some(chunks) = st.dirty.remove(key) else {
+            while st.cutting.contains_key(key) {
+                self.cut_done.wait(&mut st);
+            }
+            if !st.dirty.contains_key(key) && !(lone_cut && st.doomed.contains_key(key)) {
                 return Ok(());
-            };
+            }
+            let doomed = st.doomed.remove(key).unwrap_or(0);
+            let chunks = st.dirty.remove(key).unwrap_or_default();
             st.flushing.insert(key.to_string(), chunks.clone());
-            chunks
+            (chunks, doomed)
         };
-        let ops: Vec<BulkOp> = chunks
+        let mut ops: Vec<BulkOp> = chunks
             .iter()
             .map(|(n, data)| BulkOp::Index {
                 index: Idx::Chunks,
@@ -306,18 +327,37 @@ impl ChunkStore {
                 if_version: None,
             })
             .collect();
+        let written = ops.len();
+        ops.extend(
+            (0..doomed)
+                .filter(|n| !chunks.contains_key(n))
+                .map(|n| BulkOp::Delete {
+                    index: Idx::Chunks,
+                    id: chunk_id(key, n),
+                    if_version: None,
+                }),
+        );
         let failed = match self.store.bulk(ops) {
-            Ok(rs) => rs.into_iter().find_map(|r| r.err()),
+            // A cut chunk that was never stored is no failure.
+            Ok(rs) => rs.into_iter().enumerate().find_map(|(i, r)| match r {
+                Err(StoreError::NotFound(_)) if i >= written => None,
+                r => r.err(),
+            }),
             Err(e) => Some(e),
         };
         let mut st = self.state.lock();
         st.flushing.remove(key);
         if let Some(e) = failed {
             // Keep the data buffered so a later flush can retry; a chunk
-            // written since was built on this one and is newer.
+            // written since was built on this one and is newer. The cut
+            // goes again too.
             let d = st.dirty.entry(key.to_string()).or_default();
             for (n, data) in chunks {
                 d.entry(n).or_insert(data);
+            }
+            if doomed > 0 {
+                let n = st.doomed.entry(key.to_string()).or_default();
+                *n = (*n).max(doomed);
             }
             return Err(io_err(e));
         }
@@ -399,16 +439,20 @@ impl ChunkStore {
         st.forget_written(key);
     }
 
-    /// Unwritten bytes of a file being removed: gone with it.
-    fn drop_buffers(&self, key: &str) {
+    /// Unwritten bytes of a file being removed: gone with it. Returns how
+    /// many chunks a truncate in memory had cut and not deleted yet (the
+    /// removal deletes them).
+    fn drop_buffers(&self, key: &str) -> u64 {
         let mut st = self.state.lock();
         st.dirty.remove(key);
         st.was.retain(|(k, _), _| k != key);
         st.forget_written(key);
+        let cutting = st.cutting.get(key).copied().unwrap_or(0);
+        st.doomed.remove(key).unwrap_or(0).max(cutting)
     }
 
     fn truncate_locked(&self, key: &str, size: u64) -> io::Result<()> {
-        self.write_out_locked(key)?;
+        self.write_out_locked(key, true)?;
         // Until the chunks past `size` are gone below, what is stored may
         // reach further: no end is trusted meanwhile.
         let known = self.state.lock().ends.remove(key).is_some();
@@ -451,7 +495,7 @@ impl ChunkStore {
                 long
             })?;
             if cutting {
-                self.write_out_locked(key)?;
+                self.write_out_locked(key, true)?;
             }
         }
         self.forget_clean(key);
@@ -506,13 +550,49 @@ impl DataStore for ChunkStore {
             .get(key)
             .is_some_and(|d| d.len() > MAX_DIRTY);
         if over {
-            self.write_out(key)?;
+            self.write_out(key, true)?;
         }
         Ok(())
     }
 
+    /// Close and fsync persist the size after it: a cut alone rides in
+    /// that bulk (see `ride_with_size`).
     fn flush(&self, key: &str) -> io::Result<()> {
-        self.write_out(key)
+        self.write_out(key, false)
+    }
+
+    /// The deletes of a truncate in memory when nothing was written after
+    /// it (`: > f`, or the close of `echo x > f`'s first descriptor, which
+    /// a shell's dup2 closes before it writes).
+    fn ride_with_size(&self, key: &str) -> Vec<BulkOp> {
+        let mut st = self.state.lock();
+        if st.dirty.contains_key(key) || st.cutting.contains_key(key) {
+            return Vec::new();
+        }
+        let Some(n) = st.doomed.remove(key) else {
+            return Vec::new();
+        };
+        st.cutting.insert(key.to_string(), n);
+        (0..n)
+            .map(|i| BulkOp::Delete {
+                index: Idx::Chunks,
+                id: chunk_id(key, i),
+                if_version: None,
+            })
+            .collect()
+    }
+
+    fn sent_with_size(&self, key: &str, landed: bool) {
+        let mut st = self.state.lock();
+        if let Some(n) = st.cutting.remove(key) {
+            if landed {
+                st.generation[stripe(key)] += 1;
+            } else {
+                let d = st.doomed.entry(key.to_string()).or_default();
+                *d = (*d).max(n);
+            }
+        }
+        self.cut_done.notify_all();
     }
 
     fn truncate(&self, key: &str, size: u64) -> io::Result<()> {
@@ -520,8 +600,47 @@ impl DataStore for ChunkStore {
         self.truncate_locked(key, size)
     }
 
+    /// To nothing, of a key open here whose end is known: nothing is
+    /// sent now. The key reads as empty from here on (its end is 0), what
+    /// was buffered goes, and the chunks stored below the end (`0..n`)
+    /// are deleted by id in the next write-out, in the bulk that writes
+    /// what came after (`echo x > f`: one bulk, where a truncate that finds
+    /// the chunks costs a refresh, a search and a bulk of deletes). Chunks
+    /// past the end (a writer that died before its size was written) are
+    /// not addressed: a later truncate's search deletes them.
+    fn truncate_open(&self, key: &str, size: u64) -> io::Result<bool> {
+        if size != 0 {
+            return Ok(false);
+        }
+        // After any write-out under way: its chunks are among those cut.
+        let _w = self.writing[stripe(key)].lock();
+        let mut st = self.state.lock();
+        let Some(&end) = st.ends.get(key) else {
+            return Ok(false);
+        };
+        let n = end
+            .div_ceil(CHUNK)
+            .max(st.doomed.get(key).copied().unwrap_or(0));
+        if n > ADDRESSED_MAX {
+            return Ok(false);
+        }
+        st.dirty.remove(key);
+        st.was.retain(|(k, _), _| k != key);
+        st.clean.retain(|(k, _), _| k != key);
+        st.lru.retain(|(k, _)| k != key);
+        st.forget_written(key);
+        st.generation[stripe(key)] += 1;
+        st.ends.insert(key.to_string(), 0);
+        // What is stored once the cut lands; writes count from there.
+        st.stored.insert(key.to_string(), Stored::Exact(0));
+        if n > 0 {
+            st.doomed.insert(key.to_string(), n);
+        }
+        Ok(true)
+    }
+
     fn sync(&self, key: &str) -> io::Result<()> {
-        self.write_out(key)?;
+        self.write_out(key, true)?;
         self.store.sync().map_err(io_err)
     }
 
@@ -544,7 +663,7 @@ impl DataStore for ChunkStore {
             return self.remove(key);
         }
         let _w = self.writing[stripe(key)].lock();
-        self.drop_buffers(key);
+        let n = n.max(self.drop_buffers(key));
         if n > 0 {
             let ops = (0..n)
                 .map(|i| BulkOp::Delete {
@@ -575,7 +694,7 @@ impl DataStore for ChunkStore {
         // After any write-out of the key under way: nothing lands after the
         // caller's deletes. (A removed key is never used again.)
         let _w = self.writing[stripe(key)].lock();
-        self.drop_buffers(key);
+        let n = n.max(self.drop_buffers(key));
         self.stored_changed(key);
         self.state.lock().stored.remove(key);
         Some(
@@ -842,6 +961,69 @@ mod tests {
         assert_eq!(held, 5);
         assert_eq!(&b[..5], &big[CHUNK as usize - 10..CHUNK as usize - 5]);
         cs.remove("7").unwrap();
+        assert!(cs.keys().unwrap().is_empty());
+    }
+
+    /// A truncate to nothing of an open file (`echo x > f`) waits in
+    /// memory: the file reads as empty at once, other readers keep the
+    /// stored bytes until the write-out, which deletes the cut chunks in
+    /// the bulk that writes the new ones.
+    #[test]
+    fn a_truncate_of_an_open_file_goes_out_with_the_next_write_out() {
+        let (_d, g, cs) = gated();
+        let size = 2 * CHUNK + 7;
+        cs.opening("1", 0, None, None);
+        cs.write("1", 0, &vec![7u8; size as usize]).unwrap();
+        cs.flush("1").unwrap();
+        assert!(!cs.truncate_open("2", 0).unwrap(), "not open here");
+        assert!(!cs.truncate_open("1", 5).unwrap(), "only to nothing");
+        assert!(cs.truncate_open("1", 0).unwrap());
+        let mut b = vec![1u8; 4];
+        assert_eq!(cs.read("1", 0, &mut b).unwrap(), 0, "empty here at once");
+        assert_eq!(stored(&g, "1", 3), [7u8; 3], "stored until the write-out");
+        cs.write("1", 0, b"x\n").unwrap();
+        cs.flush("1").unwrap();
+        assert_eq!(stored(&g, "1", 3), *b"x\n\0");
+        assert_eq!(
+            cs.stored_chunks("1", 0).unwrap().len(),
+            1,
+            "chunks 1, 2 gone"
+        );
+        assert_eq!(cs.stored_bytes("1", None).unwrap(), Some(2));
+        // Cut and nothing written after: the write-out is the deletes alone.
+        assert!(cs.truncate_open("1", 0).unwrap());
+        cs.sync("1").unwrap();
+        assert!(cs.keys().unwrap().is_empty());
+        // A removal meanwhile deletes what the cut had not yet.
+        cs.write("1", 0, &vec![7u8; size as usize]).unwrap();
+        cs.flush("1").unwrap();
+        assert!(cs.truncate_open("1", 0).unwrap());
+        let ops = cs.removal_ops("1", 0).expect("addressable");
+        assert_eq!(ops.len(), 3);
+    }
+
+    /// A cut with nothing written after it rides in the bulk that persists
+    /// the size: a close's flush leaves it, and one that did not land goes
+    /// again.
+    #[test]
+    fn a_cut_alone_rides_with_the_size() {
+        let (_d, g, cs) = gated();
+        cs.opening("1", 0, None, None);
+        cs.write("1", 0, &vec![7u8; CHUNK as usize + 1]).unwrap();
+        cs.flush("1").unwrap();
+        assert!(cs.truncate_open("1", 0).unwrap());
+        cs.flush("1").unwrap();
+        assert_eq!(cs.stored_chunks("1", 0).unwrap().len(), 2, "left to ride");
+        let ops = cs.ride_with_size("1");
+        assert_eq!(ops.len(), 2);
+        cs.sent_with_size("1", false);
+        let ops = cs.ride_with_size("1");
+        assert_eq!(ops.len(), 2, "again after a failure");
+        for r in g.bulk(ops).unwrap() {
+            r.unwrap();
+        }
+        cs.sent_with_size("1", true);
+        assert!(cs.ride_with_size("1").is_empty());
         assert!(cs.keys().unwrap().is_empty());
     }
 

@@ -120,6 +120,17 @@ pub trait DataStore: Send + Sync {
     fn stage(&self, key: &str) -> io::Result<Option<MapChange>> {
         self.flush(key).map(|()| None)
     }
+    /// After `stage`: what it left for the caller to send in the bulk that
+    /// persists the file's size (a truncate in memory with nothing written
+    /// after it: the deletes of what it cut, which need not cost a request
+    /// of their own), then [`DataStore::sent_with_size`] whatever came of
+    /// it. Writes of the key wait until then.
+    fn ride_with_size(&self, _key: &str) -> Vec<BulkOp> {
+        Vec::new()
+    }
+    /// Whether what `ride_with_size` gave landed (if not, it goes again
+    /// with the key's next write-out).
+    fn sent_with_size(&self, _key: &str, _landed: bool) {}
     /// The inode document now holds `new`, made by `change` from `old`
     /// (what `MapChange::apply` returned on the write that landed): what
     /// `new` no longer names can be collected.
@@ -167,6 +178,14 @@ pub trait DataStore: Send + Sync {
     }
     /// Set the length (extending leaves a hole).
     fn truncate(&self, key: &str, size: u64) -> io::Result<()>;
+    /// `truncate` of a file open here (between `opening` and `release`),
+    /// taken in memory like a buffered write: reads see it at once, and
+    /// the store has it after the next `flush`/`stage` or `sync` (the
+    /// caller persists the size then, as after a write). False: not taken
+    /// (the caller truncates now).
+    fn truncate_open(&self, _key: &str, _size: u64) -> io::Result<bool> {
+        Ok(false)
+    }
     /// Make the contents durable, also against power loss (fsync).
     fn sync(&self, key: &str) -> io::Result<()>;
     fn remove(&self, key: &str) -> io::Result<()>;

@@ -336,8 +336,20 @@ impl Docs {
     pub(super) fn update_synced(
         &self,
         ino: u64,
-        mut f: impl FnMut(&mut Inode) -> FsResult<()>,
+        f: impl FnMut(&mut Inode) -> FsResult<()>,
     ) -> FsResult<Inode> {
+        self.update_synced_with(ino, Vec::new(), f).map(|(i, _)| i)
+    }
+
+    /// [`Docs::update_synced`] with `extra` writes in its bulk (sent again
+    /// with each retry, so idempotent: a closing file's chunk deletes);
+    /// the bool: every one of them landed (a delete finding nothing did).
+    pub(super) fn update_synced_with(
+        &self,
+        ino: u64,
+        extra: Vec<BulkOp>,
+        mut f: impl FnMut(&mut Inode) -> FsResult<()>,
+    ) -> FsResult<(Inode, bool)> {
         for _ in 0..MAX_RETRIES {
             let (mut inode, ver) = self.inode(ino)?;
             // As in `change_seen`: a directory's times waiting in memory go
@@ -369,7 +381,11 @@ impl Docs {
                     });
                 }
             }
-            let mut results = self.store.bulk(ops)?.into_iter();
+            let synced = ops.len();
+            ops.extend(extra.iter().cloned());
+            let mut results = self.store.bulk(ops)?;
+            let extras = results.split_off(synced);
+            let mut results = results.into_iter();
             match results.next().expect("one result per op") {
                 Ok(_) => {}
                 Err(StoreError::Conflict(_)) => continue,
@@ -381,7 +397,10 @@ impl Docs {
             if results.any(|r| r.is_err()) {
                 self.sync_entries(&inode)?;
             }
-            return Ok(inode);
+            let landed = extras
+                .iter()
+                .all(|r| matches!(r, Ok(_) | Err(StoreError::NotFound(_))));
+            return Ok((inode, landed));
         }
         Err(FsError::Again)
     }

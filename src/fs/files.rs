@@ -359,6 +359,40 @@ impl OpenFiles {
         self.pending.mark_file(ino)
     }
 
+    /// A truncate of `ino` to `size` through its handle `fh`, if `cut`
+    /// (given the content key) takes it in memory: the state holds the
+    /// new size and `times` (mtime, ctime) until it is persisted, as a
+    /// write's. False: not open here with contents, or `cut` declined.
+    pub(super) fn truncate_held(
+        &self,
+        ino: u64,
+        fh: u64,
+        size: u64,
+        times: (i64, i64),
+        cut: impl FnOnce(&str) -> std::io::Result<bool>,
+    ) -> FsResult<bool> {
+        if fh == NO_HANDLE || self.kernel_times.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        self.check_handle(ino, fh)?;
+        let key = self.open.lock().get(&ino).and_then(|st| st.key.clone());
+        let Some(key) = key else {
+            return Ok(false);
+        };
+        if !cut(&key)? {
+            return Ok(false);
+        }
+        self.with_state(ino, |st| {
+            st.size = size;
+            (st.mtime_ns, st.ctime_ns) = times;
+            st.dirty = true;
+            st.wrote = true;
+            st.epoch += 1;
+        })?;
+        self.pending.mark_file(ino)?;
+        Ok(true)
+    }
+
     /// The kernel took over files' sizes and times (writeback-cache mode).
     pub(super) fn kernel_keeps_times(&self) {
         self.kernel_times.store(true, Ordering::Relaxed);
@@ -393,7 +427,12 @@ impl OpenFiles {
         let mut landed = None;
         let pending = self.pending.take_atime(ino);
         let (mut changed, mut written) = (false, None);
-        self.docs.update_synced(ino, |i| {
+        let ride = match &key {
+            Some(key) => self.data.ride_with_size(key),
+            None => Vec::new(),
+        };
+        let riding = !ride.is_empty();
+        let r = self.docs.update_synced_with(ino, ride, |i| {
             if let Some(c) = &change {
                 // On every attempt: a conflict re-read the inode, and the
                 // change goes over the map another mount committed.
@@ -417,7 +456,11 @@ impl OpenFiles {
                 i.atime_ns = i.atime_ns.max(a);
             }
             Ok(())
-        })?;
+        });
+        if let (Some(key), true) = (&key, riding) {
+            self.data.sent_with_size(key, matches!(r, Ok((_, true))));
+        }
+        r?;
         if let (Some(key), Some(c), Some((old, new))) = (&key, &change, &landed) {
             self.data.committed(key, c, old, new);
         }

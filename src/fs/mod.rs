@@ -106,6 +106,9 @@ pub struct SetAttr {
     pub atime: Option<TimeSpec>,
     pub mtime: Option<TimeSpec>,
     pub ctime: Option<i64>,
+    /// The open file it came through (ftruncate(2), open(2) with
+    /// O_TRUNC): a truncate of it may wait for that file's close.
+    pub handle: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug)]

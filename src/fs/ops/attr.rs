@@ -91,6 +91,9 @@ impl Fs {
         if let Some(inode) = self.set_times_in_memory(ino, &set)? {
             return Ok(inode);
         }
+        if let Some(inode) = self.truncate_in_memory(ino, &set)? {
+            return Ok(inode);
+        }
         // Persist pending writes first so they cannot overwrite what we set.
         self.files.persist(ino)?;
         let now = now_ns();
@@ -179,6 +182,7 @@ impl Fs {
             atime: None,
             mtime,
             ctime: Some(ctime),
+            handle: _,
         } = *set
         else {
             return Ok(None);
@@ -207,6 +211,44 @@ impl Fs {
             inode = self.files.attr(ino)?;
         }
         self.hook.changed(ino);
+        Ok(Some(inode))
+    }
+
+    /// A truncate through an open file (open(2) with O_TRUNC, ftruncate(2))
+    /// that the data store takes in memory (`DataStore::truncate_open`):
+    /// kept in the file's state like a write, so the close that follows
+    /// persists the size once, and the store sends the cut with the bytes
+    /// written after it. `echo x > f` was a refresh, a search and four
+    /// bulks (the chunks' deletes, the inode, the new chunk, the inode
+    /// again); it is two bulks. Like a write, it reaches the cluster at the
+    /// file's close or fsync. Returns `None` for any other setattr.
+    fn truncate_in_memory(&self, ino: u64, set: &SetAttr) -> FsResult<Option<Inode>> {
+        let SetAttr {
+            mode: None,
+            uid: None,
+            gid: None,
+            size: Some(size),
+            atime: None,
+            mtime: None | Some(TimeSpec::Now),
+            ctime,
+            handle: Some(fh),
+        } = *set
+        else {
+            return Ok(None);
+        };
+        let now = now_ns();
+        let mark = self.files.settle_mark(ino);
+        let cut = |key: &str| self.data.truncate_open(key, size);
+        if !self
+            .files
+            .truncate_held(ino, fh, size, (now, ctime.unwrap_or(now)), cut)?
+        {
+            return Ok(None);
+        }
+        let (mut inode, _) = self.docs.inode(ino)?;
+        if !self.files.overlay(&mut inode, mark) {
+            inode = self.files.attr(ino)?;
+        }
         Ok(Some(inode))
     }
 

@@ -3,19 +3,40 @@
 //! fsyncdir.
 
 use crate::error::{FsError, FsResult};
-use crate::fs::Fs;
 use crate::fs::docs::stale;
 use crate::fs::files::NO_HANDLE;
+use crate::fs::{Ctx, Fs, SetAttr, TimeSpec};
 use crate::model::Kind;
 use crate::store::MetaStore;
 
 impl Fs {
-    pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
+    /// open(2) of an existing inode. With O_TRUNC (the kernel leaves it to
+    /// us on a shared store: FUSE_ATOMIC_O_TRUNC) the file is truncated
+    /// through the new handle, which lets the data store keep the cut in
+    /// memory until the close (see `Fs::truncate_in_memory`).
+    pub fn open(&self, ctx: Ctx, ino: u64, flags: i32) -> FsResult<u64> {
         let (inode, version) = self.docs.inode(ino).map_err(stale)?;
         if inode.kind == Kind::Dir && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(FsError::IsDir);
         }
-        self.files.register(&inode, Some(version))
+        let fh = self.files.register(&inode, Some(version))?;
+        if flags & libc::O_TRUNC != 0 && inode.kind == Kind::File {
+            let set = SetAttr {
+                size: Some(0),
+                mtime: Some(TimeSpec::Now),
+                // What the kernel's own truncate at open would drop (see
+                // should_remove_suid): set-user-ID, and set-group-ID on a
+                // group-executable file, unless the caller is root.
+                mode: kill_suid(ctx, inode.mode),
+                handle: Some(fh),
+                ..Default::default()
+            };
+            if let Err(e) = self.setattr(ctx, ino, set) {
+                let _ = self.files.release(ino, fh);
+                return Err(e);
+            }
+        }
+        Ok(fh)
     }
 
     pub fn read(&self, ino: u64, fh: u64, off: u64, size: u32) -> FsResult<Vec<u8>> {
@@ -124,6 +145,17 @@ impl Fs {
     }
 }
 
+/// The mode a truncate by `ctx` leaves a file of `mode` with, if it
+/// drops set-user-ID or set-group-ID bits (as Linux's truncate does).
+fn kill_suid(ctx: Ctx, mode: u32) -> Option<u32> {
+    let sgid = libc::S_ISGID | libc::S_IXGRP;
+    let mut kill = mode & libc::S_ISUID;
+    if mode & sgid == sgid {
+        kill |= libc::S_ISGID;
+    }
+    (kill != 0 && ctx.uid != 0).then_some(mode & 0o7777 & !kill)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::data::LocalDataStore;
@@ -197,7 +229,7 @@ mod tests {
         let (stopped, go) = store.arm("get", Some(&inode_id(old.ino)));
         let open = std::thread::spawn({
             let fs = fs.clone();
-            move || fs.open(old.ino, libc::O_RDONLY)
+            move || fs.open(Ctx::ROOT, old.ino, libc::O_RDONLY)
         });
         stopped.recv().unwrap(); // it read the old inode
         fs.rename(ROOT_INO, b"tmp", ROOT_INO, b"target", 0).unwrap();
