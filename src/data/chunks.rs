@@ -309,7 +309,8 @@ impl ChunkStore {
             while st.cutting.contains_key(key) {
                 self.cut_done.wait(&mut st);
             }
-            if !st.dirty.contains_key(key) && !(lone_cut && st.doomed.contains_key(key)) {
+            let cut_alone = lone_cut && st.doomed.contains_key(key);
+            if !st.dirty.contains_key(key) && !cut_alone {
                 return Ok(());
             }
             let doomed = st.doomed.remove(key).unwrap_or(0);
