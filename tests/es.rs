@@ -163,6 +163,103 @@ fn listings_show_own_writes_at_once_and_other_mounts_writes_soon() {
     assert!(wait_for(|| fs::read_dir(b.path()).unwrap().count() == 50));
 }
 
+/// `index.refresh_interval` of the filesystem's entries index.
+fn set_entries_refresh(url: &str, index: &str, interval: &str) {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-f",
+            "-X",
+            "PUT",
+            "-H",
+            "content-type: application/json",
+        ])
+        .arg(format!("{url}/{index}-entries/_settings"))
+        .arg("-d")
+        .arg(json!({"index": {"refresh_interval": interval}}).to_string())
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// rmdir counts a directory's names without refreshing the index first
+/// (issue 34): a mount gives up its shared lock on a directory only once
+/// what it wrote there is searchable. With the entries index not
+/// refreshing on its own, a name another mount made a moment ago must
+/// still keep rmdir out, and one it removed must not.
+#[test]
+fn rmdir_sees_names_another_mount_just_made_or_removed() {
+    let c = Cluster::new();
+    let index = c.index();
+    let a = c.mount(&index, &[]);
+    let b = c.mount(&index, &[]);
+    // A mount's first count refreshes (for writes made before it started).
+    fs::create_dir(a.p("warm")).unwrap();
+    fs::remove_dir(a.p("warm")).unwrap();
+    fs::create_dir(a.p("d")).unwrap();
+    set_entries_refresh(&c.url, &index, "-1");
+    fs::write(b.p("d/x"), b"").unwrap();
+    let e = fs::remove_dir(a.p("d")).expect_err("d holds x");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
+    fs::remove_file(b.p("d/x")).unwrap();
+    fs::remove_dir(a.p("d")).unwrap();
+    assert!(!b.p("d").exists() || wait_for(|| !b.p("d").exists()));
+    set_entries_refresh(&c.url, &index, "1s");
+}
+
+/// Inode documents kept as orphans (unlinked while in use), searched after
+/// a refresh.
+fn orphans(url: &str, index: &str) -> u64 {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "curl -sS -f -X POST '{url}/{index}-inodes/_refresh' >/dev/null && \
+             curl -sS -f -H 'content-type: application/json' '{url}/{index}-inodes/_count' \
+             -d '{{\"query\": {{\"term\": {{\"orphan\": true}}}}}}'"
+        ))
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["count"].as_u64().unwrap()
+}
+
+/// A removed directory's inode stays while the kernel uses it (a shell's
+/// working directory: `stat .` still answers), and goes once it is
+/// forgotten: removed directories' inodes are deleted together by the
+/// write-back, not one request per rmdir.
+#[test]
+fn a_removed_directory_lives_while_used_and_goes_once_forgotten() {
+    let c = Cluster::new();
+    let index = c.index();
+    let a = c.mount(&index, &[]);
+    for i in 0..20 {
+        fs::create_dir(a.p(format!("d{i}"))).unwrap();
+    }
+    let out = sh_ok(
+        a.path(),
+        "cd d0 && rmdir ../d0 && stat -c %h . && ls -a . | wc -l",
+    );
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["0", "0"],
+        "{out}"
+    );
+    for i in 1..20 {
+        fs::remove_dir(a.p(format!("d{i}"))).unwrap();
+    }
+    assert!(wait_for(|| orphans(&c.url, &index) == 0), "orphans left");
+    assert_eq!(fs::read_dir(a.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn a_directory_of_100k_entries_lists_completely() {
     let c = Cluster::new();

@@ -226,7 +226,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.per_op(N, |i| {
             sh_ok(a.path(), &format!("rmdir d{i}"));
         }),
-        6.5,
+        5.5,
         2.0,
     );
     // Files another mount wrote, read through this one.

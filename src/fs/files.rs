@@ -26,7 +26,7 @@ use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
 use crate::hook::HookSlot;
 use crate::model::{Inode, Kind, inode_id, now_ns};
-use crate::store::{BulkOp, Idx, MetaStore, Query, Version, scan};
+use crate::store::{BulkOp, Idx, MetaStore, Query, StoreError, Version, scan};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -638,6 +638,70 @@ impl OpenFiles {
     /// Whether the kernel or an open state still references `ino`.
     fn in_use(&self, ino: u64) -> bool {
         self.is_open(ino) || self.refs.kernel_holds(ino)
+    }
+
+    /// Whether `ino` is an orphan this mount kept (an unlinked inode the
+    /// kernel held) that no handle has open.
+    pub(super) fn unused_orphan(&self, ino: u64) -> bool {
+        self.refs.is_orphan(ino) && !self.is_open(ino)
+    }
+
+    /// [`OpenFiles::finish_forget`] of many: the orphans without contents
+    /// (removed directories) nothing uses deleted in one bulk, the others
+    /// one by one. Returns those whose bulk failed (to try again).
+    pub(super) fn finish_forgets(&self, inos: &[u64]) -> Vec<u64> {
+        let mut gone = Vec::new();
+        // One read for all (each would be one where the cached copy expired).
+        let ids: Vec<String> = inos.iter().map(|i| inode_id(*i)).collect();
+        let docs = match self.store.mget(Idx::Inodes, &ids) {
+            Ok(d) => d,
+            Err(e) => {
+                log::warn!("reading {} forgotten inodes: {e}", inos.len());
+                return inos.to_vec();
+            }
+        };
+        for (&ino, doc) in inos.iter().zip(docs) {
+            let unused = self.unused_orphan(ino) && !self.refs.kernel_holds(ino);
+            let dir = doc
+                .and_then(|d| serde_json::from_value::<Inode>(d.source).ok())
+                .is_some_and(|i| i.nlink == 0 && i.content.is_none());
+            match unused && dir {
+                true => gone.push(ino),
+                false => self.finish_forget(ino),
+            }
+        }
+        if gone.is_empty() {
+            return gone;
+        }
+        let ops = gone
+            .iter()
+            .map(|ino| BulkOp::Delete {
+                index: Idx::Inodes,
+                id: inode_id(*ino),
+                if_version: None,
+            })
+            .collect();
+        let results = match self.store.bulk(ops) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("deleting {} removed directories: {e}", gone.len());
+                return gone;
+            }
+        };
+        let mut again = Vec::new();
+        for (ino, r) in gone.into_iter().zip(results) {
+            match r {
+                Ok(_) | Err(StoreError::NotFound(_)) => {
+                    self.refs.unorphan(ino);
+                    self.forget_gone(ino);
+                }
+                Err(e) => {
+                    log::warn!("deleting removed directory {ino}: {e}");
+                    again.push(ino);
+                }
+            }
+        }
+        again
     }
 
     /// The kernel holds no reference to `ino` any more (unless it looked it

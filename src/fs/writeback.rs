@@ -96,6 +96,9 @@ impl WriteBack {
         if !lazy && let Err(e) = self.sync_stale_dirs(b) {
             log::warn!("refreshing directories' entries: {e}");
         }
+        if !lazy {
+            self.finish_forgotten_together();
+        }
         if self.pending.atimes_due()
             && let Err(e) = self.write_back_atimes(b)
         {
@@ -258,9 +261,24 @@ impl WriteBack {
             .settle_journal(|ino| self.files.settled_in_store(ino))
     }
 
+    /// Without batches (Elasticsearch): the forgets left to the write-back
+    /// (removed directories) finished with one bulk of deletes.
+    fn finish_forgotten_together(&self) {
+        let forgotten = std::mem::take(&mut *self.forgotten.lock());
+        if forgotten.is_empty() {
+            return;
+        }
+        let again = self.files.finish_forgets(&forgotten);
+        self.forgotten.lock().extend(again);
+    }
+
     /// Finish the forgets left to the write-back: unlinked inodes the
     /// kernel let go of are deleted, many per transaction.
     fn finish_forgotten(&self, b: &dyn Batches) -> FsResult<()> {
+        if !self.pending.lazy() {
+            self.finish_forgotten_together();
+            return Ok(());
+        }
         let forgotten = std::mem::take(&mut *self.forgotten.lock());
         for chunk in forgotten.chunks(WRITE_BACK_BATCH) {
             b.batch(&mut |wb| {

@@ -168,9 +168,11 @@ impl Fs {
         if !self.files.forget(ino, n) {
             return;
         }
-        if self.pending.lazy() {
+        if self.pending.lazy() || self.files.unused_orphan(ino) {
             // Deleting an unlinked inode waits for the write-back, which
-            // deletes many per transaction.
+            // deletes many per transaction (lazy close), or the removed
+            // directories of a second in one bulk (an rmdir's own lookup
+            // is forgotten right after it: a request per rmdir otherwise).
             self.write_back.defer_forget(ino);
             return;
         }
