@@ -203,7 +203,7 @@ fn round_trips_per_operation_on_elasticsearch() {
         t.per_op(N, |i| {
             sh_ok(a.path(), &format!("echo x > f{i}"));
         }),
-        6.5,
+        3.5,
         3.0,
     );
     row(
