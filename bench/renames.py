@@ -104,7 +104,7 @@ def main():
             res = {}
             for r in range(rounds):
                 if name != "embedded":
-                    args = ["--es", "http://127.0.0.1:19299", "--index", "bench%d" % r]
+                    args = ["--es", "http://127.0.0.1:19299", "--index", "bench%d" % r, "--no-delegate"]
                 m = Mount(args)
                 res.setdefault("creates/s (tree locks)", []).append(creates(m, n_create))
                 for n in sizes:
@@ -112,7 +112,7 @@ def main():
                 res.setdefault("concurrent renames/s (4 threads)", []).append(concurrent_renames(m))
                 m.close()
                 if name != "embedded":
-                    args = ["--es", "http://127.0.0.1:19299", "--index", "benchnl%d" % r]
+                    args = ["--es", "http://127.0.0.1:19299", "--index", "benchnl%d" % r, "--no-delegate"]
                 m = Mount(args, env={"ESFS_BENCH_NO_TREE_LOCKS": "1"})
                 res.setdefault("creates/s (no tree locks)", []).append(creates(m, n_create))
                 m.close()

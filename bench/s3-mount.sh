@@ -61,7 +61,7 @@ mount_esfs() {
         --cache-dir "$root/cache-esfs" >/dev/null
 }
 mount_esfs-es() {
-    "$esfs" mount "$1" --es "$es_url" --index bench --data s3://esfs/esfs-es --s3-endpoint "$url" \
+    "$esfs" mount "$1" --es "$es_url" --index bench --no-delegate --data s3://esfs/esfs-es --s3-endpoint "$url" \
         --cache-dir "$root/cache-esfs-es" --log "$root/esfs-es.log" >/dev/null
 }
 mount_juicefs() {

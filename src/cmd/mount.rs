@@ -44,14 +44,19 @@ pub struct MountCmd {
     /// Threads serving FUSE requests.
     #[arg(long, value_name = "N", default_value_t = 4)]
     threads: usize,
-    /// Hold the tree's delegation while this is the filesystem's only mount
-    /// (Elasticsearch): changes are acknowledged from memory and a local op
-    /// log, and reach the cluster every 200 ms, on fsync, and when another
-    /// mount starts (it recalls the delegation). See docs/delegations.md.
+    /// Do not take the tree's delegation (Elasticsearch). By default a
+    /// mount that finds itself the filesystem's only one holds it: changes
+    /// are acknowledged from memory and a local op log, and reach the
+    /// cluster every 200 ms, on fsync, and when another mount starts (it
+    /// recalls the delegation). With this, every change waits for the
+    /// cluster. See docs/delegations.md.
     #[arg(long)]
+    no_delegate: bool,
+    /// The default with --es (accepted for older scripts).
+    #[arg(long, hide = true, conflicts_with = "no_delegate")]
     delegate: bool,
     /// Where a delegated mount keeps its op log [default:
-    /// $XDG_STATE_HOME/esfs, or ~/.local/state/esfs].
+    /// $XDG_STATE_HOME/esfs, ~/.local/state/esfs, or /var/lib/esfs without a home].
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// Log file of the background server [default: <store>/esfs.log, or
@@ -78,7 +83,8 @@ pub fn run(m: MountCmd) -> Result<i32, CmdError> {
     if !(ttl.is_finite() && (0.0..=1e9).contains(&ttl)) {
         return Err("--attr-ttl must be a non-negative number of seconds".into());
     }
-    if m.delegate && !matches!(backend, Backend::Elasticsearch(_)) {
+    let on_es = matches!(backend, Backend::Elasticsearch(_));
+    if m.delegate && !on_es {
         return Err("--delegate needs --es: an embedded store is its mount's alone already".into());
     }
     let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
@@ -92,8 +98,7 @@ pub fn run(m: MountCmd) -> Result<i32, CmdError> {
         attr_ttl: Duration::from_secs_f64(ttl),
         threads: m.threads,
         log: abs(m.log.unwrap_or_else(|| log_dir.join("esfs.log"))),
-        delegate: m
-            .delegate
+        delegate: (on_es && !m.no_delegate)
             .then(|| abs(m.state_dir.unwrap_or_else(default_state_dir))),
     })?;
     Ok(0)
@@ -123,12 +128,17 @@ struct MountArgs {
     pub delegate: Option<PathBuf>,
 }
 
-/// `$XDG_STATE_HOME/esfs`, or `~/.local/state/esfs`.
+/// `$XDG_STATE_HOME/esfs`, or `~/.local/state/esfs`, or without a home
+/// (a mount from fstab at boot) `/var/lib/esfs`: never /tmp, which a
+/// reboot empties, and the op log must outlive a crash.
 fn default_state_dir() -> PathBuf {
-    match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        Some(d) => PathBuf::from(d).join("esfs"),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into()))
-            .join(".local/state/esfs"),
+    let set = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = set("XDG_STATE_HOME") {
+        return PathBuf::from(d).join("esfs");
+    }
+    match set("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/state/esfs"),
+        None => PathBuf::from("/var/lib/esfs"),
     }
 }
 
@@ -239,9 +249,10 @@ fn background(args: &MountArgs) -> Result<(), CmdError> {
         .arg(args.threads.to_string())
         .arg("--log")
         .arg(&args.log);
-    if let Some(dir) = &args.delegate {
-        cmd.arg("--delegate").arg("--state-dir").arg(dir);
-    }
+    match &args.delegate {
+        Some(dir) => cmd.arg("--state-dir").arg(dir),
+        None => cmd.arg("--no-delegate"),
+    };
     for o in &args.options {
         cmd.arg("-o").arg(o);
     }

@@ -36,6 +36,7 @@ mod pending;
 pub mod plocks;
 mod refs;
 mod tree;
+mod usage;
 mod writeback;
 
 pub use dir_handles::{DirEnt, DirItem};
@@ -59,6 +60,7 @@ use plocks::Plocks;
 use serde_json::json;
 use std::sync::Arc;
 use tree::Tree;
+use usage::InodeCount;
 use writeback::WriteBack;
 
 /// The caller of an operation.
@@ -168,6 +170,8 @@ pub struct Fs {
     write_back: WriteBack,
     dir_handles: Arc<DirHandles>,
     plocks: Arc<Plocks>,
+    /// The inode count statfs reports.
+    inode_count: Arc<InodeCount>,
     /// The mount's own filesystem, not another caller's handle on it
     /// ([`Fs::as_caller`]): its drop ends the lock session.
     root: bool,
@@ -234,6 +238,7 @@ impl Fs {
             ),
             dir_handles: Arc::default(),
             plocks: Arc::new(Plocks::new(store.clone(), lm.clone())),
+            inode_count: Arc::new(InodeCount::new(caps.single_writer)),
             root: true,
             store,
             caps,
@@ -315,6 +320,7 @@ impl Fs {
             write_back: self.write_back.over(meta, docs.clone(), files.clone()),
             dir_handles: self.dir_handles.clone(),
             plocks: self.plocks.clone(),
+            inode_count: self.inode_count.clone(),
             root: false,
             store,
             caps: self.caps,
@@ -413,6 +419,7 @@ impl Fs {
                     if !fs.write_back.pass(&fs) {
                         return;
                     }
+                    fs.inode_count.recount_if_wanted(&*fs.store);
                 }
             })
             .expect("spawn write-back");

@@ -67,12 +67,23 @@ pub fn es_backend_args() -> Vec<String> {
     vec!["--es".into(), url, "--index".into(), index]
 }
 
-/// `ESFS_TEST_DELEGATE=1`: mounts of the suites on Elasticsearch hold the
-/// tree's delegation (see tests/delegations.rs) while they are their
-/// index's only mount. The mount-only options that asks for.
-fn delegate_args() -> Vec<String> {
-    if std::env::var_os("ESFS_TEST_DELEGATE").is_none_or(|v| v != "1") {
+/// Mounts on Elasticsearch hold the tree's delegation by default while
+/// they are their index's only mount (see tests/delegations.rs). The suites
+/// choose: `ESFS_TEST_DELEGATE=1` mounts with it (op logs in this process's
+/// own state directory), anything else with `--no-delegate`, so what each
+/// test counts and times is the mode its run names. A test that gives
+/// `--delegate`, `--no-delegate` or `--state-dir` itself keeps its choice
+/// (with `--state-dir` alone: esfs's default, the delegation).
+fn delegate_args(backend: &[String]) -> Vec<String> {
+    let es = backend.iter().any(|a| a == "--es");
+    let chosen = backend
+        .iter()
+        .any(|a| ["--delegate", "--no-delegate", "--state-dir"].contains(&a.as_str()));
+    if !es || chosen {
         return Vec::new();
+    }
+    if std::env::var_os("ESFS_TEST_DELEGATE").is_none_or(|v| v != "1") {
+        return vec!["--no-delegate".into()];
     }
     let state = std::env::temp_dir().join(format!("esfs-test-state-{}", std::process::id()));
     vec![
@@ -234,11 +245,7 @@ impl Mount {
         let s3 = (backend.is_none() && s3_data()).then_some(());
         let suites_es = backend.is_none() && test_backend() == "es";
         let backend = backend.or_else(|| suites_es.then(es_backend_args));
-        let mount_args = if suites_es {
-            delegate_args()
-        } else {
-            Vec::new()
-        };
+        let mount_args = backend.as_deref().map(delegate_args).unwrap_or_default();
         let allow_plain = allow_plain && test_backend() == "embedded" && s3.is_none();
         let tmp = tempfile::Builder::new()
             .prefix("esfs-test-")

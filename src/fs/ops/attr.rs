@@ -5,7 +5,7 @@ use crate::data::Piece;
 use crate::error::{FsError, FsResult};
 use crate::fs::{BLOCK_SIZE, Ctx, Fs, SetAttr, StatFs, TimeSpec, in_group};
 use crate::model::{Entry, Inode, Kind, NAME_MAX, decode_bytes, entry_id, inode_id, now_ns};
-use crate::store::{Doc, Idx, MetaStore, Query};
+use crate::store::{Doc, Idx, MetaStore};
 
 /// Files up to this size are read with their inode by a lookup.
 const PREFETCH_MAX: u64 = 16 << 10;
@@ -295,7 +295,7 @@ impl Fs {
         let cap = self.data.capacity()?;
         // Counted before the pending deletions: one the write-back does
         // in between then shows as used for a moment, never as freed twice.
-        let stored = self.store.count(Idx::Inodes, &Query::MatchAll)?;
+        let stored = self.inode_count.get(&*self.store)?;
         let pending = self.write_back.pending_deletions();
         let pending_blocks = pending.iter().map(|s| s.div_ceil(BLOCK_SIZE)).sum::<u64>();
         let pending = pending.len() as u64;

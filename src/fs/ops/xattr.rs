@@ -69,8 +69,12 @@ impl Fs {
             let reply = h.describe(self.files.dirty());
             // The search reads the store from its own process, which sees
             // only committed state (the embedded store defers commits).
+            // A mount holding the delegation sends what it acknowledged
+            // from memory (the store's sync; a no-op otherwise).
             if self.caps.single_writer {
                 self.store.refresh(Idx::Inodes)?;
+            } else {
+                self.store.sync()?;
             }
             return Ok(reply);
         }
