@@ -397,3 +397,56 @@ fn namespace_changes_in_a_directory_the_mount_made_send_nothing() {
     );
     assert_eq!(s.paths("/d/u/x/y") + s.paths("/d/t/x/y"), 0);
 }
+
+#[test]
+fn past_its_memory_budget_a_delegated_mount_reads_the_cluster_and_loses_nothing() {
+    let s = Setup::new("b");
+    // 1 MiB: a few hundred files' documents; the test makes 1200 files.
+    let mut args = s.args(true);
+    args.extend(["--delegate-memory".to_string(), "1".to_string()]);
+    let a = Mount::with_backend(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    s.server.set_journaling(true);
+    sh_ok(
+        a.path(),
+        "mkdir -p d/sub/deep && for i in $(seq -w 1 1000); do echo \"f$i\" > d/f$i; done \
+         && for i in $(seq -w 1 200); do echo \"s$i\" > d/sub/s$i; done && echo x > d/sub/deep/x",
+    );
+    // Past the grace (2 s) the flusher lets the acknowledged documents go:
+    // `d` is no longer listed from memory (it was, with nothing sent).
+    std::thread::sleep(Duration::from_secs(3));
+    s.requests();
+    let ls = sh_ok(a.path(), "ls -l d | grep -c '^-'");
+    assert_eq!(ls.trim(), "1000");
+    let (fs_path, _) = s.requests();
+    assert!(fs_path > 0, "d was listed from memory: nothing left it");
+    // Every file is there, with its contents, to stat and to read.
+    assert_eq!(sh_ok(a.path(), "find d -type f | wc -l").trim(), "1201");
+    assert_eq!(sh_ok(a.path(), "cat d/f0007 d/sub/s150"), "f0007\ns150\n");
+    // Changes of files whose documents left: a chmod, an append, renames
+    // of a file and of a directory, removals.
+    sh_ok(
+        a.path(),
+        "chmod 600 d/f0001 && echo more >> d/f0002 && mv d/f0003 d/g0003 \
+         && mv d/sub d/moved && rm d/f0004 && rm -rf d/moved/deep",
+    );
+    let check = |root: &Path| {
+        let sh = |c: &str| sh_ok(root, c);
+        assert_eq!(sh("stat -c %a d/f0001").trim(), "600");
+        assert_eq!(sh("cat d/f0002"), "f0002\nmore\n");
+        assert_eq!(sh("cat d/g0003"), "f0003\n");
+        assert!(!root.join("d/f0003").exists() && !root.join("d/f0004").exists());
+        assert!(!root.join("d/sub").exists() && !root.join("d/moved/deep").exists());
+        assert_eq!(sh("ls d/moved | wc -l").trim(), "200");
+        assert_eq!(sh("cat d/moved/s200"), "s200\n");
+        assert_eq!(sh("ls d | grep -c '^[fg]'").trim(), "999");
+        assert_eq!(sh("find d | wc -l").trim(), "1201");
+    };
+    check(a.path());
+    // What the cluster got is the same: another mount (recalling the
+    // delegation) sees it, and removes it all.
+    let b = s.mount(false);
+    check(b.path());
+    sh_ok(b.path(), "rm -rf d");
+    assert_eq!(sh_ok(a.path(), "ls -A | wc -l").trim(), "0");
+    assert_eq!(s.paths("/d/moved/s001") + s.paths("/d/f0005"), 0);
+}

@@ -12,6 +12,7 @@ use crate::fs::{Fs, FsConfig};
 use crate::fuse::FuseFs;
 use crate::locks::delegation;
 use crate::open::{Backend, cache_for_mount, open_stores, unflushed_journal};
+use crate::store::delegated::DEFAULT_BUDGET;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -55,6 +56,13 @@ pub struct MountCmd {
     /// The default with --es (accepted for older scripts).
     #[arg(long, hide = true, conflicts_with = "no_delegate")]
     delegate: bool,
+    /// While the mount holds the delegation: how much memory, in MiB, it
+    /// keeps of what the cluster already holds (documents it wrote and read); past it
+    /// the oldest leave and are read from the cluster again, and a
+    /// directory they leave is listed by the cluster. What waits to be
+    /// sent is not counted (at most 4096 documents or 32 MiB).
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_BUDGET >> 20)]
+    delegate_memory: usize,
     /// Where a delegated mount keeps its op log [default:
     /// $XDG_STATE_HOME/esfs, ~/.local/state/esfs, or /var/lib/esfs without a home].
     #[arg(long, value_name = "DIR")]
@@ -100,6 +108,7 @@ pub fn run(m: MountCmd) -> Result<i32, CmdError> {
         log: abs(m.log.unwrap_or_else(|| log_dir.join("esfs.log"))),
         delegate: (on_es && !m.no_delegate)
             .then(|| abs(m.state_dir.unwrap_or_else(default_state_dir))),
+        delegate_memory: m.delegate_memory,
     })?;
     Ok(0)
 }
@@ -126,6 +135,8 @@ struct MountArgs {
     pub log: PathBuf,
     /// `--delegate`: the state directory of its op logs.
     pub delegate: Option<PathBuf>,
+    /// `--delegate-memory`, in MiB.
+    pub delegate_memory: usize,
 }
 
 /// `$XDG_STATE_HOME/esfs`, or `~/.local/state/esfs`, or without a home
@@ -250,7 +261,11 @@ fn background(args: &MountArgs) -> Result<(), CmdError> {
         .arg("--log")
         .arg(&args.log);
     match &args.delegate {
-        Some(dir) => cmd.arg("--state-dir").arg(dir),
+        Some(dir) => cmd
+            .arg("--state-dir")
+            .arg(dir)
+            .arg("--delegate-memory")
+            .arg(args.delegate_memory.to_string()),
         None => cmd.arg("--no-delegate"),
     };
     for o in &args.options {
@@ -401,11 +416,29 @@ fn writeback_cache(args: &MountArgs) -> bool {
         .any(|o| o == "writeback_cache")
 }
 
+/// At most two malloc arenas. glibc gives each thread that meets a busy
+/// arena its own, up to 8 per core, and an arena keeps what was freed in it
+/// for its thread: a mount's FUSE, flusher, indexer and runtime threads
+/// allocate documents that other threads free, so freed memory piled up in
+/// every arena. Measured on the test double, 20 000 files made by 8
+/// processes with `--delegate`, then `find` and `ls -l` of 10 000 names:
+/// 596 MiB of RSS with glibc's default, 439 with two arenas, 369 with one
+/// (no difference in speed beyond the noise of this 2-core machine).
+fn bound_malloc_arenas() {
+    // SAFETY: mallopt only sets a parameter of the allocator; called
+    // before the serving threads start.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 fn serve(args: &MountArgs) -> Result<(), CmdError> {
     // Signals are handled by one thread (blocked everywhere else, so first,
     // before any thread is spawned) that unmounts cleanly: `kill` never
     // leaves a dead mount behind.
     let signals = block_signals();
+    bound_malloc_arenas();
     let cfg = fuse_config(args)?;
     let writeback = writeback_cache(args);
     for w in loose_permissions(args) {
@@ -424,6 +457,9 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     // --delegate: the metadata store answers writes from memory while this
     // mount holds the tree's delegation (taken once the lock session exists).
     let delegated = stores.delegated.clone();
+    if let Some(d) = &delegated {
+        d.set_budget(args.delegate_memory << 20);
+    }
     let cached = cache_for_mount(stores.meta.clone(), args.attr_ttl);
 
     // SAFETY: plain getters.

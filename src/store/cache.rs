@@ -98,7 +98,7 @@ impl Weighter<Key, Slot> for DocWeight {
 }
 
 /// Heap bytes of a JSON value, roughly (cheap: no serialization).
-fn approx_size(v: &Value) -> u64 {
+pub(crate) fn approx_size(v: &Value) -> u64 {
     match v {
         Value::String(s) => 24 + s.len() as u64,
         Value::Array(a) => 24 + a.iter().map(approx_size).sum::<u64>(),

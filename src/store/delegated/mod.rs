@@ -46,6 +46,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock};
 use serde_json::Value;
 
 use self::oplog::OpLog;
+pub use self::overlay::DEFAULT_BUDGET;
 use self::overlay::{Need, Overlay};
 use super::{
     Bucket, BulkItemResult, BulkOp, Caller, Capabilities, Doc, GroupRequest, Hit, Idx, MetaStore,
@@ -139,6 +140,12 @@ impl DelegatedStore {
     /// Replay and remove the op log of `owner`, a mount that died.
     pub(crate) fn replay_left(&self, owner: &str) -> StoreResult<()> {
         replay::replay_left(self.raw(), &self.shared.state_dir, owner)
+    }
+
+    /// Bound the memory of what the cluster already holds to `bytes` (see
+    /// `overlay::Budget`).
+    pub fn set_budget(&self, bytes: usize) {
+        self.shared.overlay.lock().set_budget(bytes);
     }
 
     /// Whether this mount holds the delegation now.
@@ -291,6 +298,11 @@ impl Shared {
                     if let Err(e) = me.flush() {
                         log::warn!("delegation: flush failed, retrying: {e}");
                     }
+                    // What the grace kept past the budget, once idle.
+                    let (slots, bytes) = me.overlay.lock().trim();
+                    if round.is_multiple_of(10) {
+                        log::debug!("delegation: {slots} documents in memory, {bytes} bytes");
+                    }
                     round += 1;
                     // A look every 400 ms while writes come, every 2 s when
                     // idle: an idle mount costs half a request a second,
@@ -436,7 +448,7 @@ impl MetaStore for DelegatedStore {
             return self.inner.mget_docs(keys, brief);
         }
         let known: Vec<Option<Option<Doc>>> = {
-            let overlay = self.shared.overlay.lock();
+            let mut overlay = self.shared.overlay.lock();
             keys.iter().map(|(i, id)| overlay.get(*i, id)).collect()
         };
         let ask: Vec<(Idx, String)> = keys

@@ -10,11 +10,13 @@
 //! version the cluster gave (see [`is_local`]), which the flush maps to
 //! the cluster's.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::oplog::{Base, Encoded, Record, write_op};
+use crate::store::cache::approx_size;
 use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, Version};
 
 /// Whether the overlay may keep a document read from the cluster: not
@@ -68,13 +70,120 @@ struct Slot {
     base: Base,
     /// Not sent since it changed.
     dirty: bool,
+    /// Its bytes as the budget counts them ([`slot_weight`]; set by
+    /// [`Overlay::put`]).
+    weight: usize,
+    /// Its place in the eviction queue, `0` when it has none: changed
+    /// since the cluster acknowledged it, in a flush not yet answered, or
+    /// a lock document ([`Overlay::evictable`]).
+    stamp: u64,
+    /// When it was last written or read here ([`Budget::tick`]).
+    touched: u32,
 }
 
 impl Slot {
+    fn new(state: State, local: Option<Version>, base: Base, dirty: bool) -> Slot {
+        Slot {
+            state,
+            local,
+            base,
+            dirty,
+            weight: 0,
+            stamp: 0,
+            touched: 0,
+        }
+    }
+
     /// A caller's `if_version` matches: the version it was given, or the
     /// cluster's for a document not changed since it was read.
     fn matches(&self, v: Version) -> bool {
         self.local == Some(v) || (!self.dirty && self.base == Base::At(v))
+    }
+}
+
+/// Bytes a slot holds, roughly: its document, its key (twice: the slot's
+/// and its place in the eviction queue), and an entry's place in the path
+/// index. A document held as a `serde_json` value takes about twice what
+/// the document cache's [`approx_size`] counts (a map of 11 fields or more
+/// is two B-tree nodes of 11 key and value slots, and each key is an
+/// allocation of its own): so the budget is near the heap it costs.
+fn slot_weight(key: &Key, slot: &Slot) -> usize {
+    /// The slot, the map's share of a node, the queue's entry.
+    const FIXED: usize = 192;
+    let doc = match &slot.state {
+        State::Doc(d) => 2 * approx_size(d) as usize,
+        State::Gone => 0,
+    };
+    let path = Overlay::path_of(key, slot).map_or(0, |(p, id)| 64 + p.len() + id.len());
+    FIXED + 2 * key.1.len() + doc + path
+}
+
+/// The directory an entry id (`<parent>/<name>`) is in.
+fn parent_of(id: &str) -> Option<u64> {
+    id.split_once('/').and_then(|(p, _)| p.parse().ok())
+}
+
+/// How much the overlay keeps of what the cluster already holds: slots
+/// acknowledged by a flush, or read from the cluster, leave oldest first
+/// past [`Budget::bytes`] (what the mount held grew with every file it
+/// wrote: 2.2 GiB at 100 000 files). What waits to be sent never leaves.
+struct Budget {
+    /// Bytes of slots ([`slot_weight`]) past which clean ones leave.
+    bytes: usize,
+    /// A slot written or read more recently than this stays past the
+    /// budget: its version may be in a caller's hands, about to be written
+    /// with (a write with a version the overlay no longer knows conflicts,
+    /// and the filesystem retries it from a new read; this makes that
+    /// rare). Longer than the attribute TTL on Elasticsearch (1 s), for
+    /// which the document cache above trusts what it read here.
+    grace: Duration,
+    /// Bytes of all slots now.
+    held: usize,
+    /// Clean slots, in the order they became clean (stale entries, whose
+    /// stamp is no longer their slot's, are skipped).
+    queue: VecDeque<Queued>,
+    stamps: u64,
+    /// The origin of [`Budget::tick`].
+    epoch: Instant,
+}
+
+/// A place in the eviction queue.
+struct Queued {
+    stamp: u64,
+    /// When it was queued ([`Budget::tick`]).
+    at: u32,
+    key: Key,
+}
+
+/// The budget of a delegated mount that does not set one
+/// (`--delegate-memory`).
+pub const DEFAULT_BUDGET: usize = 64 << 20;
+/// See [`Budget::grace`].
+const EVICT_GRACE: Duration = Duration::from_secs(2);
+/// The resolution of [`Budget::tick`].
+const TICK: Duration = Duration::from_millis(10);
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            bytes: DEFAULT_BUDGET,
+            grace: EVICT_GRACE,
+            held: 0,
+            queue: VecDeque::new(),
+            stamps: 0,
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl Budget {
+    /// Now, in [`TICK`]s since the overlay began (a `u32` in each slot).
+    fn tick(&self) -> u32 {
+        (self.epoch.elapsed().as_millis() / TICK.as_millis()) as u32
+    }
+
+    fn grace_ticks(&self) -> u32 {
+        (self.grace.as_millis() / TICK.as_millis()) as u32
     }
 }
 
@@ -100,8 +209,8 @@ pub(crate) struct Overlay {
     /// slot, so a name without one is absent (no read to tell).
     complete: HashSet<u64>,
     next: u64,
-    /// Documents kept from reads.
-    learned: usize,
+    /// What bounds the slots' memory.
+    budget: Budget,
     /// Every lock document this mount does not hold a slot for is absent
     /// ([`Overlay::know_locks`]).
     locks_whole: bool,
@@ -109,27 +218,20 @@ pub(crate) struct Overlay {
     dirty_bytes: usize,
     /// When a write was last decided here.
     last_write: Option<std::time::Instant>,
-    /// Small file contents kept after the cluster acknowledged them, with
-    /// their sizes ([`KEEP_CHUNK_MAX`], [`KEPT_CHUNK_BYTES`]).
-    kept_chunks: HashMap<Key, usize>,
-    kept_chunk_bytes: usize,
 }
 
-/// How many documents read from the cluster the overlay keeps.
-const MAX_LEARNED: usize = 100_000;
 /// Past this many waiting documents, or bytes of them, a writer flushes
 /// before going on: memory stays bounded while the cluster is slower than
 /// the writers (file contents kept in the cluster are documents too).
 const MAX_DIRTY: usize = 4096;
 const MAX_DIRTY_BYTES: usize = 32 << 20;
 /// File contents are dropped once the cluster holds them, but a small
-/// file's (a chunk of at most this many bytes) is kept, within
-/// [`KEPT_CHUNK_BYTES`] in all: a lookup of a small file asks for its inode
+/// file's (a chunk of at most this many bytes) is kept, within the
+/// budget as any clean slot: a lookup of a small file asks for its inode
 /// and its bytes in one read (the open and read that usually follow then
 /// cost nothing), and with the bytes gone that read went to the cluster
 /// for every `stat` of a file this mount wrote (`du`, mdtest's stat phase).
 const KEEP_CHUNK_MAX: usize = 16 << 10;
-const KEPT_CHUNK_BYTES: usize = 64 << 20;
 
 /// One flush: the ops, and for each the key and the local version sent.
 pub(crate) struct Outgoing {
@@ -156,13 +258,16 @@ impl Overlay {
         }
     }
 
-    /// Set a slot, keeping the path index in step.
-    fn put(&mut self, key: Key, slot: Slot) {
-        self.unkeep(&key);
+    /// Set a slot, keeping the path index and the bytes held in step.
+    fn put(&mut self, key: Key, mut slot: Slot) {
+        slot.weight = slot_weight(&key, &slot);
+        slot.touched = self.budget.tick();
+        self.budget.held += slot.weight;
         if let Some((path, id)) = Self::path_of(&key, &slot) {
             self.paths.insert((path.to_string(), id.to_string()));
         }
         if let Some(old) = self.slots.insert(key.clone(), slot) {
+            self.budget.held -= old.weight;
             let same = Self::path_of(&key, &old) == Self::path_of(&key, &self.slots[&key]);
             if !same {
                 self.unindex(&key, &old);
@@ -170,39 +275,124 @@ impl Overlay {
         }
     }
 
-    /// Drop a slot, keeping the path index in step.
+    /// Drop a slot, keeping the path index and the bytes held in step.
     fn drop_slot(&mut self, key: &Key) -> Option<Slot> {
-        self.unkeep(key);
         let old = self.slots.remove(key)?;
+        self.budget.held -= old.weight;
         self.unindex(key, &old);
         Some(old)
     }
 
-    /// A chunk acknowledged by the cluster: kept if small and within the
-    /// budget (see [`KEEP_CHUNK_MAX`]), else dropped (reads go there).
+    /// A slot dropped whose document the overlay no longer knows: an
+    /// entry's directory then no longer has every name here, so it stops
+    /// being answered from memory (its listing, its absent names, a rename
+    /// of a subtree holding it go to the cluster). A removed entry's slot
+    /// is no loss there (no slot says as much).
+    fn discard(&mut self, key: &Key) {
+        let Some(old) = self.drop_slot(key) else {
+            return;
+        };
+        let absent = matches!(old.state, State::Gone) && old.base == Base::Absent;
+        if !absent {
+            self.incomplete(key);
+        }
+    }
+
+    /// An entry's directory no longer has every name here (see
+    /// [`Overlay::discard`]).
+    fn incomplete(&mut self, key: &Key) {
+        if key.0 == Idx::Entries
+            && let Some(p) = parent_of(&key.1)
+        {
+            self.complete.remove(&p);
+        }
+    }
+
+    /// `key`'s slot is clean and the cluster holds what it says: it may
+    /// leave past the budget. Never a lock document (every one without a
+    /// slot is absent, [`Overlay::know_locks`]).
+    fn evictable(&mut self, key: &Key) {
+        if key.0 == Idx::Locks {
+            return;
+        }
+        let at = self.budget.tick();
+        let Some(slot) = self.slots.get_mut(key) else {
+            return;
+        };
+        if slot.dirty {
+            return;
+        }
+        self.budget.stamps += 1;
+        slot.stamp = self.budget.stamps;
+        self.budget.queue.push_back(Queued {
+            stamp: slot.stamp,
+            at,
+            key: key.clone(),
+        });
+        // Entries of slots written again since pile up: drop them once
+        // they are half the queue (amortized O(1) a push).
+        if self.budget.queue.len() > 2 * self.slots.len() + 1024 {
+            let slots = &self.slots;
+            self.budget
+                .queue
+                .retain(|q| slots.get(&q.key).is_some_and(|s| s.stamp == q.stamp));
+        }
+    }
+
+    /// Let clean slots go, oldest first, while the slots hold more than the
+    /// budget. One touched within the grace ([`Budget::grace`]) goes to the
+    /// back of the queue instead; one queued within it ends the round (all
+    /// behind it were queued later). Returns the slots and bytes left.
+    pub(crate) fn trim(&mut self) -> (usize, usize) {
+        let now = self.budget.tick();
+        let grace = self.budget.grace_ticks();
+        while self.budget.held > self.budget.bytes {
+            let Some(q) = self.budget.queue.pop_front() else {
+                break;
+            };
+            let Some(slot) = self.slots.get_mut(&q.key) else {
+                continue;
+            };
+            if slot.stamp != q.stamp || slot.dirty {
+                continue;
+            }
+            if now.wrapping_sub(slot.touched) >= grace {
+                self.discard(&q.key);
+            } else if now.wrapping_sub(q.at) < grace {
+                self.budget.queue.push_front(q);
+                break;
+            } else {
+                self.budget.stamps += 1;
+                slot.stamp = self.budget.stamps;
+                self.budget.queue.push_back(Queued {
+                    stamp: slot.stamp,
+                    at: now,
+                    key: q.key,
+                });
+            }
+        }
+        (self.slots.len(), self.budget.held)
+    }
+
+    /// The overlay's budget in bytes ([`DEFAULT_BUDGET`] unless set).
+    pub(crate) fn set_budget(&mut self, bytes: usize) {
+        self.budget.bytes = bytes;
+        self.trim();
+    }
+
+    /// A chunk acknowledged by the cluster: kept if small (see
+    /// [`KEEP_CHUNK_MAX`]; within the budget as any clean slot), else
+    /// dropped (reads go there).
     fn keep_or_drop_chunk(&mut self, key: &Key) {
-        self.unkeep(key);
         let len = match self.slots.get(key).map(|s| &s.state) {
             Some(State::Doc(d)) => d["len"].as_u64().map(|l| l as usize),
             _ => None,
         };
         match len {
-            Some(len)
-                if len <= KEEP_CHUNK_MAX && self.kept_chunk_bytes + len <= KEPT_CHUNK_BYTES =>
-            {
-                self.kept_chunks.insert(key.clone(), len);
-                self.kept_chunk_bytes += len;
-            }
+            Some(len) if len <= KEEP_CHUNK_MAX => self.evictable(key),
             _ => {
                 self.drop_slot(key);
             }
-        }
-    }
-
-    /// Stop counting a kept chunk (rewritten or dropped).
-    fn unkeep(&mut self, key: &Key) {
-        if let Some(len) = self.kept_chunks.remove(key) {
-            self.kept_chunk_bytes -= len;
         }
     }
 
@@ -233,16 +423,15 @@ impl Overlay {
         self.dirty.len()
     }
 
-    /// Whether a document absent from the slots is known absent: an entry
-    /// of a directory made under the delegation, or a new inode (its number
-    /// comes fresh from the id allocator's range this mount reserved).
-    fn known_absent(&self, index: Idx, id: &str) -> bool {
+    /// Whether a document absent from the slots is known absent to a
+    /// `create` or another write: an entry of a directory made under the
+    /// delegation whose names all have slots, or to a create a new inode
+    /// (its number comes fresh from the id allocator's range this mount
+    /// reserved; any other inode may exist, its slot gone for the budget).
+    fn known_absent(&self, index: Idx, id: &str, create: bool) -> bool {
         match index {
-            Idx::Inodes => true,
-            Idx::Entries => id
-                .split_once('/')
-                .and_then(|(p, _)| p.parse::<u64>().ok())
-                .is_some_and(|p| self.complete.contains(&p)),
+            Idx::Inodes => create,
+            Idx::Entries => parent_of(id).is_some_and(|p| self.complete.contains(&p)),
             Idx::Locks => self.locks_whole && kept(index, id),
             _ => false,
         }
@@ -276,6 +465,10 @@ impl Overlay {
             d["dir"] = Value::String(dir);
             d["path"] = Value::String(path.clone());
             self.paths.insert((path, key.1.clone()));
+            self.budget.held -= slot.weight;
+            slot.weight = slot_weight(&key, slot);
+            self.budget.held += slot.weight;
+            slot.stamp = 0;
             slot.local = Some(next_local(&mut self.next, slot.base));
             if !slot.dirty {
                 slot.dirty = true;
@@ -375,27 +568,25 @@ impl Overlay {
     }
 
     /// The overlay's answer for a read: `Some(None)` absent, `Some(doc)`,
-    /// or `None`: ask the cluster.
-    pub(crate) fn get(&self, index: Idx, id: &str) -> Option<Option<Doc>> {
-        match self.slots.get(&(index, id.to_string())) {
-            Some(Slot {
-                state: State::Doc(s),
-                local: Some(v),
-                ..
-            }) => Some(Some(Doc {
-                id: id.to_string(),
-                version: *v,
-                source: s.clone(),
-            })),
-            Some(Slot {
-                state: State::Gone, ..
-            }) => Some(None),
-            Some(_) => None,
+    /// or `None`: ask the cluster. A slot read is touched (it stays past
+    /// the budget for [`Budget::grace`]).
+    pub(crate) fn get(&mut self, index: Idx, id: &str) -> Option<Option<Doc>> {
+        let now = self.budget.tick();
+        let Some(slot) = self.slots.get_mut(&(index, id.to_string())) else {
             // (An inode not written here exists or not: only names in
             // directories made here, and lock documents, are known absent
             // to a read.)
-            None if index != Idx::Inodes && self.known_absent(index, id) => Some(None),
-            None => None,
+            return self.known_absent(index, id, false).then_some(None);
+        };
+        slot.touched = now;
+        match (&slot.state, slot.local) {
+            (State::Doc(s), Some(v)) => Some(Some(Doc {
+                id: id.to_string(),
+                version: v,
+                source: s.clone(),
+            })),
+            (State::Gone, _) => Some(None),
+            _ => None,
         }
     }
 
@@ -413,9 +604,10 @@ impl Overlay {
                 BulkOp::Delete { .. } | BulkOp::Index { .. } => false,
             };
             let key = (index, id.to_string());
+            let create = matches!(op, BulkOp::Create { .. });
             if needed
                 && !self.slots.contains_key(&key)
-                && !self.known_absent(index, id)
+                && !self.known_absent(index, id, create)
                 && !keys.contains(&key)
             {
                 keys.push(key);
@@ -430,13 +622,9 @@ impl Overlay {
 
     /// Documents read from the cluster for a read (kept unless a write made
     /// a slot meanwhile): while the delegation holds they stay true, so a write
-    /// deciding on them needs no second read. Past [`MAX_LEARNED`] reads
-    /// are no longer kept (the document cache above keeps the hot ones).
+    /// deciding on them needs no second read. Within the budget, as every
+    /// clean slot.
     pub(crate) fn remember(&mut self, keys: Vec<Key>, docs: Vec<Option<Doc>>) {
-        if self.learned >= MAX_LEARNED {
-            return;
-        }
-        self.learned += keys.len();
         let (keys, docs) = keys
             .into_iter()
             .zip(docs)
@@ -445,28 +633,26 @@ impl Overlay {
         self.learn(keys, docs);
     }
 
-    /// Documents read to decide a write ([`Overlay::needs`]): always kept.
+    /// Documents read to decide a write ([`Overlay::needs`]): kept (the
+    /// write that follows finds them: they are fresh, within the grace).
     pub(crate) fn learn(&mut self, keys: Vec<Key>, docs: Vec<Option<Doc>>) {
         for (key, doc) in keys.into_iter().zip(docs) {
             if self.slots.contains_key(&key) {
                 continue;
             }
             let slot = match doc {
-                Some(d) => Slot {
-                    state: State::Doc(d.source),
-                    local: Some(d.version),
-                    base: Base::At(d.version),
-                    dirty: false,
-                },
-                None => Slot {
-                    state: State::Gone,
-                    local: None,
-                    base: Base::Absent,
-                    dirty: false,
-                },
+                Some(d) => Slot::new(
+                    State::Doc(d.source),
+                    Some(d.version),
+                    Base::At(d.version),
+                    false,
+                ),
+                None => Slot::new(State::Gone, None, Base::Absent, false),
             };
-            self.put(key, slot);
+            self.put(key.clone(), slot);
+            self.evictable(&key);
         }
+        self.trim();
     }
 
     /// Decide `ops` (after [`Overlay::needs`] was satisfied): the results,
@@ -492,7 +678,8 @@ impl Overlay {
 
     fn apply_one(&mut self, key: &Key, op: BulkOp) -> BulkItemResult {
         let conflict = || Err(StoreError::Conflict(key.1.clone()));
-        let known_absent = self.known_absent(key.0, &key.1);
+        let create = matches!(op, BulkOp::Create { .. });
+        let known_absent = self.known_absent(key.0, &key.1, create);
         let slot = self.slots.get(key);
         let was_dirty = slot.is_some_and(|s| s.dirty);
         let exists = matches!(
@@ -562,15 +749,7 @@ impl Overlay {
             },
         };
         let v = self.fresh(base);
-        self.put(
-            key.clone(),
-            Slot {
-                state,
-                local: Some(v),
-                base,
-                dirty: true,
-            },
-        );
+        self.put(key.clone(), Slot::new(state, Some(v), base, true));
         if !was_dirty {
             self.dirty.push(key.clone());
         }
@@ -585,6 +764,7 @@ impl Overlay {
             keys: Vec::new(),
         };
         self.dirty_bytes = 0;
+        let mut nothing_to_send = Vec::new();
         for key in std::mem::take(&mut self.dirty) {
             let Some(slot) = self.slots.get_mut(&key) else {
                 continue;
@@ -594,12 +774,17 @@ impl Overlay {
                 State::Doc(s) => Some(s),
                 State::Gone => None,
             };
-            // Made and removed between two flushes: nothing to send.
+            // Made and removed between two flushes: nothing to send (the
+            // cluster agrees already).
             let Some(op) = write_op(key.0, &key.1, state, slot.base) else {
+                nothing_to_send.push(key);
                 continue;
             };
             out.ops.push(op);
             out.keys.push((key, slot.local));
+        }
+        for key in nothing_to_send {
+            self.evictable(&key);
         }
         out
     }
@@ -628,7 +813,10 @@ impl Overlay {
             };
             let Ok(base) = held else {
                 if let Some(e) = held.err() {
+                    // The cluster's state stands, which the overlay does
+                    // not know.
                     self.drop_slot(key);
+                    self.incomplete(key);
                     lost.push((key.clone(), e));
                 }
                 continue;
@@ -648,8 +836,11 @@ impl Overlay {
                 // File contents (written unconditionally): once the
                 // cluster holds them, only small files' stay here.
                 self.keep_or_drop_chunk(key);
+            } else {
+                self.evictable(key);
             }
         }
+        self.trim();
         (acks, lost)
     }
 
@@ -695,9 +886,7 @@ impl Overlay {
         self.locks_whole = false;
         self.slots
             .retain(|_, s| matches!(s.local, Some(v) if is_local(v)));
-        let slots = &self.slots;
-        self.kept_chunks.retain(|k, _| slots.contains_key(k));
-        self.kept_chunk_bytes = self.kept_chunks.values().sum();
+        self.budget.held = self.slots.values().map(|s| s.weight).sum();
         let paths = self
             .slots
             .iter()
@@ -824,11 +1013,11 @@ mod tests {
         let ids = |keys: Option<Vec<Key>>| -> Option<Vec<String>> {
             Some(keys?.into_iter().map(|(_, id)| id).collect())
         };
-        let at = |o: &Overlay, id: &str| o.get(Idx::Entries, id).unwrap().unwrap();
+        let at = |o: &mut Overlay, id: &str| o.get(Idx::Entries, id).unwrap().unwrap();
         // Not moved yet: nothing is at the new path.
         assert_eq!(o.rebase("/d", "/e"), None);
         // The rename's entry step, then its paths.
-        let v = at(&o, "1/d").version;
+        let v = at(&mut o, "1/d").version;
         let moved = o.apply(vec![
             BulkOp::Delete {
                 index: Idx::Entries,
@@ -838,15 +1027,19 @@ mod tests {
             create(Idx::Entries, "1/e", entry("/e", "/", "dir", 20)),
         ]);
         assert!(moved.0.iter().all(|r| r.is_ok()));
-        let before = at(&o, "20/b").version;
+        let before = at(&mut o, "20/b").version;
         let flushed = o.outgoing();
         assert!(o.clean());
         let keys = o.rebase("/d", "/e").unwrap();
         assert_eq!(ids(Some(keys.clone())).unwrap(), vec!["20/a", "20/b"]);
-        let b = at(&o, "20/b");
+        let b = at(&mut o, "20/b");
         assert_eq!(b.source, entry("/e/b", "/e", "file", 22));
         assert!(b.version.seq_no > before.seq_no, "a new local version");
-        assert_eq!(at(&o, "1/d-x").source["path"], "/d-x", "beside: untouched");
+        assert_eq!(
+            at(&mut o, "1/d-x").source["path"],
+            "/d-x",
+            "beside: untouched"
+        );
         // Logged as their new states, and sent by the next flush.
         let changes = serde_json::to_value(o.changes(&keys)).unwrap();
         assert_eq!(changes[1]["s"]["path"], "/e/b");
@@ -855,7 +1048,7 @@ mod tests {
         assert_eq!(ids(o.rebase("/d", "/e")), Some(vec![]), "none left");
         // A removal leaves the index; a directory below not made here
         // (its names unknown) keeps the rebase out of memory.
-        let v = at(&o, "20/b").version;
+        let v = at(&mut o, "20/b").version;
         let gone = BulkOp::Delete {
             index: Idx::Entries,
             id: "20/b".into(),
@@ -894,15 +1087,261 @@ mod tests {
         // cluster's to answer.
         assert!(matches!(o.get(Idx::Chunks, "21:0"), Some(Some(_))));
         assert_eq!(o.get(Idx::Chunks, "22:0"), None);
-        assert_eq!(o.kept_chunk_bytes, 1);
-        // Rewritten or deleted, it is no longer counted as kept.
+        let kept = o.budget.held;
+        assert_eq!(kept, o.slots.values().map(|s| s.weight).sum::<usize>());
+        // Deleted, it is a removal waiting to be sent.
         let del = BulkOp::Delete {
             index: Idx::Chunks,
             id: "21:0".into(),
             if_version: None,
         };
         assert!(o.apply(vec![del]).0[0].is_ok());
-        assert_eq!(o.kept_chunk_bytes, 0);
+        assert!(o.budget.held < kept);
         assert_eq!(o.get(Idx::Chunks, "21:0"), Some(None));
+    }
+
+    /// An overlay whose clean slots leave as soon as they are past `bytes`.
+    fn budgeted(bytes: usize) -> Overlay {
+        let mut o = Overlay::default();
+        o.budget.grace = Duration::ZERO;
+        o.set_budget(bytes);
+        o
+    }
+
+    /// Send what waits and have the cluster take all of it.
+    fn flush_all(o: &mut Overlay) {
+        let out = o.outgoing();
+        let real = Version {
+            seq_no: 7,
+            primary_term: 1,
+        };
+        let ok = out.ops.iter().map(|_| Ok(real)).collect();
+        assert!(o.answered(&out, ok).1.is_empty());
+    }
+
+    fn entry_doc(name: &str) -> Value {
+        json!({"path": format!("/d/{name}"), "dir": "/d", "kind": "file", "ino": 40})
+    }
+
+    #[test]
+    fn past_the_budget_clean_slots_leave_and_their_directory_is_no_longer_answered_from_memory() {
+        let mut o = budgeted(0);
+        o.complete.insert(5);
+        let names: Vec<String> = (0..20).map(|i| format!("f{i:02}")).collect();
+        let ops = names
+            .iter()
+            .map(|n| create(Idx::Entries, &format!("5/{n}"), entry_doc(n)))
+            .collect();
+        assert!(o.apply(ops).0.iter().all(|r| r.is_ok()));
+        // Dirty: nothing leaves, whatever the budget.
+        o.trim();
+        assert_eq!(o.slots.len(), 20);
+        assert_eq!(o.children(5, &[]).unwrap().len(), 20);
+        // In a flush not answered yet: still nothing (the cluster may not
+        // hold them).
+        let out = o.outgoing();
+        o.trim();
+        assert_eq!(o.slots.len(), 20);
+        assert_eq!(o.get(Idx::Entries, "5/absent"), Some(None), "complete");
+        let real = Version {
+            seq_no: 7,
+            primary_term: 1,
+        };
+        let ok = out.ops.iter().map(|_| Ok(real)).collect();
+        assert!(o.answered(&out, ok).1.is_empty());
+        // Acknowledged: gone, and with them the directory's completeness:
+        // its listing and its absent names are the cluster's to tell.
+        assert!(o.slots.is_empty());
+        assert!(o.paths.is_empty());
+        assert_eq!(o.budget.held, 0);
+        assert!(!o.complete.contains(&5));
+        assert_eq!(o.children(5, &[]), None);
+        assert_eq!(o.get(Idx::Entries, "5/f00"), None);
+        assert_eq!(o.get(Idx::Entries, "5/absent"), None);
+        // A create there asks the cluster whether the name is free.
+        let again = vec![create(Idx::Entries, "5/f00", entry_doc("f00"))];
+        assert!(matches!(o.needs(&again), Need::Fetch(k) if k.len() == 1));
+        // An evicted removal's slot costs the directory nothing.
+        let mut o = budgeted(usize::MAX);
+        o.complete.insert(6);
+        assert!(o.apply(vec![create(Idx::Entries, "6/x", json!({}))]).0[0].is_ok());
+        flush_all(&mut o);
+        let del = BulkOp::Delete {
+            index: Idx::Entries,
+            id: "6/x".into(),
+            if_version: Some(o.get(Idx::Entries, "6/x").unwrap().unwrap().version),
+        };
+        assert!(o.apply(vec![del]).0[0].is_ok());
+        flush_all(&mut o);
+        o.set_budget(0);
+        assert!(o.slots.is_empty());
+        assert!(o.complete.contains(&6));
+        assert_eq!(o.get(Idx::Entries, "6/x"), Some(None));
+    }
+
+    #[test]
+    fn the_budget_keeps_the_newest_clean_slots_and_every_dirty_one() {
+        let mut o = budgeted(usize::MAX);
+        let inode = |i: u64| {
+            create(
+                Idx::Inodes,
+                &i.to_string(),
+                json!({"kind": "file", "size": i}),
+            )
+        };
+        assert!(
+            o.apply((100..200).map(inode).collect())
+                .0
+                .iter()
+                .all(|r| r.is_ok())
+        );
+        flush_all(&mut o);
+        let one = o.budget.held / 100;
+        // Written again after the flush: dirty, it stays.
+        let v = o.get(Idx::Inodes, "100").unwrap().unwrap().version;
+        let put = BulkOp::Index {
+            index: Idx::Inodes,
+            id: "100".into(),
+            source: json!({"kind": "file", "size": 1}),
+            if_version: Some(v),
+        };
+        assert!(o.apply(vec![put]).0[0].is_ok());
+        o.set_budget(30 * one);
+        assert!(o.budget.held <= 30 * one);
+        assert_eq!(
+            o.budget.held,
+            o.slots.values().map(|s| s.weight).sum::<usize>()
+        );
+        assert!(o.slots.contains_key(&(Idx::Inodes, "100".into())), "dirty");
+        assert!(o.slots.contains_key(&(Idx::Inodes, "199".into())), "newest");
+        assert!(
+            !o.slots.contains_key(&(Idx::Inodes, "101".into())),
+            "oldest"
+        );
+        let kept = o.slots.len();
+        assert!((25..=30).contains(&kept), "{kept} slots kept");
+        // Slots touched within the grace stay past the budget.
+        let mut o = Overlay::default();
+        assert!(
+            o.apply((100..110).map(inode).collect())
+                .0
+                .iter()
+                .all(|r| r.is_ok())
+        );
+        flush_all(&mut o);
+        o.set_budget(0);
+        assert_eq!(o.slots.len(), 10);
+        // Lock documents never leave: every one without a slot is absent.
+        let mut o = budgeted(0);
+        let lock = Doc {
+            id: "tree/1".into(),
+            version: Version {
+                seq_no: 1,
+                primary_term: 1,
+            },
+            source: json!({"owner": "a"}),
+        };
+        o.know_locks(vec![lock]);
+        o.trim();
+        assert!(matches!(o.get(Idx::Locks, "tree/1"), Some(Some(_))));
+        assert_eq!(o.get(Idx::Locks, "tree/2"), Some(None));
+    }
+
+    #[test]
+    fn an_inode_whose_slot_left_is_read_again_not_taken_for_absent() {
+        let mut o = budgeted(0);
+        let made = o.apply(vec![create(
+            Idx::Inodes,
+            "30",
+            json!({"kind": "file", "mode": 1}),
+        )]);
+        assert!(made.0[0].is_ok());
+        flush_all(&mut o);
+        assert!(o.slots.is_empty());
+        // A new inode's create needs no read; an update of this one does
+        // (before, it was answered NotFound).
+        assert!(matches!(
+            o.needs(&[create(Idx::Inodes, "31", json!({}))]),
+            Need::Nothing
+        ));
+        let update = BulkOp::Update {
+            index: Idx::Inodes,
+            id: "30".into(),
+            doc: json!({"mode": 2}),
+            if_version: None,
+        };
+        let Need::Fetch(keys) = o.needs(std::slice::from_ref(&update)) else {
+            panic!("an evicted inode must be read")
+        };
+        assert_eq!(o.get(Idx::Inodes, "30"), None, "the cluster's to answer");
+        let real = Version {
+            seq_no: 7,
+            primary_term: 1,
+        };
+        let cluster = Doc {
+            id: "30".into(),
+            version: real,
+            source: json!({"kind": "file", "mode": 1}),
+        };
+        o.budget.grace = EVICT_GRACE;
+        o.learn(keys, vec![Some(cluster)]);
+        assert!(o.apply(vec![update]).0[0].is_ok());
+        assert_eq!(o.get(Idx::Inodes, "30").unwrap().unwrap().source["mode"], 2);
+        // A caller still holding the local version handed out before the
+        // slot left gets a conflict (and retries from a new read), as
+        // after another writer's change.
+        let mut o = budgeted(0);
+        let v = o.apply(vec![create(Idx::Inodes, "32", json!({}))]).0[0]
+            .clone()
+            .unwrap();
+        flush_all(&mut o);
+        let put = |v| BulkOp::Index {
+            index: Idx::Inodes,
+            id: "32".into(),
+            source: json!({"mode": 3}),
+            if_version: Some(v),
+        };
+        assert!(matches!(
+            o.apply(vec![put(v)]).0[0],
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(
+            o.apply(vec![put(real)]).0[0].is_ok(),
+            "the cluster's version"
+        );
+        // A delete of an inode without a slot is taken as done and sent.
+        let del = BulkOp::Delete {
+            index: Idx::Inodes,
+            id: "33".into(),
+            if_version: None,
+        };
+        assert!(o.apply(vec![del]).0[0].is_ok());
+        assert_eq!(o.outgoing().ops.len(), 2);
+    }
+
+    #[test]
+    fn reads_kept_past_the_budget_leave_oldest_first() {
+        let mut o = budgeted(usize::MAX);
+        let doc = |i: u64| Doc {
+            id: format!("{i}"),
+            version: Version {
+                seq_no: i,
+                primary_term: 1,
+            },
+            source: json!({"kind": "file", "size": i}),
+        };
+        for i in 0..50 {
+            o.remember(vec![(Idx::Inodes, i.to_string())], vec![Some(doc(i))]);
+        }
+        let one = o.budget.held / 50;
+        o.set_budget(10 * one);
+        assert!((9..=10).contains(&o.slots.len()), "{} kept", o.slots.len());
+        assert!(o.slots.contains_key(&(Idx::Inodes, "49".into())));
+        // Kept reads are read from memory, with the cluster's version.
+        assert_eq!(
+            o.get(Idx::Inodes, "45").unwrap().unwrap().version.seq_no,
+            45
+        );
+        assert_eq!(o.get(Idx::Inodes, "1"), None);
     }
 }
