@@ -57,10 +57,10 @@ pub struct MountCmd {
     #[arg(long, hide = true, conflicts_with = "no_delegate")]
     delegate: bool,
     /// While the mount holds the delegation: how much memory, in MiB, it
-    /// keeps of what the cluster already holds (documents it wrote and read); past it
-    /// the oldest leave and are read from the cluster again, and a
-    /// directory they leave is listed by the cluster. What waits to be
-    /// sent is not counted (at most 4096 documents or 32 MiB).
+    /// keeps of what the cluster already holds (documents it wrote or
+    /// read); past it the oldest leave and are read from the cluster again,
+    /// and a directory they leave is listed by the cluster. What waits to
+    /// be sent is not counted (at most 4096 documents or 32 MiB).
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_BUDGET >> 20)]
     delegate_memory: usize,
     /// Where a delegated mount keeps its op log [default:
@@ -421,9 +421,10 @@ fn writeback_cache(args: &MountArgs) -> bool {
 /// for its thread: a mount's FUSE, flusher, indexer and runtime threads
 /// allocate documents that other threads free, so freed memory piled up in
 /// every arena. Measured on the test double, 20 000 files made by 8
-/// processes with `--delegate`, then `find` and `ls -l` of 10 000 names:
-/// 596 MiB of RSS with glibc's default, 439 with two arenas, 369 with one
-/// (no difference in speed beyond the noise of this 2-core machine).
+/// processes with the delegation (its memory budget at 128 MiB), then
+/// `find` and `ls -l` of 10 000 names: 596 MiB of RSS with glibc's default,
+/// 439 with two arenas, 369 with one (no difference in speed beyond the
+/// noise of this 2-core machine).
 fn bound_malloc_arenas() {
     // SAFETY: mallopt only sets a parameter of the allocator; called
     // before the serving threads start.
