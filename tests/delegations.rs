@@ -92,6 +92,22 @@ impl Setup {
         body["hits"]["total"]["value"].as_u64().unwrap()
     }
 
+    /// The `contents` (the indexed text) of the entry at `path`, once one
+    /// exists; `None` if it has none.
+    fn text(&self, path: &str) -> Option<String> {
+        let base = format!("{}/{}-entries", self.server.url(), self.index);
+        ureq::post(format!("{base}/_refresh")).send_empty().unwrap();
+        let body: serde_json::Value = ureq::post(format!("{base}/_search"))
+            .send_json(serde_json::json!({"query": {"term": {"path": path}}}))
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap();
+        let hit = &body["hits"]["hits"][0]["_source"];
+        assert!(hit.is_object(), "no entry at {path}: {body}");
+        hit["contents"].as_str().map(str::to_string)
+    }
+
     /// The op log files left in the state directory.
     fn logs(&self) -> usize {
         walk(self.state.path())
@@ -449,4 +465,92 @@ fn past_its_memory_budget_a_delegated_mount_reads_the_cluster_and_loses_nothing(
     sh_ok(b.path(), "rm -rf d");
     assert_eq!(sh_ok(a.path(), "ls -A | wc -l").trim(), "0");
     assert_eq!(s.paths("/d/moved/s001") + s.paths("/d/f0005"), 0);
+}
+
+#[test]
+fn a_directory_made_elsewhere_is_read_whole_on_its_first_miss_and_its_text_stays_in_the_cluster() {
+    let s = Setup::new("w");
+    // Another mount makes the tree (and indexes its text): to a delegated
+    // mount starting after it, none of it is in memory.
+    {
+        let b = s.mount(false);
+        sh_ok(
+            b.path(),
+            "mkdir -p d/a d/b/c && for i in $(seq -w 1 300); do echo \"alpha $i\" > d/a/f$i; done \
+             && for i in $(seq -w 1 100); do echo \"beta $i\" > d/b/g$i; done && echo deep > d/b/c/x",
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while s.text("/d/b/g100").is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(
+            s.text("/d/b/g100").is_some(),
+            "the other mount indexed its text"
+        );
+    }
+    let a = s.mount(true);
+    s.server.set_journaling(true);
+    s.requests();
+    // `ls -l` of 300 names: the directories on the way and the listed one
+    // are each read whole (a search of their entries, an `_mget` of their
+    // inodes), not name by name (before: a request or two per name).
+    let ls = sh_ok(a.path(), "ls -l d/a | grep -c '^-'");
+    assert_eq!(ls.trim(), "300");
+    let (fs_path, _) = s.requests();
+    eprintln!("ls -l of 300 names: {fs_path} requests");
+    assert!(fs_path <= 8, "ls -l of 300 names: {fs_path} requests");
+    // Then the rest of the tree, walked and read by the tools: a few
+    // requests per directory, none per file.
+    assert_eq!(sh_ok(a.path(), "find d -type f | wc -l").trim(), "401");
+    sh_ok(a.path(), "du -s d && cat d/b/c/x");
+    let (fs_path, _) = s.requests();
+    eprintln!("find and du of 401 files: {fs_path} requests");
+    assert!(
+        fs_path <= 10,
+        "find and du of 401 files: {fs_path} requests"
+    );
+    // Changes there, decided from memory: a rename of a file (its text
+    // is read back from the cluster to move with it), and of a directory
+    // of indexed files (in memory: their text stays in the cluster, the
+    // flush sends only their new paths).
+    sh_ok(
+        a.path(),
+        "mv d/a/f001 d/a/h001 && mv d/b d/e && rm d/a/f002",
+    );
+    let (fs_path, _) = s.requests();
+    eprintln!("two renames and a removal: {fs_path} requests");
+    assert!(
+        fs_path <= 3,
+        "two renames and a removal: {fs_path} requests"
+    );
+    // What the cluster holds once the flusher sent it (every 200 ms):
+    // the new paths, and every file's text.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        s.paths("/d/b/g050") + s.paths("/d/a/f001") + s.paths("/d/a/f002"),
+        0
+    );
+    for (path, word) in [
+        ("/d/a/h001", "alpha"),
+        ("/d/e/g050", "beta"),
+        ("/d/e/g100", "beta"),
+        ("/d/e/c/x", "deep"),
+    ] {
+        let text = s.text(path);
+        assert!(
+            text.as_deref().is_some_and(|t| t.contains(word)),
+            "{path} lost its text: {text:?}"
+        );
+    }
+    // Removing 299 files read whole: from memory too.
+    s.requests();
+    sh_ok(a.path(), "rm -rf d/a");
+    let (fs_path, _) = s.requests();
+    eprintln!("rm -rf of 299 files: {fs_path} requests");
+    assert!(fs_path <= 4, "rm -rf of 299 files: {fs_path} requests");
+    // Another mount (recalling the delegation) sees all of it.
+    let b = s.mount(false);
+    assert_eq!(sh_ok(b.path(), "cat d/e/g050 d/e/c/x"), "beta 050\ndeep\n");
+    assert_eq!(sh_ok(b.path(), "find d -type f | wc -l").trim(), "101");
+    assert!(!b.p("d/a").exists());
 }

@@ -52,6 +52,14 @@ impl Idx {
         self.fields().iter().any(|f| f.ty == FieldType::Text)
     }
 
+    /// The names of its `Text` fields.
+    pub fn text_fields(self) -> impl Iterator<Item = &'static str> {
+        self.fields()
+            .iter()
+            .filter(|f| f.ty == FieldType::Text)
+            .map(|f| f.name)
+    }
+
     pub fn fields(self) -> &'static [Field] {
         match self {
             Idx::Entries => ENTRY_FIELDS,

@@ -37,10 +37,11 @@ pub(crate) mod oplog;
 mod overlay;
 pub(crate) mod replay;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use serde_json::Value;
@@ -55,6 +56,15 @@ use super::{
 
 /// How often the flusher sends what waits.
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
+
+/// A directory of at most this many names is read whole into the overlay
+/// on its first miss ([`DelegatedStore::read_whole`]); a larger one is
+/// read name by name.
+const WHOLE_MAX: usize = 2048;
+/// A directory found too large is not tried again for this long; one read
+/// whole, whose names have left memory since, not for [`REREAD_AFTER`].
+const TOO_LARGE_FOR: Duration = Duration::from_secs(30);
+const REREAD_AFTER: Duration = Duration::from_secs(5);
 
 /// A handle on the delegated store: one per caller, sharing the rest.
 pub struct DelegatedStore {
@@ -80,6 +90,9 @@ pub(crate) struct Shared {
     /// Run once the delegation is given back (the mount drops its cached
     /// documents, whose versions were local).
     on_release: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// Directories lately read whole, or found too large to be: when, and
+    /// whether too large ([`DelegatedStore::read_whole`]).
+    tried: Mutex<HashMap<u64, (Instant, bool)>>,
 }
 
 impl DelegatedStore {
@@ -97,6 +110,7 @@ impl DelegatedStore {
                 flushing: Mutex::new(()),
                 state_dir,
                 on_release: Mutex::new(None),
+                tried: Mutex::new(HashMap::new()),
             }),
             inner,
         })
@@ -153,6 +167,111 @@ impl DelegatedStore {
         self.shared.held.load(Ordering::Acquire)
     }
 
+    /// A read while the delegation holds (`brief`: without the text
+    /// fields): from the overlay, else from the cluster, remembered.
+    fn read_one(&self, index: Idx, id: &str, brief: bool) -> StoreResult<Option<Doc>> {
+        if let Some(answer) = self.shared.overlay.lock().get(index, id, brief) {
+            return Ok(answer);
+        }
+        if index == Idx::Entries
+            && let Some(parent) = overlay::parent_of(id)
+            && self.read_whole(parent)?
+            && let Some(answer) = self.shared.overlay.lock().get(index, id, brief)
+        {
+            return Ok(answer);
+        }
+        let key = vec![(index, id.to_string())];
+        let doc = match brief {
+            true => self.inner.get_brief(index, id)?,
+            false => self.inner.get(index, id)?,
+        };
+        let mut answer = self.shared.overlay.lock().remember(key, vec![doc], brief);
+        Ok(answer.pop().flatten())
+    }
+
+    /// Read directory `parent` whole into the overlay, so its names, its
+    /// listing and its children's inodes are answered from memory (a
+    /// directory made elsewhere, or one whose names left memory for the
+    /// budget; `find`, `du`, `diff -r`, `rm -rf` of it otherwise cost a
+    /// request or two a name): two requests, a brief search of its entries
+    /// and one `_mget` of their inodes. Not for one of more than
+    /// [`WHOLE_MAX`] names, nor again soon ([`Shared::tried`]). Returns
+    /// whether it is whole in memory now.
+    ///
+    /// Done holding `flushing`, after a flush: the search sees every write
+    /// acknowledged before, and no slot turns clean (so none can leave)
+    /// until what was read is learned; a slot written meanwhile is newer
+    /// than what the search saw and stays as it is.
+    fn read_whole(&self, parent: u64) -> StoreResult<bool> {
+        if !self.held() || self.shared.overlay.lock().whole(parent) {
+            return Ok(self.held());
+        }
+        if !self.shared.try_whole(parent) {
+            return Ok(false);
+        }
+        let one = self.shared.flushing.lock();
+        self.shared.flush_holding(&one)?;
+        let entries = self.inner.search_brief(&SearchRequest {
+            index: Idx::Entries,
+            query: Query::term("parent", parent),
+            sort: vec![Sort::asc("cookie")],
+            search_after: None,
+            size: WHOLE_MAX + 1,
+            past_own_writes: false,
+        })?;
+        if entries.len() > WHOLE_MAX {
+            self.shared
+                .tried
+                .lock()
+                .insert(parent, (Instant::now(), true));
+            return Ok(false);
+        }
+        let inodes: Vec<(Idx, String)> = {
+            let overlay = self.shared.overlay.lock();
+            entries
+                .iter()
+                .filter_map(|h| h.doc.source["ino"].as_u64())
+                .map(|i| (Idx::Inodes, crate::model::inode_id(i)))
+                .filter(|k| !overlay.has(k))
+                .collect()
+        };
+        let found = match inodes.is_empty() {
+            true => Vec::new(),
+            false => self.inner.mget_docs(&inodes, true)?,
+        };
+        let entries = entries
+            .into_iter()
+            .map(|h| ((Idx::Entries, h.doc.id.clone()), h.doc))
+            .collect();
+        let mut overlay = self.shared.overlay.lock();
+        // (Given back meanwhile: the overlay no longer tells anything.)
+        if !self.held() {
+            return Ok(false);
+        }
+        overlay.learn_whole(parent, entries, inodes.into_iter().zip(found).collect());
+        Ok(overlay.whole(parent))
+    }
+
+    /// [`DelegatedStore::read_whole`] of the directory of each entry
+    /// `keys` names that the overlay cannot answer.
+    fn read_parents_whole(&self, keys: &[(Idx, String)], brief: bool) -> StoreResult<()> {
+        let parents: Vec<u64> = {
+            let mut overlay = self.shared.overlay.lock();
+            let mut p: Vec<u64> = keys
+                .iter()
+                .filter(|(i, _)| *i == Idx::Entries)
+                .filter(|(i, id)| overlay.get(*i, id, brief).is_none())
+                .filter_map(|(_, id)| overlay::parent_of(id))
+                .collect();
+            p.dedup();
+            p
+        };
+        for p in parents {
+            self.read_whole(p)?;
+        }
+        Ok(())
+    }
+
     /// Send what waits, and wait for it to be acknowledged.
     fn flush_first(&self) -> StoreResult<()> {
         if self.held() {
@@ -163,21 +282,32 @@ impl DelegatedStore {
     }
 
     /// A page of a directory's listing, from the overlay (see
-    /// [`children_page`]).
-    fn listed(&self, req: &SearchRequest) -> Option<Vec<Hit>> {
+    /// [`children_page`]; `brief`: without the text fields), read whole
+    /// first if need be.
+    fn listed(&self, req: &SearchRequest, brief: bool) -> StoreResult<Option<Vec<Hit>>> {
         if !self.held() {
-            return None;
+            return Ok(None);
         }
-        children_page(&self.shared.overlay.lock(), req)
+        if let Some(hits) = children_page(&self.shared.overlay.lock(), req, brief) {
+            return Ok(Some(hits));
+        }
+        match listed_dir(req) {
+            Some(parent) if self.read_whole(parent)? => {
+                Ok(children_page(&self.shared.overlay.lock(), req, brief))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// A bulk decided here, under the delegation.
     fn bulk_held(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
-        // Documents the decision needs, read first, outside the lock.
+        // Documents the decision needs, read first, outside the lock;
+        // without their text (a create needs to know what exists, and a
+        // partial update of a brief slot leaves the text to the cluster).
         let need = self.shared.overlay.lock().needs(&ops);
         if let Need::Fetch(keys) = need {
-            let docs = self.inner.mget_docs(&keys, false)?;
-            self.shared.overlay.lock().learn(keys, docs);
+            let docs = self.inner.mget_docs(&keys, true)?;
+            self.shared.overlay.lock().learn(keys, docs, true);
         }
         let mut overlay = self.shared.overlay.lock();
         // A read made after `needs` may be missing if a write took a slot
@@ -233,7 +363,12 @@ impl DelegatedStore {
 impl Shared {
     /// Send every dirty document in one bulk and apply the answers.
     pub(crate) fn flush(&self) -> StoreResult<()> {
-        let _one = self.flushing.lock();
+        let one = self.flushing.lock();
+        self.flush_holding(&one)
+    }
+
+    /// [`Shared::flush`] by the holder of `flushing`.
+    fn flush_holding(&self, _one: &MutexGuard<'_, ()>) -> StoreResult<()> {
         let (out, generation) = {
             let mut overlay = self.overlay.lock();
             if overlay.clean() {
@@ -343,17 +478,37 @@ impl Shared {
     pub(crate) fn on_release(&self, f: Box<dyn Fn() + Send + Sync>) {
         *self.on_release.lock() = Some(f);
     }
+
+    /// Whether directory `parent` may be read whole now: not found too
+    /// large lately, nor read whole lately (its names left memory since:
+    /// the budget is too small for what is being walked, and a name by
+    /// name read costs less than reading it all again).
+    fn try_whole(&self, parent: u64) -> bool {
+        let mut tried = self.tried.lock();
+        let now = Instant::now();
+        if tried.len() > 4096 {
+            tried.retain(|_, (t, _)| now.duration_since(*t) < TOO_LARGE_FOR);
+        }
+        match tried.get(&parent) {
+            Some((t, true)) if now.duration_since(*t) < TOO_LARGE_FOR => false,
+            Some((t, false)) if now.duration_since(*t) < REREAD_AFTER => false,
+            _ => {
+                tried.insert(parent, (now, false));
+                true
+            }
+        }
+    }
 }
 
 /// [`Overlay::children`] for a query of terms naming a `parent`.
 fn children_count(overlay: &Overlay, query: &Query) -> Option<u64> {
-    children_of(overlay, query).map(|docs| docs.len() as u64)
+    children_of(overlay, query, true).map(|docs| docs.len() as u64)
 }
 
 /// A listing's page (terms naming a `parent`, sorted by one numeric field
 /// ascending, after a value) answered from the overlay, when it knows the
 /// directory whole.
-fn children_page(overlay: &Overlay, req: &SearchRequest) -> Option<Vec<Hit>> {
+fn children_page(overlay: &Overlay, req: &SearchRequest, brief: bool) -> Option<Vec<Hit>> {
     let [sort] = req.sort.as_slice() else {
         return None;
     };
@@ -365,7 +520,7 @@ fn children_page(overlay: &Overlay, req: &SearchRequest) -> Option<Vec<Hit>> {
         None => None,
         Some(v) => Some(v.first()?.as_i64()?),
     };
-    let mut docs: Vec<(i64, Doc)> = children_of(overlay, &req.query)?
+    let mut docs: Vec<(i64, Doc)> = children_of(overlay, &req.query, brief)?
         .into_iter()
         .map(|d| Some((key(&d)?, d)))
         .collect::<Option<_>>()?;
@@ -382,7 +537,35 @@ fn children_page(overlay: &Overlay, req: &SearchRequest) -> Option<Vec<Hit>> {
     )
 }
 
-fn children_of(overlay: &Overlay, query: &Query) -> Option<Vec<Doc>> {
+/// The directory a listing's page is of (see [`children_page`]).
+fn listed_dir(req: &SearchRequest) -> Option<u64> {
+    let [sort] = req.sort.as_slice() else {
+        return None;
+    };
+    if req.index != Idx::Entries || sort.descending {
+        return None;
+    }
+    parent_term(&req.query)
+}
+
+/// The `parent` a query of terms names.
+fn parent_term(query: &Query) -> Option<u64> {
+    let terms: Vec<&Query> = match query {
+        Query::Term { .. } => vec![query],
+        Query::Bool {
+            must,
+            must_not,
+            should,
+        } if must_not.is_empty() && should.is_empty() => must.iter().collect(),
+        _ => return None,
+    };
+    terms.iter().find_map(|t| match t {
+        Query::Term { field, value } if field == "parent" => value.as_u64(),
+        _ => None,
+    })
+}
+
+fn children_of(overlay: &Overlay, query: &Query, brief: bool) -> Option<Vec<Doc>> {
     let terms: Vec<&Query> = match query {
         Query::Term { .. } => vec![query],
         Query::Bool {
@@ -403,7 +586,7 @@ fn children_of(overlay: &Overlay, query: &Query) -> Option<Vec<Doc>> {
             f => rest.push((f, value)),
         }
     }
-    overlay.children(parent?, &rest)
+    overlay.children(parent?, &rest, brief)
 }
 
 impl MetaStore for DelegatedStore {
@@ -427,15 +610,7 @@ impl MetaStore for DelegatedStore {
         if !self.held() {
             return self.inner.get(index, id);
         }
-        if let Some(answer) = self.shared.overlay.lock().get(index, id) {
-            return Ok(answer);
-        }
-        let doc = self.inner.get(index, id)?;
-        self.shared
-            .overlay
-            .lock()
-            .remember(vec![(index, id.to_string())], vec![doc.clone()]);
-        Ok(doc)
+        self.read_one(index, id, false)
     }
 
     fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
@@ -447,9 +622,12 @@ impl MetaStore for DelegatedStore {
         if !self.held() {
             return self.inner.mget_docs(keys, brief);
         }
+        self.read_parents_whole(keys, brief)?;
         let known: Vec<Option<Option<Doc>>> = {
             let mut overlay = self.shared.overlay.lock();
-            keys.iter().map(|(i, id)| overlay.get(*i, id)).collect()
+            keys.iter()
+                .map(|(i, id)| overlay.get(*i, id, brief))
+                .collect()
         };
         let ask: Vec<(Idx, String)> = keys
             .iter()
@@ -460,9 +638,8 @@ impl MetaStore for DelegatedStore {
         let mut asked = if ask.is_empty() {
             Vec::new()
         } else {
-            let docs = self.inner.mget_docs(&ask, false)?;
-            self.shared.overlay.lock().remember(ask, docs.clone());
-            docs
+            let docs = self.inner.mget_docs(&ask, brief)?;
+            self.shared.overlay.lock().remember(ask, docs, brief)
         }
         .into_iter();
         Ok(known
@@ -473,7 +650,7 @@ impl MetaStore for DelegatedStore {
 
     fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         if self.held() {
-            return self.get(index, id);
+            return self.read_one(index, id, true);
         }
         self.inner.get_brief(index, id)
     }
@@ -488,7 +665,7 @@ impl MetaStore for DelegatedStore {
     }
 
     fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        if let Some(hits) = self.listed(req) {
+        if let Some(hits) = self.listed(req, false)? {
             return Ok(hits);
         }
         self.flush_first()?;
@@ -496,7 +673,7 @@ impl MetaStore for DelegatedStore {
     }
 
     fn search_brief(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
-        if let Some(hits) = self.listed(req) {
+        if let Some(hits) = self.listed(req, true)? {
             return Ok(hits);
         }
         self.flush_first()?;
@@ -504,7 +681,8 @@ impl MetaStore for DelegatedStore {
     }
 
     fn search_fields(&self, req: &SearchRequest, fields: &[&str]) -> StoreResult<Vec<Vec<Value>>> {
-        if let Some(hits) = self.listed(req) {
+        let brief = req.index.text_fields().all(|t| !fields.contains(&t));
+        if let Some(hits) = self.listed(req, brief)? {
             return Ok(super::field_values(hits, fields));
         }
         self.flush_first()?;
@@ -531,11 +709,16 @@ impl MetaStore for DelegatedStore {
     /// A directory's children (`rmdir`'s emptiness check, a link count)
     /// are counted here when every name in it is known: no flush, no search.
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
-        if self.held()
-            && index == Idx::Entries
-            && let Some(n) = children_count(&self.shared.overlay.lock(), query)
-        {
-            return Ok(n);
+        if self.held() && index == Idx::Entries {
+            if let Some(n) = children_count(&self.shared.overlay.lock(), query) {
+                return Ok(n);
+            }
+            if let Some(parent) = parent_term(query)
+                && self.read_whole(parent)?
+                && let Some(n) = children_count(&self.shared.overlay.lock(), query)
+            {
+                return Ok(n);
+            }
         }
         self.flush_first()?;
         self.inner.count(index, query)

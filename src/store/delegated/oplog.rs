@@ -44,6 +44,10 @@ pub(crate) struct Record {
     /// `None`: deleted (ignored in a `sent` record).
     pub state: Option<Value>,
     pub base: Base,
+    /// The state leaves out the text fields, which stay as the cluster
+    /// holds them at `base` (see `Overlay`'s brief slots): written as a
+    /// partial update.
+    pub brief: bool,
     /// A flush's acknowledgement: records written while that flush was in
     /// flight carry the base from before it, and this one, after them,
     /// corrects it for the replay.
@@ -58,8 +62,14 @@ impl Record {
             id: id.to_string(),
             state,
             base,
+            brief: false,
             sent: false,
         }
+    }
+
+    /// [`Record::change`] of a state without its text fields.
+    pub(crate) fn brief(self, brief: bool) -> Record {
+        Record { brief, ..self }
     }
 }
 
@@ -142,10 +152,23 @@ impl OpLog {
 
 /// The write that makes the cluster hold `state` (`None`: gone) where it
 /// holds `base`; `None` when there is nothing to do (made and removed
-/// before it was ever sent).
-pub(crate) fn write_op(index: Idx, id: &str, state: Option<&Value>, base: Base) -> Option<BulkOp> {
+/// before it was ever sent). A `brief` state (without its text fields) is
+/// a partial update: the cluster keeps the text it holds at `base`.
+pub(crate) fn write_op(
+    index: Idx,
+    id: &str,
+    state: Option<&Value>,
+    base: Base,
+    brief: bool,
+) -> Option<BulkOp> {
     let id = id.to_string();
     Some(match (state, base) {
+        (Some(s), Base::At(v)) if brief => BulkOp::Update {
+            index,
+            id,
+            doc: s.clone(),
+            if_version: Some(v),
+        },
         (Some(s), Base::Absent) => BulkOp::Create {
             index,
             id,
@@ -251,6 +274,9 @@ pub(crate) struct Encoded<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     s: Option<Option<&'a Value>>,
     b: Value,
+    /// The state leaves the text to the cluster ([`Record::brief`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    t: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     sent: bool,
 }
@@ -264,8 +290,16 @@ impl<'a> Encoded<'a> {
                 ..Encoded::change(r.index, &r.id, None, r.base)
             }
         } else {
-            Encoded::change(r.index, &r.id, r.state.as_ref(), r.base)
+            Encoded {
+                t: r.brief,
+                ..Encoded::change(r.index, &r.id, r.state.as_ref(), r.base)
+            }
         }
+    }
+
+    /// [`Record::brief`], borrowed.
+    pub(crate) fn brief(self, brief: bool) -> Self {
+        Encoded { t: brief, ..self }
     }
 
     /// [`Record::change`], borrowed.
@@ -279,6 +313,7 @@ impl<'a> Encoded<'a> {
                 Base::At(v) => json!([v.seq_no, v.primary_term]),
                 Base::Unknown => Value::Null,
             },
+            t: false,
             sent: false,
         }
     }
@@ -300,6 +335,7 @@ fn decode(v: &Value) -> Option<Record> {
         id: v["d"].as_str()?.to_string(),
         state: (!v["s"].is_null()).then(|| v["s"].clone()),
         base,
+        brief: v["t"] == true,
         sent: v["sent"] == true,
     })
 }
@@ -354,5 +390,21 @@ mod tests {
         log.remove();
         assert!(owners(&dir).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_brief_record_reads_back_brief() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = OpLog::create(dir.path(), "m2").unwrap();
+        let v = Version {
+            seq_no: 3,
+            primary_term: 1,
+        };
+        let brief = rec("1/a", Some(json!({"path": "/a"})), Base::At(v)).brief(true);
+        log.append(&[brief.clone(), rec("1/b", None, Base::At(v))])
+            .unwrap();
+        let got = read(dir.path(), "m2").unwrap();
+        assert_eq!(got, vec![brief, rec("1/b", None, Base::At(v))]);
+        assert!(!got[1].brief);
     }
 }

@@ -79,6 +79,13 @@ struct Slot {
     stamp: u64,
     /// When it was last written or read here ([`Budget::tick`]).
     touched: u32,
+    /// Its state leaves out the index's text fields (a file's text, by far
+    /// the bulk of a source file's entry), which stay as the cluster holds
+    /// them: dropped past the budget before the slot itself, or never read
+    /// (a brief read, a directory read whole). It answers brief reads; a
+    /// full read asks the cluster for the text ([`Overlay::learn`] puts it
+    /// back); written again it stays brief, and is sent as a partial update.
+    brief: bool,
 }
 
 impl Slot {
@@ -91,6 +98,15 @@ impl Slot {
             weight: 0,
             stamp: 0,
             touched: 0,
+            brief: false,
+        }
+    }
+
+    /// Its state, for a read: brief ones only answer `brief` reads.
+    fn answers(&self, brief: bool) -> Option<&Value> {
+        match (&self.state, self.local) {
+            (State::Doc(d), Some(_)) if brief || !self.brief => Some(d),
+            _ => None,
         }
     }
 
@@ -119,7 +135,7 @@ fn slot_weight(key: &Key, slot: &Slot) -> usize {
 }
 
 /// The directory an entry id (`<parent>/<name>`) is in.
-fn parent_of(id: &str) -> Option<u64> {
+pub(crate) fn parent_of(id: &str) -> Option<u64> {
     id.split_once('/').and_then(|(p, _)| p.parse().ok())
 }
 
@@ -357,21 +373,78 @@ impl Overlay {
                 continue;
             }
             if now.wrapping_sub(slot.touched) >= grace {
-                self.discard(&q.key);
+                // The text first (the cluster has it), the rest next time
+                // round.
+                if self.leave_text(&q.key) {
+                    self.requeue(q.key, now);
+                } else {
+                    self.discard(&q.key);
+                }
             } else if now.wrapping_sub(q.at) < grace {
                 self.budget.queue.push_front(q);
                 break;
             } else {
-                self.budget.stamps += 1;
-                slot.stamp = self.budget.stamps;
-                self.budget.queue.push_back(Queued {
-                    stamp: slot.stamp,
-                    at: now,
-                    key: q.key,
-                });
+                self.requeue(q.key, now);
             }
         }
         (self.slots.len(), self.budget.held)
+    }
+
+    /// Put a clean slot at the back of the eviction queue.
+    fn requeue(&mut self, key: Key, now: u32) {
+        let Some(slot) = self.slots.get_mut(&key) else {
+            return;
+        };
+        self.budget.stamps += 1;
+        slot.stamp = self.budget.stamps;
+        self.budget.queue.push_back(Queued {
+            stamp: slot.stamp,
+            at: now,
+            key,
+        });
+    }
+
+    /// Drop a clean slot's text fields (see [`Slot::brief`]); whether it
+    /// had any.
+    fn leave_text(&mut self, key: &Key) -> bool {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return false;
+        };
+        let State::Doc(Value::Object(doc)) = &mut slot.state else {
+            return false;
+        };
+        let mut left = false;
+        for f in key.0.text_fields() {
+            left |= doc.remove(f).is_some();
+        }
+        if left {
+            slot.brief = true;
+            self.budget.held -= slot.weight;
+            slot.weight = slot_weight(key, slot);
+            self.budget.held += slot.weight;
+        }
+        left
+    }
+
+    /// Give a brief slot its text back from `full`, the cluster's document
+    /// (which holds the slot's text: only this mount writes, and a brief
+    /// slot's writes leave the text as it is).
+    fn take_text(&mut self, key: &Key, full: &Value) {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return;
+        };
+        let State::Doc(Value::Object(doc)) = &mut slot.state else {
+            return;
+        };
+        for f in key.0.text_fields() {
+            if let Some(t) = full.get(f) {
+                doc.insert(f.to_string(), t.clone());
+            }
+        }
+        slot.brief = false;
+        self.budget.held -= slot.weight;
+        slot.weight = slot_weight(key, slot);
+        self.budget.held += slot.weight;
     }
 
     /// The overlay's budget in bytes ([`DEFAULT_BUDGET`] unless set).
@@ -528,49 +601,87 @@ impl Overlay {
                     State::Doc(s) => Some(s),
                     State::Gone => None,
                 };
-                Some(Encoded::change(key.0, &key.1, state, slot.base))
+                Some(Encoded::change(key.0, &key.1, state, slot.base).brief(slot.brief))
             })
             .collect()
+    }
+
+    /// Whether every name of directory `parent` is here.
+    pub(crate) fn whole(&self, parent: u64) -> bool {
+        self.complete.contains(&parent)
+    }
+
+    /// Whether `key` has a slot.
+    pub(crate) fn has(&self, key: &Key) -> bool {
+        self.slots.contains_key(key)
+    }
+
+    /// Directory `parent` read whole: its `entries` as the cluster holds
+    /// them (brief), and their `inodes` (read for those without a slot).
+    /// Every name of it has a slot then, unless one leaves for the budget
+    /// before the end, which takes the directory out again (the grace
+    /// keeps what was just read).
+    pub(crate) fn learn_whole(
+        &mut self,
+        parent: u64,
+        entries: Vec<(Key, Doc)>,
+        inodes: Vec<(Key, Option<Doc>)>,
+    ) {
+        self.complete.insert(parent);
+        let (keys, docs): (Vec<Key>, Vec<Option<Doc>>) =
+            entries.into_iter().map(|(k, d)| (k, Some(d))).unzip();
+        self.learn(keys, docs, true);
+        let (keys, docs) = inodes.into_iter().unzip();
+        self.learn(keys, docs, true);
     }
 
     /// The lock documents in the cluster when the delegation was taken:
     /// from then on only this mount writes them, so the rest are absent.
     pub(crate) fn know_locks(&mut self, docs: Vec<Doc>) {
         let keys = docs.iter().map(|d| (Idx::Locks, d.id.clone())).collect();
-        self.learn(keys, docs.into_iter().map(Some).collect());
+        self.learn(keys, docs.into_iter().map(Some).collect(), false);
         self.locks_whole = true;
     }
 
     /// The entries of directory `parent` that have `terms` (field, value),
     /// when every name in it is known here (a directory made under the
-    /// delegation).
-    pub(crate) fn children(&self, parent: u64, terms: &[(&str, &Value)]) -> Option<Vec<Doc>> {
+    /// delegation, or read whole); `brief`: without their text fields.
+    pub(crate) fn children(
+        &self,
+        parent: u64,
+        terms: &[(&str, &Value)],
+        brief: bool,
+    ) -> Option<Vec<Doc>> {
         if !self.complete.contains(&parent) {
             return None;
         }
         let from = (Idx::Entries, format!("{parent}/"));
         let to = (Idx::Entries, format!("{parent}0")); // '0' follows '/'
-        let docs = self
-            .slots
-            .range(from..to)
-            .filter_map(|((_, id), s)| match (&s.state, s.local) {
-                (State::Doc(d), Some(v)) if terms.iter().all(|(f, val)| &&d[*f] == val) => {
-                    Some(Doc {
-                        id: id.clone(),
-                        version: v,
-                        source: d.clone(),
-                    })
-                }
-                _ => None,
-            })
-            .collect();
+        let mut docs = Vec::new();
+        for ((_, id), s) in self.slots.range(from..to) {
+            let (State::Doc(d), Some(v)) = (&s.state, s.local) else {
+                continue;
+            };
+            if !terms.iter().all(|(f, val)| &&d[*f] == val) {
+                continue;
+            }
+            // A full listing of a directory whose text left memory goes
+            // the cluster's way.
+            let source = s.answers(brief)?;
+            docs.push(Doc {
+                id: id.clone(),
+                version: v,
+                source: source.clone(),
+            });
+        }
         Some(docs)
     }
 
-    /// The overlay's answer for a read: `Some(None)` absent, `Some(doc)`,
-    /// or `None`: ask the cluster. A slot read is touched (it stays past
-    /// the budget for [`Budget::grace`]).
-    pub(crate) fn get(&mut self, index: Idx, id: &str) -> Option<Option<Doc>> {
+    /// The overlay's answer for a read (`brief`: one that needs no text
+    /// fields): `Some(None)` absent, `Some(doc)`, or `None`: ask the
+    /// cluster. A slot read is touched (it stays past the budget for
+    /// [`Budget::grace`]).
+    pub(crate) fn get(&mut self, index: Idx, id: &str, brief: bool) -> Option<Option<Doc>> {
         let now = self.budget.tick();
         let Some(slot) = self.slots.get_mut(&(index, id.to_string())) else {
             // (An inode not written here exists or not: only names in
@@ -579,15 +690,15 @@ impl Overlay {
             return self.known_absent(index, id, false).then_some(None);
         };
         slot.touched = now;
-        match (&slot.state, slot.local) {
-            (State::Doc(s), Some(v)) => Some(Some(Doc {
-                id: id.to_string(),
-                version: v,
-                source: s.clone(),
-            })),
-            (State::Gone, _) => Some(None),
-            _ => None,
+        if let State::Gone = slot.state {
+            return Some(None);
         }
+        let source = slot.answers(brief)?.clone();
+        Some(Some(Doc {
+            id: id.to_string(),
+            version: slot.local?,
+            source,
+        }))
     }
 
     /// The documents `ops` must read from the cluster to be decided.
@@ -620,39 +731,78 @@ impl Overlay {
         }
     }
 
-    /// Documents read from the cluster for a read (kept unless a write made
-    /// a slot meanwhile): while the delegation holds they stay true, so a write
-    /// deciding on them needs no second read. Within the budget, as every
-    /// clean slot.
-    pub(crate) fn remember(&mut self, keys: Vec<Key>, docs: Vec<Option<Doc>>) {
-        let (keys, docs) = keys
+    /// Documents read from the cluster for a read (`brief`: without their
+    /// text fields), kept unless a write made a slot meanwhile: while the
+    /// delegation holds they stay true, so a write deciding on them needs
+    /// no second read. Within the budget, as every clean slot. Returns the
+    /// answers to give (see [`Overlay::learn`]).
+    pub(crate) fn remember(
+        &mut self,
+        keys: Vec<Key>,
+        docs: Vec<Option<Doc>>,
+        brief: bool,
+    ) -> Vec<Option<Doc>> {
+        let mut answers = Vec::with_capacity(docs.len());
+        let (mut learned_keys, mut learned_docs) = (Vec::new(), Vec::new());
+        for (key, doc) in keys.into_iter().zip(docs) {
+            if kept(key.0, &key.1) {
+                learned_keys.push(key);
+                learned_docs.push(doc);
+                answers.push(None);
+            } else {
+                answers.push(Some(doc));
+            }
+        }
+        let mut learned = self.learn(learned_keys, learned_docs, brief).into_iter();
+        answers
             .into_iter()
-            .zip(docs)
-            .filter(|((i, id), _)| kept(*i, id))
-            .unzip();
-        self.learn(keys, docs);
+            .map(|a| a.unwrap_or_else(|| learned.next().flatten()))
+            .collect()
     }
 
-    /// Documents read to decide a write ([`Overlay::needs`]): kept (the
-    /// write that follows finds them: they are fresh, within the grace).
-    pub(crate) fn learn(&mut self, keys: Vec<Key>, docs: Vec<Option<Doc>>) {
+    /// Documents read to decide a write ([`Overlay::needs`]) or for a read
+    /// (`brief`: without their text fields): kept (a write that follows
+    /// finds them: they are fresh, within the grace). Returns the answers
+    /// to give: as read, but where a brief slot gets its text back from a
+    /// full read, the slot's own state and local version (the cluster's
+    /// version is older than the one callers hold).
+    pub(crate) fn learn(
+        &mut self,
+        keys: Vec<Key>,
+        docs: Vec<Option<Doc>>,
+        brief: bool,
+    ) -> Vec<Option<Doc>> {
+        let mut answers = Vec::with_capacity(docs.len());
         for (key, doc) in keys.into_iter().zip(docs) {
-            if self.slots.contains_key(&key) {
+            if let Some(slot) = self.slots.get(&key) {
+                let answer = match (&doc, slot.brief && !brief) {
+                    (Some(full), true) => {
+                        self.take_text(&key, &full.source);
+                        self.get(key.0, &key.1, false).flatten()
+                    }
+                    _ => doc,
+                };
+                answers.push(answer);
                 continue;
             }
-            let slot = match doc {
-                Some(d) => Slot::new(
-                    State::Doc(d.source),
-                    Some(d.version),
-                    Base::At(d.version),
-                    false,
-                ),
+            let slot = match &doc {
+                Some(d) => Slot {
+                    brief: brief && key.0.has_text(),
+                    ..Slot::new(
+                        State::Doc(d.source.clone()),
+                        Some(d.version),
+                        Base::At(d.version),
+                        false,
+                    )
+                },
                 None => Slot::new(State::Gone, None, Base::Absent, false),
             };
             self.put(key.clone(), slot);
             self.evictable(&key);
+            answers.push(doc);
         }
         self.trim();
+        answers
     }
 
     /// Decide `ops` (after [`Overlay::needs`] was satisfied): the results,
@@ -669,7 +819,7 @@ impl Overlay {
                     State::Doc(s) => Some(s.clone()),
                     State::Gone => None,
                 };
-                records.push(Record::change(key.0, &key.1, state, slot.base));
+                records.push(Record::change(key.0, &key.1, state, slot.base).brief(slot.brief));
             }
             results.push(r);
         }
@@ -682,6 +832,9 @@ impl Overlay {
         let known_absent = self.known_absent(key.0, &key.1, create);
         let slot = self.slots.get(key);
         let was_dirty = slot.is_some_and(|s| s.dirty);
+        // Only a partial update keeps a state without its text brief; a
+        // whole source replaces the text too.
+        let mut brief = false;
         let exists = matches!(
             slot,
             Some(Slot {
@@ -722,6 +875,7 @@ impl Overlay {
                         return conflict();
                     }
                     let base = s.base;
+                    brief = s.brief && key.0.text_fields().any(|f| doc.get(f).is_none());
                     // Taken out and merged in place: a directory rename
                     // updates every document below it, and a copy of
                     // each would cost more than the update.
@@ -749,7 +903,13 @@ impl Overlay {
             },
         };
         let v = self.fresh(base);
-        self.put(key.clone(), Slot::new(state, Some(v), base, true));
+        self.put(
+            key.clone(),
+            Slot {
+                brief,
+                ..Slot::new(state, Some(v), base, true)
+            },
+        );
         if !was_dirty {
             self.dirty.push(key.clone());
         }
@@ -776,7 +936,7 @@ impl Overlay {
             };
             // Made and removed between two flushes: nothing to send (the
             // cluster agrees already).
-            let Some(op) = write_op(key.0, &key.1, state, slot.base) else {
+            let Some(op) = write_op(key.0, &key.1, state, slot.base, slot.brief) else {
                 nothing_to_send.push(key);
                 continue;
             };
@@ -826,6 +986,7 @@ impl Overlay {
                 id: key.1.clone(),
                 state: None,
                 base,
+                brief: false,
                 sent: true,
             });
             let Some(slot) = self.slots.get_mut(key) else {
@@ -922,7 +1083,7 @@ mod tests {
         let Need::Fetch(keys) = o.needs(&ops) else {
             panic!("the root's names are not known")
         };
-        o.learn(keys, vec![None]);
+        o.learn(keys, vec![None], false);
         let (r, recs) = o.apply(ops);
         assert!(r.iter().all(|r| r.is_ok()));
         assert_eq!(recs.len(), 2);
@@ -932,9 +1093,9 @@ mod tests {
         assert!(matches!(o.needs(&inside), Need::Nothing));
         assert!(o.apply(inside.clone()).0[0].is_ok());
         assert!(matches!(o.apply(inside).0[0], Err(StoreError::Conflict(_))));
-        assert_eq!(o.get(Idx::Entries, "20/nothing"), Some(None));
+        assert_eq!(o.get(Idx::Entries, "20/nothing", false), Some(None));
         // A conditional write needs the version handed out.
-        let v = o.get(Idx::Entries, "20/f").unwrap().unwrap().version;
+        let v = o.get(Idx::Entries, "20/f", false).unwrap().unwrap().version;
         assert!(is_local(v));
         let stale = Version {
             seq_no: v.seq_no - 1,
@@ -1013,7 +1174,7 @@ mod tests {
         let ids = |keys: Option<Vec<Key>>| -> Option<Vec<String>> {
             Some(keys?.into_iter().map(|(_, id)| id).collect())
         };
-        let at = |o: &mut Overlay, id: &str| o.get(Idx::Entries, id).unwrap().unwrap();
+        let at = |o: &mut Overlay, id: &str| o.get(Idx::Entries, id, false).unwrap().unwrap();
         // Not moved yet: nothing is at the new path.
         assert_eq!(o.rebase("/d", "/e"), None);
         // The rename's entry step, then its paths.
@@ -1085,8 +1246,8 @@ mod tests {
         assert!(o.answered(&out, vec![Ok(real), Ok(real)]).1.is_empty());
         // The small one answers a read from memory; the large one is the
         // cluster's to answer.
-        assert!(matches!(o.get(Idx::Chunks, "21:0"), Some(Some(_))));
-        assert_eq!(o.get(Idx::Chunks, "22:0"), None);
+        assert!(matches!(o.get(Idx::Chunks, "21:0", false), Some(Some(_))));
+        assert_eq!(o.get(Idx::Chunks, "22:0", false), None);
         let kept = o.budget.held;
         assert_eq!(kept, o.slots.values().map(|s| s.weight).sum::<usize>());
         // Deleted, it is a removal waiting to be sent.
@@ -1097,7 +1258,7 @@ mod tests {
         };
         assert!(o.apply(vec![del]).0[0].is_ok());
         assert!(o.budget.held < kept);
-        assert_eq!(o.get(Idx::Chunks, "21:0"), Some(None));
+        assert_eq!(o.get(Idx::Chunks, "21:0", false), Some(None));
     }
 
     /// An overlay whose clean slots leave as soon as they are past `bytes`.
@@ -1124,6 +1285,108 @@ mod tests {
     }
 
     #[test]
+    fn past_the_budget_a_files_text_leaves_before_its_entry_and_comes_back_from_a_full_read() {
+        let text = "x".repeat(4000);
+        let with_text = |name: &str| {
+            let mut d = entry_doc(name);
+            d["contents"] = json!(text);
+            d
+        };
+        let mut o = budgeted(usize::MAX);
+        o.complete.insert(5);
+        let ops = (0..4)
+            .map(|i| {
+                create(
+                    Idx::Entries,
+                    &format!("5/f{i}"),
+                    with_text(&format!("f{i}")),
+                )
+            })
+            .collect();
+        assert!(o.apply(ops).0.iter().all(|r| r.is_ok()));
+        flush_all(&mut o);
+        let full = o.budget.held;
+        // Just under what the four hold: one round of the queue takes the
+        // text of the oldest only, and every slot stays.
+        o.set_budget(full - 1);
+        assert_eq!(o.slots.len(), 4);
+        assert!(o.budget.held <= full - text.len());
+        let brief: Vec<bool> = (0..4)
+            .map(|i| o.slots[&(Idx::Entries, format!("5/f{i}"))].brief)
+            .collect();
+        assert_eq!(brief, [true, false, false, false]);
+        // A brief slot answers brief reads and listings; a full read, or a
+        // full listing of its directory, is the cluster's.
+        assert!(
+            o.get(Idx::Entries, "5/f0", true)
+                .unwrap()
+                .unwrap()
+                .source
+                .get("contents")
+                .is_none()
+        );
+        assert_eq!(o.get(Idx::Entries, "5/f0", false), None);
+        assert_eq!(o.children(5, &[], true).unwrap().len(), 4);
+        assert_eq!(o.children(5, &[], false), None);
+        // Renamed brief: sent as a partial update, which leaves the text
+        // as the cluster holds it.
+        o.set_budget(usize::MAX);
+        let local = o.get(Idx::Entries, "5/f0", true).unwrap().unwrap().version;
+        let up = BulkOp::Update {
+            index: Idx::Entries,
+            id: "5/f0".into(),
+            doc: json!({"mode": 0o600}),
+            if_version: Some(local),
+        };
+        assert!(o.apply(vec![up]).0[0].is_ok());
+        let out = o.outgoing();
+        assert!(matches!(&out.ops[0], BulkOp::Update { doc, .. }
+            if doc.get("contents").is_none() && doc["path"] == "/d/f0" && doc["mode"] == 0o600));
+        let ok = out
+            .ops
+            .iter()
+            .map(|_| {
+                Ok(Version {
+                    seq_no: 9,
+                    primary_term: 1,
+                })
+            })
+            .collect();
+        assert!(o.answered(&out, ok).1.is_empty());
+        // The cluster's full document gives the slot its text back; the
+        // answer carries the slot's local version, which callers hold.
+        let local = o.get(Idx::Entries, "5/f0", true).unwrap().unwrap().version;
+        let mut cluster = with_text("f0");
+        cluster["mode"] = json!(0o600);
+        let read = Doc {
+            id: "5/f0".into(),
+            version: Version {
+                seq_no: 9,
+                primary_term: 1,
+            },
+            source: cluster.clone(),
+        };
+        let answer = o.remember(vec![(Idx::Entries, "5/f0".into())], vec![Some(read)], false);
+        let answer = answer[0].clone().unwrap();
+        assert_eq!((answer.version, &answer.source), (local, &cluster));
+        assert_eq!(
+            o.get(Idx::Entries, "5/f0", false).unwrap().unwrap().source,
+            cluster
+        );
+        // A whole source replaces the text: no longer brief.
+        o.leave_text(&(Idx::Entries, "5/f0".to_string()));
+        let put = BulkOp::Index {
+            index: Idx::Entries,
+            id: "5/f0".into(),
+            source: entry_doc("f0"),
+            if_version: Some(local),
+        };
+        assert!(o.apply(vec![put]).0[0].is_ok());
+        assert!(!o.slots[&(Idx::Entries, "5/f0".to_string())].brief);
+        assert!(matches!(&o.outgoing().ops[0], BulkOp::Index { .. }));
+    }
+
+    #[test]
     fn past_the_budget_clean_slots_leave_and_their_directory_is_no_longer_answered_from_memory() {
         let mut o = budgeted(0);
         o.complete.insert(5);
@@ -1136,13 +1399,17 @@ mod tests {
         // Dirty: nothing leaves, whatever the budget.
         o.trim();
         assert_eq!(o.slots.len(), 20);
-        assert_eq!(o.children(5, &[]).unwrap().len(), 20);
+        assert_eq!(o.children(5, &[], false).unwrap().len(), 20);
         // In a flush not answered yet: still nothing (the cluster may not
         // hold them).
         let out = o.outgoing();
         o.trim();
         assert_eq!(o.slots.len(), 20);
-        assert_eq!(o.get(Idx::Entries, "5/absent"), Some(None), "complete");
+        assert_eq!(
+            o.get(Idx::Entries, "5/absent", false),
+            Some(None),
+            "complete"
+        );
         let real = Version {
             seq_no: 7,
             primary_term: 1,
@@ -1155,9 +1422,9 @@ mod tests {
         assert!(o.paths.is_empty());
         assert_eq!(o.budget.held, 0);
         assert!(!o.complete.contains(&5));
-        assert_eq!(o.children(5, &[]), None);
-        assert_eq!(o.get(Idx::Entries, "5/f00"), None);
-        assert_eq!(o.get(Idx::Entries, "5/absent"), None);
+        assert_eq!(o.children(5, &[], false), None);
+        assert_eq!(o.get(Idx::Entries, "5/f00", false), None);
+        assert_eq!(o.get(Idx::Entries, "5/absent", false), None);
         // A create there asks the cluster whether the name is free.
         let again = vec![create(Idx::Entries, "5/f00", entry_doc("f00"))];
         assert!(matches!(o.needs(&again), Need::Fetch(k) if k.len() == 1));
@@ -1169,14 +1436,14 @@ mod tests {
         let del = BulkOp::Delete {
             index: Idx::Entries,
             id: "6/x".into(),
-            if_version: Some(o.get(Idx::Entries, "6/x").unwrap().unwrap().version),
+            if_version: Some(o.get(Idx::Entries, "6/x", false).unwrap().unwrap().version),
         };
         assert!(o.apply(vec![del]).0[0].is_ok());
         flush_all(&mut o);
         o.set_budget(0);
         assert!(o.slots.is_empty());
         assert!(o.complete.contains(&6));
-        assert_eq!(o.get(Idx::Entries, "6/x"), Some(None));
+        assert_eq!(o.get(Idx::Entries, "6/x", false), Some(None));
     }
 
     #[test]
@@ -1198,7 +1465,7 @@ mod tests {
         flush_all(&mut o);
         let one = o.budget.held / 100;
         // Written again after the flush: dirty, it stays.
-        let v = o.get(Idx::Inodes, "100").unwrap().unwrap().version;
+        let v = o.get(Idx::Inodes, "100", false).unwrap().unwrap().version;
         let put = BulkOp::Index {
             index: Idx::Inodes,
             id: "100".into(),
@@ -1243,8 +1510,8 @@ mod tests {
         };
         o.know_locks(vec![lock]);
         o.trim();
-        assert!(matches!(o.get(Idx::Locks, "tree/1"), Some(Some(_))));
-        assert_eq!(o.get(Idx::Locks, "tree/2"), Some(None));
+        assert!(matches!(o.get(Idx::Locks, "tree/1", false), Some(Some(_))));
+        assert_eq!(o.get(Idx::Locks, "tree/2", false), Some(None));
     }
 
     #[test]
@@ -1273,7 +1540,11 @@ mod tests {
         let Need::Fetch(keys) = o.needs(std::slice::from_ref(&update)) else {
             panic!("an evicted inode must be read")
         };
-        assert_eq!(o.get(Idx::Inodes, "30"), None, "the cluster's to answer");
+        assert_eq!(
+            o.get(Idx::Inodes, "30", false),
+            None,
+            "the cluster's to answer"
+        );
         let real = Version {
             seq_no: 7,
             primary_term: 1,
@@ -1284,9 +1555,12 @@ mod tests {
             source: json!({"kind": "file", "mode": 1}),
         };
         o.budget.grace = EVICT_GRACE;
-        o.learn(keys, vec![Some(cluster)]);
+        o.learn(keys, vec![Some(cluster)], false);
         assert!(o.apply(vec![update]).0[0].is_ok());
-        assert_eq!(o.get(Idx::Inodes, "30").unwrap().unwrap().source["mode"], 2);
+        assert_eq!(
+            o.get(Idx::Inodes, "30", false).unwrap().unwrap().source["mode"],
+            2
+        );
         // A caller still holding the local version handed out before the
         // slot left gets a conflict (and retries from a new read), as
         // after another writer's change.
@@ -1331,7 +1605,11 @@ mod tests {
             source: json!({"kind": "file", "size": i}),
         };
         for i in 0..50 {
-            o.remember(vec![(Idx::Inodes, i.to_string())], vec![Some(doc(i))]);
+            o.remember(
+                vec![(Idx::Inodes, i.to_string())],
+                vec![Some(doc(i))],
+                false,
+            );
         }
         let one = o.budget.held / 50;
         o.set_budget(10 * one);
@@ -1339,9 +1617,13 @@ mod tests {
         assert!(o.slots.contains_key(&(Idx::Inodes, "49".into())));
         // Kept reads are read from memory, with the cluster's version.
         assert_eq!(
-            o.get(Idx::Inodes, "45").unwrap().unwrap().version.seq_no,
+            o.get(Idx::Inodes, "45", false)
+                .unwrap()
+                .unwrap()
+                .version
+                .seq_no,
             45
         );
-        assert_eq!(o.get(Idx::Inodes, "1"), None);
+        assert_eq!(o.get(Idx::Inodes, "1", false), None);
     }
 }

@@ -48,8 +48,8 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
     let mut order: Vec<Key> = Vec::new();
     // Per document: its last state, and the latest word on what the
     // cluster holds (a change's base, or a later flush's acknowledgement).
-    let mut last: HashMap<Key, (&Option<Value>, Base)> = HashMap::new();
-    let mut states: HashMap<Key, Vec<&Option<Value>>> = HashMap::new();
+    let mut last: HashMap<Key, (&Record, Base)> = HashMap::new();
+    let mut states: HashMap<Key, Vec<&Record>> = HashMap::new();
     for r in records {
         let key = (r.index, r.id.clone());
         if r.sent {
@@ -58,16 +58,16 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
             }
             continue;
         }
-        if last.insert(key.clone(), (&r.state, r.base)).is_none() {
+        if last.insert(key.clone(), (r, r.base)).is_none() {
             order.push(key.clone());
         }
-        states.entry(key).or_default().push(&r.state);
+        states.entry(key).or_default().push(r);
     }
     let (keys, ops): (Vec<&Key>, Vec<BulkOp>) = order
         .iter()
         .filter_map(|k| {
-            let (state, base) = last[k];
-            oplog::write_op(k.0, &k.1, state.as_ref(), base).map(|op| (k, op))
+            let (r, base) = last[k];
+            oplog::write_op(k.0, &k.1, r.state.as_ref(), base, r.brief).map(|op| (k, op))
         })
         .unzip();
     let sent = ops.len();
@@ -83,14 +83,14 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
         }
         let want = last[key].0;
         let cur = raw.get(key.0, &key.1)?;
-        let now = cur.as_ref().map(|d| d.source.clone());
-        if &now == want || (want.is_none() && matches!(r, Err(StoreError::NotFound(_)))) {
+        let now = cur.as_ref().map(|d| &d.source);
+        if holds(now, want) || (want.state.is_none() && matches!(r, Err(StoreError::NotFound(_)))) {
             continue; // landed before the crash
         }
-        let ours = states[key].iter().any(|s| **s == now);
-        let again = cur.map_or(Base::Absent, |d| Base::At(d.version));
+        let ours = states[key].iter().any(|s| holds(now, s));
+        let again = cur.as_ref().map_or(Base::Absent, |d| Base::At(d.version));
         let resent = ours
-            && oplog::write_op(key.0, &key.1, want.as_ref(), again)
+            && oplog::write_op(key.0, &key.1, want.state.as_ref(), again, want.brief)
                 .map(|op| raw.bulk(vec![op]))
                 .transpose()?
                 .is_none_or(|r| r.iter().all(|r| r.is_ok()));
@@ -99,6 +99,23 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
         }
     }
     Ok((sent, skipped))
+}
+
+/// Whether the cluster's source `now` is the state `r` logged: equal, or
+/// for a brief state (its text left to the cluster) equal in every field
+/// but the text.
+fn holds(now: Option<&Value>, r: &Record) -> bool {
+    match (now, &r.state) {
+        (Some(Value::Object(now)), Some(Value::Object(want))) if r.brief => {
+            let text: Vec<&str> = r.index.text_fields().collect();
+            now.iter()
+                .filter(|(k, _)| !text.contains(&k.as_str()))
+                .count()
+                == want.len()
+                && want.iter().all(|(k, v)| now.get(k) == Some(v))
+        }
+        (now, want) => now == want.as_ref(),
+    }
 }
 
 #[cfg(test)]
@@ -164,5 +181,41 @@ mod tests {
         );
         assert_eq!(skipped, vec!["entries/1/theirs".to_string()]);
         assert_eq!(get("1/gone"), None);
+    }
+
+    #[test]
+    fn a_brief_state_is_replayed_as_a_partial_update_that_keeps_the_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let text = json!({"path": "/a", "contents": "the text"});
+        let v = store.create(Idx::Entries, "1/a", &text).unwrap();
+        let landed = store.create(Idx::Entries, "1/b", &text).unwrap();
+        store
+            .bulk(vec![BulkOp::Update {
+                index: Idx::Entries,
+                id: "1/b".into(),
+                doc: json!({"path": "/c"}),
+                if_version: Some(landed),
+            }])
+            .unwrap();
+        let records = vec![
+            rec("1/a", Some(json!({"path": "/z"})), Base::At(v)).brief(true),
+            rec("1/b", Some(json!({"path": "/c"})), Base::At(landed)).brief(true),
+        ];
+        let (sent, skipped) = replay(&store, &records).unwrap();
+        assert_eq!(sent, 2);
+        assert!(
+            skipped.is_empty(),
+            "1/b landed before the crash: {skipped:?}"
+        );
+        let get = |id: &str| store.get(Idx::Entries, id).unwrap().map(|d| d.source);
+        assert_eq!(
+            get("1/a"),
+            Some(json!({"path": "/z", "contents": "the text"}))
+        );
+        assert_eq!(
+            get("1/b"),
+            Some(json!({"path": "/c", "contents": "the text"}))
+        );
     }
 }
