@@ -554,3 +554,55 @@ fn a_directory_made_elsewhere_is_read_whole_on_its_first_miss_and_its_text_stays
     assert_eq!(sh_ok(b.path(), "find d -type f | wc -l").trim(), "101");
     assert!(!b.p("d/a").exists());
 }
+
+#[test]
+fn a_directory_read_whole_again_sees_what_the_flusher_wrote_there_before_any_refresh() {
+    let s = Setup::new("r");
+    {
+        let b = s.mount(false);
+        sh_ok(
+            b.path(),
+            "mkdir d && for i in $(seq 1 50); do echo $i > d/f$i; done",
+        );
+    }
+    // 1 MiB: what the mount reads of `d` and writes there leaves memory
+    // once it writes 1500 files elsewhere.
+    let mut args = s.args(true);
+    // No kernel or document cache past the moment: what the overlay
+    // holds, or the cluster, answers.
+    args.extend(["--delegate-memory", "1", "--attr-ttl", "0"].map(String::from));
+    let a = Mount::with_backend(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert_eq!(sh_ok(a.path(), "ls d | wc -l").trim(), "50");
+    // From now on only an explicit refresh makes a write searchable.
+    let settings = format!("{}/{}-entries/_settings", s.server.url(), s.index);
+    ureq::put(&settings)
+        .send_json(serde_json::json!({"index": {"refresh_interval": "-1"}}))
+        .unwrap();
+    // Made in memory (d is held whole), sent by the flusher, not
+    // searchable yet; then its slots leave for the budget.
+    sh_ok(a.path(), "echo new > d/new && rm d/f1");
+    // Past the grace (2 s) that keeps a slot just used: d's slots are the
+    // first to leave when the writes below push past the budget.
+    std::thread::sleep(Duration::from_secs(3));
+    sh_ok(
+        a.path(),
+        "mkdir e && for i in $(seq 1 1500); do : > e/g$i; done",
+    );
+    // Past the pause before a directory is read whole again (5 s).
+    std::thread::sleep(Duration::from_secs(4));
+    s.server.set_journaling(true);
+    s.requests();
+    // Read whole again: the search must refresh first, or `new` is missing
+    // and `f1` back.
+    let ls = sh_ok(a.path(), "ls d");
+    let (fs_path, _) = s.requests();
+    assert!(
+        fs_path > 0,
+        "d was still held whole: nothing was let go\n{}",
+        a.log()
+    );
+    assert!(ls.lines().any(|l| l == "new"), "{ls}");
+    assert!(!ls.lines().any(|l| l == "f1"), "{ls}");
+    assert_eq!(ls.lines().count(), 50);
+    assert_eq!(sh_ok(a.path(), "cat d/new"), "new\n");
+}

@@ -272,7 +272,7 @@ impl Mount {
             backend,
             options: options.iter().map(|o| o.to_string()).collect(),
             s3,
-            log_filter: "warn".into(),
+            log_filter: std::env::var("ESFS_TEST_LOG").unwrap_or_else(|_| "warn".into()),
             mount_args,
         };
         if !m.plain {

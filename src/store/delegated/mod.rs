@@ -198,8 +198,7 @@ impl DelegatedStore {
     /// [`WHOLE_MAX`] names, nor again soon ([`Shared::tried`]). Returns
     /// whether it is whole in memory now.
     ///
-    /// Done holding `flushing`, after a flush: the search sees every write
-    /// acknowledged before, and no slot turns clean (so none can leave)
+    /// Done holding `flushing`: no slot turns clean (so none can leave)
     /// until what was read is learned; a slot written meanwhile is newer
     /// than what the search saw and stays as it is.
     fn read_whole(&self, parent: u64) -> StoreResult<bool> {
@@ -210,15 +209,31 @@ impl DelegatedStore {
             return Ok(false);
         }
         let one = self.shared.flushing.lock();
-        self.shared.flush_holding(&one)?;
+        // The search needs the cluster to have refreshed after what the
+        // flusher wrote in this directory (a slot acknowledged and let go
+        // since is known only there). Elsewhere it need not wait: what
+        // waits to be sent, or was sent and not let go, has its slot,
+        // which wins over what the search says. A refresh per directory
+        // read (`rm -rf` reads one, removes it, reads the next) cost the
+        // node more CPU than the removal.
+        let refresh = self.shared.overlay.lock().search_needs_refresh(parent);
+        if refresh {
+            self.shared.flush_holding(&one)?;
+        }
         let entries = self.inner.search_brief(&SearchRequest {
             index: Idx::Entries,
             query: Query::term("parent", parent),
             sort: vec![Sort::asc("cookie")],
             search_after: None,
             size: WHOLE_MAX + 1,
-            past_own_writes: false,
+            past_own_writes: !refresh,
         })?;
+        if refresh {
+            // Everything answered so far was flushed before this search,
+            // which refreshed first (`flushing` is held: nothing else
+            // was answered meanwhile).
+            self.shared.overlay.lock().seen_by_search();
+        }
         if entries.len() > WHOLE_MAX {
             self.shared
                 .tried

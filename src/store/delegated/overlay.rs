@@ -234,6 +234,14 @@ pub(crate) struct Overlay {
     dirty_bytes: usize,
     /// When a write was last decided here.
     last_write: Option<std::time::Instant>,
+    /// Directories with entries a flush wrote since the cluster's last
+    /// refresh this mount knows of ([`Overlay::seen_by_search`]): a search
+    /// of their entries must refresh first, or it may miss what the flush
+    /// wrote (and the overlay may have let those slots go since).
+    unrefreshed: HashSet<u64>,
+    /// Whether [`Overlay::unrefreshed`] tells everything: not before the
+    /// first refresh under the delegation (writes from before it).
+    refreshed_once: bool,
 }
 
 /// Past this many waiting documents, or bytes of them, a writer flushes
@@ -611,6 +619,19 @@ impl Overlay {
         self.complete.contains(&parent)
     }
 
+    /// Whether a search of directory `parent`'s entries must refresh first
+    /// to see every write this mount made there ([`Overlay::unrefreshed`]).
+    pub(crate) fn search_needs_refresh(&self, parent: u64) -> bool {
+        !self.refreshed_once || self.unrefreshed.contains(&parent)
+    }
+
+    /// A search refreshed after every flush answered so far: it sees all
+    /// they wrote.
+    pub(crate) fn seen_by_search(&mut self) {
+        self.unrefreshed.clear();
+        self.refreshed_once = true;
+    }
+
     /// Whether `key` has a slot.
     pub(crate) fn has(&self, key: &Key) -> bool {
         self.slots.contains_key(key)
@@ -981,6 +1002,11 @@ impl Overlay {
                 }
                 continue;
             };
+            if key.0 == Idx::Entries
+                && let Some(p) = parent_of(&key.1)
+            {
+                self.unrefreshed.insert(p);
+            }
             acks.push(Record {
                 index: key.0,
                 id: key.1.clone(),
@@ -1293,6 +1319,11 @@ mod tests {
             d
         };
         let mut o = budgeted(usize::MAX);
+        assert!(
+            o.search_needs_refresh(5),
+            "before the first refresh: writes from before"
+        );
+        o.seen_by_search();
         o.complete.insert(5);
         let ops = (0..4)
             .map(|i| {
@@ -1304,7 +1335,12 @@ mod tests {
             })
             .collect();
         assert!(o.apply(ops).0.iter().all(|r| r.is_ok()));
+        assert!(!o.search_needs_refresh(5));
         flush_all(&mut o);
+        // What the flush wrote in 5 is not in a search before a refresh.
+        assert!(o.search_needs_refresh(5) && !o.search_needs_refresh(6));
+        o.seen_by_search();
+        assert!(!o.search_needs_refresh(5));
         let full = o.budget.held;
         // Just under what the four hold: one round of the queue takes the
         // text of the oldest only, and every slot stays.
