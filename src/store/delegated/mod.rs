@@ -64,6 +64,9 @@ const WHOLE_MAX: usize = 2048;
 /// A directory found too large is not tried again for this long; one read
 /// whole, whose names have left memory since, not for [`REREAD_AFTER`].
 const TOO_LARGE_FOR: Duration = Duration::from_secs(30);
+/// A directory read whole is read with everything below it when that is
+/// at most this many names ([`DelegatedStore::read_below`]).
+const SUBTREE_MAX: u64 = 4096;
 const REREAD_AFTER: Duration = Duration::from_secs(5);
 
 /// A handle on the delegated store: one per caller, sharing the rest.
@@ -241,6 +244,9 @@ impl DelegatedStore {
                 .insert(parent, (Instant::now(), true));
             return Ok(false);
         }
+        let (below, mut dirs) = self.read_below(parent, &entries)?;
+        dirs.push(parent);
+        let entries: Vec<Hit> = entries.into_iter().chain(below).collect();
         let inodes: Vec<(Idx, String)> = {
             let overlay = self.shared.overlay.lock();
             entries
@@ -263,8 +269,64 @@ impl DelegatedStore {
         if !self.held() {
             return Ok(false);
         }
-        overlay.learn_whole(parent, entries, inodes.into_iter().zip(found).collect());
+        overlay.learn_whole(&dirs, entries, inodes.into_iter().zip(found).collect());
         Ok(overlay.whole(parent))
+    }
+
+    /// What is below the subdirectories of `parent`, whose `children` were
+    /// just read, when it is at most [`SUBTREE_MAX`] names: one `path.tree`
+    /// term (Elasticsearch: The Definitive Guide's query for "everything
+    /// under /a/b"), after a `_count` of it. A walk of a source tree then
+    /// costs a few requests a subtree, not two a directory. Returns the
+    /// entries below the children, and the subdirectories (every level)
+    /// now read whole; none if it is too large. Called holding `flushing`.
+    fn read_below(&self, parent: u64, children: &[Hit]) -> StoreResult<(Vec<Hit>, Vec<u64>)> {
+        let is_dir = |h: &Hit| h.doc.source["kind"] == "dir";
+        let Some(path) = children
+            .iter()
+            .find(|h| is_dir(h))
+            .and_then(|h| h.doc.source["dir"].as_str())
+        else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let below = Query::Bool {
+            must: vec![Query::tree("path", path)],
+            must_not: vec![Query::term("path", path)],
+            should: vec![],
+        };
+        // A count refreshes the cluster first if this mount wrote since its
+        // last refresh; nothing is answered meanwhile (`flushing` is held):
+        // the search below sees every flushed write.
+        let n = self.inner.count(Idx::Entries, &below)?;
+        self.shared.overlay.lock().seen_by_search();
+        if n > SUBTREE_MAX {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let deeper = match n as usize > children.len() {
+            true => self.inner.search_brief(&SearchRequest {
+                index: Idx::Entries,
+                query: Query::Bool {
+                    must: vec![below],
+                    must_not: vec![Query::term("parent", parent)],
+                    should: vec![],
+                },
+                sort: vec![Sort::asc("path")],
+                search_after: None,
+                size: n as usize + 1,
+                past_own_writes: true,
+            })?,
+            false => Vec::new(),
+        };
+        if deeper.len() + children.len() != n as usize {
+            return Ok((Vec::new(), Vec::new())); // changed meanwhile
+        }
+        let dirs = children
+            .iter()
+            .chain(&deeper)
+            .filter(|h| is_dir(h))
+            .filter_map(|h| h.doc.source["ino"].as_u64())
+            .collect();
+        Ok((deeper, dirs))
     }
 
     /// [`DelegatedStore::read_whole`] of the directory of each entry

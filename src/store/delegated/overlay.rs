@@ -637,18 +637,18 @@ impl Overlay {
         self.slots.contains_key(key)
     }
 
-    /// Directory `parent` read whole: its `entries` as the cluster holds
+    /// Directories `dirs` read whole: their `entries` as the cluster holds
     /// them (brief), and their `inodes` (read for those without a slot).
-    /// Every name of it has a slot then, unless one leaves for the budget
-    /// before the end, which takes the directory out again (the grace
+    /// Every name of them has a slot then, unless one leaves for the budget
+    /// before the end, which takes its directory out again (the grace
     /// keeps what was just read).
     pub(crate) fn learn_whole(
         &mut self,
-        parent: u64,
+        dirs: &[u64],
         entries: Vec<(Key, Doc)>,
         inodes: Vec<(Key, Option<Doc>)>,
     ) {
-        self.complete.insert(parent);
+        self.complete.extend(dirs);
         let (keys, docs): (Vec<Key>, Vec<Option<Doc>>) =
             entries.into_iter().map(|(k, d)| (k, Some(d))).unzip();
         self.learn(keys, docs, true);
