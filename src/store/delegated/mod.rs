@@ -48,7 +48,7 @@ use serde_json::Value;
 
 use self::oplog::OpLog;
 pub use self::overlay::DEFAULT_BUDGET;
-use self::overlay::{Need, Overlay};
+use self::overlay::{Child, Need, Overlay};
 use super::{
     Bucket, BulkItemResult, BulkOp, Caller, Capabilities, Doc, GroupRequest, Hit, Idx, MetaStore,
     Query, Rebased, SearchRequest, Sort, StoreError, StoreResult,
@@ -592,22 +592,22 @@ fn children_page(overlay: &Overlay, req: &SearchRequest, brief: bool) -> Option<
     if req.index != Idx::Entries || sort.descending {
         return None;
     }
-    let key = |d: &Doc| d.source[&sort.field].as_i64();
+    let key = |c: &Child| c.source[&sort.field].as_i64();
     let after = match &req.search_after {
         None => None,
         Some(v) => Some(v.first()?.as_i64()?),
     };
-    let mut docs: Vec<(i64, Doc)> = children_of(overlay, &req.query, brief)?
+    let mut docs: Vec<(i64, Child)> = children_of(overlay, &req.query, brief)?
         .into_iter()
-        .map(|d| Some((key(&d)?, d)))
+        .map(|c| Some((key(&c)?, c)))
         .collect::<Option<_>>()?;
-    docs.sort_by_key(|(k, _)| *k);
+    docs.retain(|(k, _)| after.is_none_or(|a| *k > a));
+    docs.sort_unstable_by_key(|(k, _)| *k);
     Some(
         docs.into_iter()
-            .filter(|(k, _)| after.is_none_or(|a| *k > a))
             .take(req.size)
-            .map(|(k, doc)| Hit {
-                doc,
+            .map(|(k, c)| Hit {
+                doc: c.to_doc(),
                 sort: vec![k.into()],
             })
             .collect(),
@@ -642,7 +642,7 @@ fn parent_term(query: &Query) -> Option<u64> {
     })
 }
 
-fn children_of(overlay: &Overlay, query: &Query, brief: bool) -> Option<Vec<Doc>> {
+fn children_of<'a>(overlay: &'a Overlay, query: &Query, brief: bool) -> Option<Vec<Child<'a>>> {
     let terms: Vec<&Query> = match query {
         Query::Term { .. } => vec![query],
         Query::Bool {

@@ -257,6 +257,24 @@ const MAX_DIRTY_BYTES: usize = 32 << 20;
 /// for every `stat` of a file this mount wrote (`du`, mdtest's stat phase).
 const KEEP_CHUNK_MAX: usize = 16 << 10;
 
+/// An entry of a directory held whole ([`Overlay::children`]).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Child<'a> {
+    pub id: &'a str,
+    pub version: Version,
+    pub source: &'a Value,
+}
+
+impl Child<'_> {
+    pub(crate) fn to_doc(&self) -> Doc {
+        Doc {
+            id: self.id.to_string(),
+            version: self.version,
+            source: self.source.clone(),
+        }
+    }
+}
+
 /// One flush: the ops, and for each the key and the local version sent.
 pub(crate) struct Outgoing {
     pub ops: Vec<BulkOp>,
@@ -667,12 +685,14 @@ impl Overlay {
     /// The entries of directory `parent` that have `terms` (field, value),
     /// when every name in it is known here (a directory made under the
     /// delegation, or read whole); `brief`: without their text fields.
+    /// Borrowed: a listing clones only the page it returns, and a count
+    /// nothing.
     pub(crate) fn children(
         &self,
         parent: u64,
         terms: &[(&str, &Value)],
         brief: bool,
-    ) -> Option<Vec<Doc>> {
+    ) -> Option<Vec<Child<'_>>> {
         if !self.complete.contains(&parent) {
             return None;
         }
@@ -688,11 +708,10 @@ impl Overlay {
             }
             // A full listing of a directory whose text left memory goes
             // the cluster's way.
-            let source = s.answers(brief)?;
-            docs.push(Doc {
-                id: id.clone(),
+            docs.push(Child {
+                id,
                 version: v,
-                source: source.clone(),
+                source: s.answers(brief)?,
             });
         }
         Some(docs)
