@@ -64,14 +64,18 @@ const WHOLE_MAX: usize = 2048;
 /// A directory found too large is not tried again for this long; one read
 /// whole, whose names have left memory since, not for [`REREAD_AFTER`].
 const TOO_LARGE_FOR: Duration = Duration::from_secs(30);
+const REREAD_AFTER: Duration = Duration::from_secs(5);
 /// A directory read whole is read with everything below it when that is
 /// at most this many names ([`DelegatedStore::read_below`]).
 const SUBTREE_MAX: u64 = 4096;
-const REREAD_AFTER: Duration = Duration::from_secs(5);
 
 /// A handle on the delegated store: one per caller, sharing the rest.
 pub struct DelegatedStore {
     inner: Arc<dyn MetaStore>,
+    /// Whose calls these are: only the syscall path reads directories
+    /// whole (the janitor's reads skip the refresh a directory read relies
+    /// on, and the indexer's and write-back's are of names in hand).
+    caller: Caller,
     shared: Arc<Shared>,
 }
 
@@ -116,6 +120,7 @@ impl DelegatedStore {
                 tried: Mutex::new(HashMap::new()),
             }),
             inner,
+            caller: Caller::Fs,
         })
     }
 
@@ -208,7 +213,7 @@ impl DelegatedStore {
         if !self.held() || self.shared.overlay.lock().whole(parent) {
             return Ok(self.held());
         }
-        if !self.shared.try_whole(parent) {
+        if self.caller != Caller::Fs || !self.shared.try_whole(parent) {
             return Ok(false);
         }
         let one = self.shared.flushing.lock();
@@ -679,6 +684,7 @@ impl MetaStore for DelegatedStore {
         }
         Some(Arc::new(DelegatedStore {
             inner,
+            caller,
             shared: self.shared.clone(),
         }))
     }
