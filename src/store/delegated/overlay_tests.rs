@@ -1,0 +1,579 @@
+//! The overlay's rules, one document and one flush at a time: what is
+//! decided without a read, what a flush sends, what leaves past the budget.
+
+use super::*;
+use serde_json::json;
+
+fn create(index: Idx, id: &str, source: Value) -> BulkOp {
+    BulkOp::Create {
+        index,
+        id: id.into(),
+        source,
+    }
+}
+
+#[test]
+fn a_tree_made_under_the_delegation_is_decided_without_reads() {
+    let mut o = Overlay::default();
+    // The directory's inode and its entry in the root, whose names are
+    // not known: the entry needs a read, the inode (a fresh number) not.
+    let ops = vec![
+        create(Idx::Inodes, "20", json!({"kind": "dir"})),
+        create(Idx::Entries, "1/d", json!({"ino": 20})),
+    ];
+    let Need::Fetch(keys) = o.needs(&ops) else {
+        panic!("the root's names are not known")
+    };
+    o.learn(keys, vec![None], false);
+    let (r, recs) = o.apply(ops);
+    assert!(r.iter().all(|r| r.is_ok()));
+    assert_eq!(recs.len(), 2);
+    // Inside the new directory nothing needs a read, and a name taken
+    // twice conflicts.
+    let inside = vec![create(Idx::Entries, "20/f", json!({"ino": 21}))];
+    assert!(matches!(o.needs(&inside), Need::Nothing));
+    assert!(o.apply(inside.clone()).0[0].is_ok());
+    assert!(matches!(o.apply(inside).0[0], Err(StoreError::Conflict(_))));
+    assert_eq!(o.get(Idx::Entries, "20/nothing", false), Some(None));
+    // A conditional write needs the version handed out.
+    let v = o.get(Idx::Entries, "20/f", false).unwrap().unwrap().version;
+    assert!(is_local(v));
+    let stale = Version {
+        seq_no: v.seq_no - 1,
+        ..v
+    };
+    let put = |v| BulkOp::Index {
+        index: Idx::Entries,
+        id: "20/f".into(),
+        source: json!({"ino": 22}),
+        if_version: Some(v),
+    };
+    assert!(matches!(
+        o.apply(vec![put(stale)]).0[0],
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(o.apply(vec![put(v)]).0[0].is_ok());
+    // One flush: creates of what the cluster lacks, in order.
+    let out = o.outgoing();
+    assert_eq!(out.ops.len(), 3);
+    assert!(out.ops.iter().all(|op| matches!(op, BulkOp::Create { .. })));
+    assert_eq!(o.dirty_len(), 0);
+}
+
+#[test]
+fn made_and_removed_between_flushes_sends_nothing_and_answers_set_bases() {
+    let mut o = Overlay::default();
+    o.complete.insert(5);
+    let v = o.apply(vec![create(Idx::Entries, "5/x", json!({}))]).0[0]
+        .clone()
+        .unwrap();
+    let del = BulkOp::Delete {
+        index: Idx::Entries,
+        id: "5/x".into(),
+        if_version: Some(v),
+    };
+    assert!(o.apply(vec![del]).0[0].is_ok());
+    assert!(o.outgoing().ops.is_empty());
+    // A flush answered: the local version now maps to the cluster's.
+    let w = o.apply(vec![create(Idx::Entries, "5/y", json!({}))]).0[0]
+        .clone()
+        .unwrap();
+    let out = o.outgoing();
+    let real = Version {
+        seq_no: 3,
+        primary_term: 1,
+    };
+    assert!(o.answered(&out, vec![Ok(real)]).1.is_empty());
+    let key = (Idx::Entries, "5/y".to_string());
+    assert_eq!(o.translate(&key, w), real);
+    // A failed flush puts its items back first.
+    let _ = o.apply(vec![create(Idx::Entries, "5/z", json!({}))]);
+    let out = o.outgoing();
+    let _ = o.apply(vec![create(Idx::Entries, "5/w", json!({}))]);
+    o.unsent(out);
+    let again = o.outgoing();
+    let ids: Vec<&str> = again.ops.iter().map(|op| op.id()).collect();
+    assert_eq!(ids, vec!["5/z", "5/w"]);
+}
+
+#[test]
+fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
+    let mut o = Overlay::default();
+    o.complete.insert(1);
+    let entry = |path: &str, dir: &str, kind: &str, ino: u64| json!({"path": path, "dir": dir, "kind": kind, "ino": ino});
+    let made = o.apply(vec![
+        create(Idx::Inodes, "20", json!({"kind": "dir"})),
+        create(Idx::Entries, "1/d", entry("/d", "/", "dir", 20)),
+        create(Idx::Entries, "20/a", entry("/d/a", "/d", "file", 21)),
+        create(Idx::Entries, "20/b", entry("/d/b", "/d", "file", 22)),
+        // Beside the subtree, sorting right after or before it.
+        create(Idx::Entries, "1/d-x", entry("/d-x", "/", "file", 23)),
+        create(Idx::Entries, "1/c", entry("/c", "/", "file", 24)),
+        create(Idx::Entries, "1/d0", entry("/d0", "/", "file", 25)),
+    ]);
+    assert!(made.0.iter().all(|r| r.is_ok()));
+    let ids = |keys: Option<Vec<Key>>| -> Option<Vec<String>> {
+        Some(keys?.into_iter().map(|(_, id)| id).collect())
+    };
+    let at = |o: &mut Overlay, id: &str| o.get(Idx::Entries, id, false).unwrap().unwrap();
+    // Not moved yet: nothing is at the new path.
+    assert_eq!(o.rebase("/d", "/e"), None);
+    // The rename's entry step, then its paths.
+    let v = at(&mut o, "1/d").version;
+    let moved = o.apply(vec![
+        BulkOp::Delete {
+            index: Idx::Entries,
+            id: "1/d".into(),
+            if_version: Some(v),
+        },
+        create(Idx::Entries, "1/e", entry("/e", "/", "dir", 20)),
+    ]);
+    assert!(moved.0.iter().all(|r| r.is_ok()));
+    let before = at(&mut o, "20/b").version;
+    let flushed = o.outgoing();
+    assert!(o.clean());
+    let keys = o.rebase("/d", "/e").unwrap();
+    assert_eq!(ids(Some(keys.clone())).unwrap(), vec!["20/a", "20/b"]);
+    let b = at(&mut o, "20/b");
+    assert_eq!(b.source, entry("/e/b", "/e", "file", 22));
+    assert!(b.version.seq_no > before.seq_no, "a new local version");
+    assert_eq!(
+        at(&mut o, "1/d-x").source["path"],
+        "/d-x",
+        "beside: untouched"
+    );
+    // Logged as their new states, and sent by the next flush.
+    let changes = serde_json::to_value(o.changes(&keys)).unwrap();
+    assert_eq!(changes[1]["s"]["path"], "/e/b");
+    drop(flushed);
+    assert_eq!(o.outgoing().ops.len(), 2);
+    assert_eq!(ids(o.rebase("/d", "/e")), Some(vec![]), "none left");
+    // A removal leaves the index; a directory below not made here
+    // (its names unknown) keeps the rebase out of memory.
+    let v = at(&mut o, "20/b").version;
+    let gone = BulkOp::Delete {
+        index: Idx::Entries,
+        id: "20/b".into(),
+        if_version: Some(v),
+    };
+    assert!(o.apply(vec![gone]).0[0].is_ok());
+    assert_eq!(ids(o.rebase("/e", "/e")), Some(vec!["20/a".into()]));
+    let sub = create(Idx::Entries, "20/s", entry("/e/s", "/e", "dir", 30));
+    assert!(o.apply(vec![sub]).0[0].is_ok());
+    assert_eq!(o.rebase("/e", "/e"), None);
+    // Given back: only what this mount wrote stays, indexed the same.
+    o.released();
+    o.complete.insert(20);
+    o.complete.insert(30);
+    assert_eq!(ids(o.rebase("/e", "/e")).unwrap(), vec!["20/a", "20/s"]);
+}
+
+#[test]
+fn small_files_contents_stay_after_the_flush_and_large_ones_go() {
+    let mut o = Overlay::default();
+    let chunk = |id: &str, len: usize| BulkOp::Index {
+        index: Idx::Chunks,
+        id: id.into(),
+        source: json!({"file": "21", "n": 0, "len": len, "data": "eA"}),
+        if_version: None,
+    };
+    let r = o.apply(vec![chunk("21:0", 1), chunk("22:0", KEEP_CHUNK_MAX + 1)]);
+    assert!(r.0.iter().all(|r| r.is_ok()));
+    let out = o.outgoing();
+    let real = Version {
+        seq_no: 1,
+        primary_term: 1,
+    };
+    assert!(o.answered(&out, vec![Ok(real), Ok(real)]).1.is_empty());
+    // The small one answers a read from memory; the large one is the
+    // cluster's to answer.
+    assert!(matches!(o.get(Idx::Chunks, "21:0", false), Some(Some(_))));
+    assert_eq!(o.get(Idx::Chunks, "22:0", false), None);
+    let kept = o.budget.held;
+    assert_eq!(kept, o.slots.values().map(|s| s.weight).sum::<usize>());
+    // Deleted, it is a removal waiting to be sent.
+    let del = BulkOp::Delete {
+        index: Idx::Chunks,
+        id: "21:0".into(),
+        if_version: None,
+    };
+    assert!(o.apply(vec![del]).0[0].is_ok());
+    assert!(o.budget.held < kept);
+    assert_eq!(o.get(Idx::Chunks, "21:0", false), Some(None));
+}
+
+/// An overlay whose clean slots leave as soon as they are past `bytes`.
+fn budgeted(bytes: usize) -> Overlay {
+    let mut o = Overlay::default();
+    o.budget.grace = Duration::ZERO;
+    o.set_budget(bytes);
+    o
+}
+
+/// Send what waits and have the cluster take all of it.
+fn flush_all(o: &mut Overlay) {
+    let out = o.outgoing();
+    let real = Version {
+        seq_no: 7,
+        primary_term: 1,
+    };
+    let ok = out.ops.iter().map(|_| Ok(real)).collect();
+    assert!(o.answered(&out, ok).1.is_empty());
+}
+
+fn entry_doc(name: &str) -> Value {
+    json!({"path": format!("/d/{name}"), "dir": "/d", "kind": "file", "ino": 40})
+}
+
+#[test]
+fn past_the_budget_a_files_text_leaves_before_its_entry_and_comes_back_from_a_full_read() {
+    let text = "x".repeat(4000);
+    let with_text = |name: &str| {
+        let mut d = entry_doc(name);
+        d["contents"] = json!(text);
+        d
+    };
+    let mut o = budgeted(usize::MAX);
+    assert!(
+        o.search_needs_refresh(5),
+        "before the first refresh: writes from before"
+    );
+    o.seen_by_search();
+    o.complete.insert(5);
+    let ops = (0..4)
+        .map(|i| {
+            create(
+                Idx::Entries,
+                &format!("5/f{i}"),
+                with_text(&format!("f{i}")),
+            )
+        })
+        .collect();
+    assert!(o.apply(ops).0.iter().all(|r| r.is_ok()));
+    assert!(!o.search_needs_refresh(5));
+    flush_all(&mut o);
+    // What the flush wrote in 5 is not in a search before a refresh.
+    assert!(o.search_needs_refresh(5) && !o.search_needs_refresh(6));
+    o.seen_by_search();
+    assert!(!o.search_needs_refresh(5));
+    let full = o.budget.held;
+    // Just under what the four hold: one round of the queue takes the
+    // text of the oldest only, and every slot stays.
+    o.set_budget(full - 1);
+    assert_eq!(o.slots.len(), 4);
+    assert!(o.budget.held <= full - text.len());
+    let brief: Vec<bool> = (0..4)
+        .map(|i| o.slots[&(Idx::Entries, format!("5/f{i}"))].brief)
+        .collect();
+    assert_eq!(brief, [true, false, false, false]);
+    // A brief slot answers brief reads and listings; a full read, or a
+    // full listing of its directory, is the cluster's.
+    assert!(
+        o.get(Idx::Entries, "5/f0", true)
+            .unwrap()
+            .unwrap()
+            .source
+            .get("contents")
+            .is_none()
+    );
+    assert_eq!(o.get(Idx::Entries, "5/f0", false), None);
+    assert_eq!(o.children(5, &[], true).unwrap().len(), 4);
+    assert_eq!(o.children(5, &[], false), None);
+    // Renamed brief: sent as a partial update, which leaves the text
+    // as the cluster holds it.
+    o.set_budget(usize::MAX);
+    let local = o.get(Idx::Entries, "5/f0", true).unwrap().unwrap().version;
+    let up = BulkOp::Update {
+        index: Idx::Entries,
+        id: "5/f0".into(),
+        doc: json!({"mode": 0o600}),
+        if_version: Some(local),
+    };
+    assert!(o.apply(vec![up]).0[0].is_ok());
+    let out = o.outgoing();
+    assert!(matches!(&out.ops[0], BulkOp::Update { doc, .. }
+        if doc.get("contents").is_none() && doc["path"] == "/d/f0" && doc["mode"] == 0o600));
+    let ok = out
+        .ops
+        .iter()
+        .map(|_| {
+            Ok(Version {
+                seq_no: 9,
+                primary_term: 1,
+            })
+        })
+        .collect();
+    assert!(o.answered(&out, ok).1.is_empty());
+    // The cluster's full document gives the slot its text back; the
+    // answer carries the slot's local version, which callers hold.
+    let local = o.get(Idx::Entries, "5/f0", true).unwrap().unwrap().version;
+    let mut cluster = with_text("f0");
+    cluster["mode"] = json!(0o600);
+    let read = Doc {
+        id: "5/f0".into(),
+        version: Version {
+            seq_no: 9,
+            primary_term: 1,
+        },
+        source: cluster.clone(),
+    };
+    let answer = o.remember(vec![(Idx::Entries, "5/f0".into())], vec![Some(read)], false);
+    let answer = answer[0].clone().unwrap();
+    assert_eq!((answer.version, &answer.source), (local, &cluster));
+    assert_eq!(
+        o.get(Idx::Entries, "5/f0", false).unwrap().unwrap().source,
+        cluster
+    );
+    // A whole source replaces the text: no longer brief.
+    o.leave_text(&(Idx::Entries, "5/f0".to_string()));
+    let put = BulkOp::Index {
+        index: Idx::Entries,
+        id: "5/f0".into(),
+        source: entry_doc("f0"),
+        if_version: Some(local),
+    };
+    assert!(o.apply(vec![put]).0[0].is_ok());
+    assert!(!o.slots[&(Idx::Entries, "5/f0".to_string())].brief);
+    assert!(matches!(&o.outgoing().ops[0], BulkOp::Index { .. }));
+}
+
+#[test]
+fn past_the_budget_clean_slots_leave_and_their_directory_is_no_longer_answered_from_memory() {
+    let mut o = budgeted(0);
+    o.complete.insert(5);
+    let names: Vec<String> = (0..20).map(|i| format!("f{i:02}")).collect();
+    let ops = names
+        .iter()
+        .map(|n| create(Idx::Entries, &format!("5/{n}"), entry_doc(n)))
+        .collect();
+    assert!(o.apply(ops).0.iter().all(|r| r.is_ok()));
+    // Dirty: nothing leaves, whatever the budget.
+    o.trim();
+    assert_eq!(o.slots.len(), 20);
+    assert_eq!(o.children(5, &[], false).unwrap().len(), 20);
+    // In a flush not answered yet: still nothing (the cluster may not
+    // hold them).
+    let out = o.outgoing();
+    o.trim();
+    assert_eq!(o.slots.len(), 20);
+    assert_eq!(
+        o.get(Idx::Entries, "5/absent", false),
+        Some(None),
+        "complete"
+    );
+    let real = Version {
+        seq_no: 7,
+        primary_term: 1,
+    };
+    let ok = out.ops.iter().map(|_| Ok(real)).collect();
+    assert!(o.answered(&out, ok).1.is_empty());
+    // Acknowledged: gone, and with them the directory's completeness:
+    // its listing and its absent names are the cluster's to tell.
+    assert!(o.slots.is_empty());
+    assert!(o.paths.is_empty());
+    assert_eq!(o.budget.held, 0);
+    assert!(!o.complete.contains(&5));
+    assert_eq!(o.children(5, &[], false), None);
+    assert_eq!(o.get(Idx::Entries, "5/f00", false), None);
+    assert_eq!(o.get(Idx::Entries, "5/absent", false), None);
+    // A create there asks the cluster whether the name is free.
+    let again = vec![create(Idx::Entries, "5/f00", entry_doc("f00"))];
+    assert!(matches!(o.needs(&again), Need::Fetch(k) if k.len() == 1));
+    // An evicted removal's slot costs the directory nothing.
+    let mut o = budgeted(usize::MAX);
+    o.complete.insert(6);
+    assert!(o.apply(vec![create(Idx::Entries, "6/x", json!({}))]).0[0].is_ok());
+    flush_all(&mut o);
+    let del = BulkOp::Delete {
+        index: Idx::Entries,
+        id: "6/x".into(),
+        if_version: Some(o.get(Idx::Entries, "6/x", false).unwrap().unwrap().version),
+    };
+    assert!(o.apply(vec![del]).0[0].is_ok());
+    flush_all(&mut o);
+    o.set_budget(0);
+    assert!(o.slots.is_empty());
+    assert!(o.complete.contains(&6));
+    assert_eq!(o.get(Idx::Entries, "6/x", false), Some(None));
+}
+
+#[test]
+fn the_budget_keeps_the_newest_clean_slots_and_every_dirty_one() {
+    let mut o = budgeted(usize::MAX);
+    let inode = |i: u64| {
+        create(
+            Idx::Inodes,
+            &i.to_string(),
+            json!({"kind": "file", "size": i}),
+        )
+    };
+    assert!(
+        o.apply((100..200).map(inode).collect())
+            .0
+            .iter()
+            .all(|r| r.is_ok())
+    );
+    flush_all(&mut o);
+    let one = o.budget.held / 100;
+    // Written again after the flush: dirty, it stays.
+    let v = o.get(Idx::Inodes, "100", false).unwrap().unwrap().version;
+    let put = BulkOp::Index {
+        index: Idx::Inodes,
+        id: "100".into(),
+        source: json!({"kind": "file", "size": 1}),
+        if_version: Some(v),
+    };
+    assert!(o.apply(vec![put]).0[0].is_ok());
+    o.set_budget(30 * one);
+    assert!(o.budget.held <= 30 * one);
+    assert_eq!(
+        o.budget.held,
+        o.slots.values().map(|s| s.weight).sum::<usize>()
+    );
+    assert!(o.slots.contains_key(&(Idx::Inodes, "100".into())), "dirty");
+    assert!(o.slots.contains_key(&(Idx::Inodes, "199".into())), "newest");
+    assert!(
+        !o.slots.contains_key(&(Idx::Inodes, "101".into())),
+        "oldest"
+    );
+    let kept = o.slots.len();
+    assert!((25..=30).contains(&kept), "{kept} slots kept");
+    // Slots touched within the grace stay past the budget.
+    let mut o = Overlay::default();
+    assert!(
+        o.apply((100..110).map(inode).collect())
+            .0
+            .iter()
+            .all(|r| r.is_ok())
+    );
+    flush_all(&mut o);
+    o.set_budget(0);
+    assert_eq!(o.slots.len(), 10);
+    // Lock documents never leave: every one without a slot is absent.
+    let mut o = budgeted(0);
+    let lock = Doc {
+        id: "tree/1".into(),
+        version: Version {
+            seq_no: 1,
+            primary_term: 1,
+        },
+        source: json!({"owner": "a"}),
+    };
+    o.know_locks(vec![lock]);
+    o.trim();
+    assert!(matches!(o.get(Idx::Locks, "tree/1", false), Some(Some(_))));
+    assert_eq!(o.get(Idx::Locks, "tree/2", false), Some(None));
+}
+
+#[test]
+fn an_inode_whose_slot_left_is_read_again_not_taken_for_absent() {
+    let mut o = budgeted(0);
+    let made = o.apply(vec![create(
+        Idx::Inodes,
+        "30",
+        json!({"kind": "file", "mode": 1}),
+    )]);
+    assert!(made.0[0].is_ok());
+    flush_all(&mut o);
+    assert!(o.slots.is_empty());
+    // A new inode's create needs no read; an update of this one does
+    // (before, it was answered NotFound).
+    assert!(matches!(
+        o.needs(&[create(Idx::Inodes, "31", json!({}))]),
+        Need::Nothing
+    ));
+    let update = BulkOp::Update {
+        index: Idx::Inodes,
+        id: "30".into(),
+        doc: json!({"mode": 2}),
+        if_version: None,
+    };
+    let Need::Fetch(keys) = o.needs(std::slice::from_ref(&update)) else {
+        panic!("an evicted inode must be read")
+    };
+    assert_eq!(
+        o.get(Idx::Inodes, "30", false),
+        None,
+        "the cluster's to answer"
+    );
+    let real = Version {
+        seq_no: 7,
+        primary_term: 1,
+    };
+    let cluster = Doc {
+        id: "30".into(),
+        version: real,
+        source: json!({"kind": "file", "mode": 1}),
+    };
+    o.budget.grace = EVICT_GRACE;
+    o.learn(keys, vec![Some(cluster)], false);
+    assert!(o.apply(vec![update]).0[0].is_ok());
+    assert_eq!(
+        o.get(Idx::Inodes, "30", false).unwrap().unwrap().source["mode"],
+        2
+    );
+    // A caller still holding the local version handed out before the
+    // slot left gets a conflict (and retries from a new read), as
+    // after another writer's change.
+    let mut o = budgeted(0);
+    let v = o.apply(vec![create(Idx::Inodes, "32", json!({}))]).0[0]
+        .clone()
+        .unwrap();
+    flush_all(&mut o);
+    let put = |v| BulkOp::Index {
+        index: Idx::Inodes,
+        id: "32".into(),
+        source: json!({"mode": 3}),
+        if_version: Some(v),
+    };
+    assert!(matches!(
+        o.apply(vec![put(v)]).0[0],
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(
+        o.apply(vec![put(real)]).0[0].is_ok(),
+        "the cluster's version"
+    );
+    // A delete of an inode without a slot is taken as done and sent.
+    let del = BulkOp::Delete {
+        index: Idx::Inodes,
+        id: "33".into(),
+        if_version: None,
+    };
+    assert!(o.apply(vec![del]).0[0].is_ok());
+    assert_eq!(o.outgoing().ops.len(), 2);
+}
+
+#[test]
+fn reads_kept_past_the_budget_leave_oldest_first() {
+    let mut o = budgeted(usize::MAX);
+    let doc = |i: u64| Doc {
+        id: format!("{i}"),
+        version: Version {
+            seq_no: i,
+            primary_term: 1,
+        },
+        source: json!({"kind": "file", "size": i}),
+    };
+    for i in 0..50 {
+        o.remember(
+            vec![(Idx::Inodes, i.to_string())],
+            vec![Some(doc(i))],
+            false,
+        );
+    }
+    let one = o.budget.held / 50;
+    o.set_budget(10 * one);
+    assert!((9..=10).contains(&o.slots.len()), "{} kept", o.slots.len());
+    assert!(o.slots.contains_key(&(Idx::Inodes, "49".into())));
+    // Kept reads are read from memory, with the cluster's version.
+    assert_eq!(
+        o.get(Idx::Inodes, "45", false)
+            .unwrap()
+            .unwrap()
+            .version
+            .seq_no,
+        45
+    );
+    assert_eq!(o.get(Idx::Inodes, "1", false), None);
+}
