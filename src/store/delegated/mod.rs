@@ -630,36 +630,31 @@ fn listed_dir(req: &SearchRequest) -> Option<u64> {
     parent_term(&req.query)
 }
 
-/// The `parent` a query of terms names.
-fn parent_term(query: &Query) -> Option<u64> {
-    let terms: Vec<&Query> = match query {
-        Query::Term { .. } => vec![query],
+/// The clauses of a query that is a term, or a conjunction of clauses.
+fn clauses(query: &Query) -> Option<Vec<&Query>> {
+    match query {
+        Query::Term { .. } => Some(vec![query]),
         Query::Bool {
             must,
             must_not,
             should,
-        } if must_not.is_empty() && should.is_empty() => must.iter().collect(),
-        _ => return None,
-    };
-    terms.iter().find_map(|t| match t {
+        } if must_not.is_empty() && should.is_empty() => Some(must.iter().collect()),
+        _ => None,
+    }
+}
+
+/// The `parent` a query of terms names.
+fn parent_term(query: &Query) -> Option<u64> {
+    clauses(query)?.iter().find_map(|t| match t {
         Query::Term { field, value } if field == "parent" => value.as_u64(),
         _ => None,
     })
 }
 
 fn children_of<'a>(overlay: &'a Overlay, query: &Query, brief: bool) -> Option<Vec<Child<'a>>> {
-    let terms: Vec<&Query> = match query {
-        Query::Term { .. } => vec![query],
-        Query::Bool {
-            must,
-            must_not,
-            should,
-        } if must_not.is_empty() && should.is_empty() => must.iter().collect(),
-        _ => return None,
-    };
     let mut parent = None;
     let mut rest = Vec::new();
-    for t in terms {
+    for t in clauses(query)? {
         let Query::Term { field, value } = t else {
             return None;
         };

@@ -134,6 +134,13 @@ fn slot_weight(key: &Key, slot: &Slot) -> usize {
     FIXED + 2 * key.1.len() + doc + path
 }
 
+/// A slot's state changed in place: its weight, and the bytes `held`, follow.
+fn reweigh(held: &mut usize, key: &Key, slot: &mut Slot) {
+    *held -= slot.weight;
+    slot.weight = slot_weight(key, slot);
+    *held += slot.weight;
+}
+
 /// The directory an entry id (`<parent>/<name>`) is in.
 pub(crate) fn parent_of(id: &str) -> Option<u64> {
     id.split_once('/').and_then(|(p, _)| p.parse().ok())
@@ -445,9 +452,7 @@ impl Overlay {
         }
         if left {
             slot.brief = true;
-            self.budget.held -= slot.weight;
-            slot.weight = slot_weight(key, slot);
-            self.budget.held += slot.weight;
+            reweigh(&mut self.budget.held, key, slot);
         }
         left
     }
@@ -468,9 +473,7 @@ impl Overlay {
             }
         }
         slot.brief = false;
-        self.budget.held -= slot.weight;
-        slot.weight = slot_weight(key, slot);
-        self.budget.held += slot.weight;
+        reweigh(&mut self.budget.held, key, slot);
     }
 
     /// The overlay's budget in bytes ([`DEFAULT_BUDGET`] unless set).
@@ -564,9 +567,7 @@ impl Overlay {
             d["dir"] = Value::String(dir);
             d["path"] = Value::String(path.clone());
             self.paths.insert((path, key.1.clone()));
-            self.budget.held -= slot.weight;
-            slot.weight = slot_weight(&key, slot);
-            self.budget.held += slot.weight;
+            reweigh(&mut self.budget.held, &key, slot);
             slot.stamp = 0;
             slot.local = Some(next_local(&mut self.next, slot.base));
             if !slot.dirty {
