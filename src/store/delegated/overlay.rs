@@ -228,8 +228,9 @@ pub(crate) struct Overlay {
     paths: BTreeSet<(String, String)>,
     /// Dirty keys in the order they turned dirty (a flush sends them so).
     dirty: Vec<Key>,
-    /// Directories made under the delegation: every name in them has a
-    /// slot, so a name without one is absent (no read to tell).
+    /// Directories made under the delegation, or read whole since
+    /// ([`Overlay::learn_whole`]): every name in them has a slot, so a
+    /// name without one is absent (no read to tell).
     complete: HashSet<u64>,
     next: u64,
     /// What bounds the slots' memory.
