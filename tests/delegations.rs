@@ -79,30 +79,30 @@ impl Setup {
         (of("esfs/fs"), of("esfs/writeback"))
     }
 
-    /// How many entries in the cluster have `path`.
-    fn paths(&self, path: &str) -> u64 {
+    /// The cluster's answer (after a refresh) to a search for the entries
+    /// at `path`.
+    fn search_path(&self, path: &str) -> serde_json::Value {
         let base = format!("{}/{}-entries", self.server.url(), self.index);
         ureq::post(format!("{base}/_refresh")).send_empty().unwrap();
-        let body: serde_json::Value = ureq::post(format!("{base}/_search"))
+        ureq::post(format!("{base}/_search"))
             .send_json(serde_json::json!({"query": {"term": {"path": path}}}))
             .unwrap()
             .body_mut()
             .read_json()
-            .unwrap();
-        body["hits"]["total"]["value"].as_u64().unwrap()
+            .unwrap()
+    }
+
+    /// How many entries in the cluster have `path`.
+    fn paths(&self, path: &str) -> u64 {
+        self.search_path(path)["hits"]["total"]["value"]
+            .as_u64()
+            .unwrap()
     }
 
     /// The `contents` (the indexed text) of the entry at `path`, once one
     /// exists; `None` if it has none.
     fn text(&self, path: &str) -> Option<String> {
-        let base = format!("{}/{}-entries", self.server.url(), self.index);
-        ureq::post(format!("{base}/_refresh")).send_empty().unwrap();
-        let body: serde_json::Value = ureq::post(format!("{base}/_search"))
-            .send_json(serde_json::json!({"query": {"term": {"path": path}}}))
-            .unwrap()
-            .body_mut()
-            .read_json()
-            .unwrap();
+        let body = self.search_path(path);
         let hit = &body["hits"]["hits"][0]["_source"];
         assert!(hit.is_object(), "no entry at {path}: {body}");
         hit["contents"].as_str().map(str::to_string)
