@@ -340,8 +340,8 @@ fn rm_rf_tree_leaves_nothing() {
 fn directory_with_10000_entries_lists_completely() {
     if test_backend() == "es" && std::env::var_os("ESFS_TEST_ES_URL").is_some() {
         // 10k creates through a mount take minutes on a real engine (each is
-        // several requests); es::a_directory_of_100k_entries_lists_completely
-        // lists a bulk-written 100k directory there instead.
+        // several requests); es::a_directory_of_30k_entries_lists_completely
+        // lists a bulk-written 30k directory there instead.
         eprintln!("directory_with_10000_entries_lists_completely: skipped on a real engine");
         return;
     }

@@ -13,7 +13,8 @@
 //!   gone. The holder looks every 400 ms while busy, every 2 s when idle
 //!   ((`recalled`)), flushes everything and deletes it ((`give_back`)).
 //! - A holder that died is handled as its locks are: once its session has
-//!   lapsed (lease and grace) the waiting mount deletes the document; what
+//!   lapsed (lease and grace), or at once if its process is gone from this
+//!   machine, the waiting mount deletes the document; what
 //!   the dead mount had not sent is in its op log, replayed by the next
 //!   delegated mount on its machine (`crate::store::delegated::replay`).
 
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::LockManager;
-use super::manager::now_ms;
+use super::manager::{now_ms, session_live};
 use crate::store::delegated::DelegatedStore;
 use crate::store::delegated::document::{DOC, give_back};
 use crate::store::{Doc, Idx, MetaStore, Query, SearchRequest, StoreError, StoreResult};
@@ -95,11 +96,9 @@ fn other_live_session(store: &dyn MetaStore, lm: &LockManager) -> StoreResult<Op
         size: 1000,
         past_own_writes: false,
     })?;
-    let now = now_ms();
     Ok(hits.into_iter().find_map(|h| {
         let owner = h.doc.source["owner"].as_str()?.to_string();
-        let expires = h.doc.source["expires"].as_i64().unwrap_or(0);
-        (owner != lm.owner() && expires > now).then_some(owner)
+        (owner != lm.owner() && session_live(&h.doc.source)).then_some(owner)
     }))
 }
 

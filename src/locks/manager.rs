@@ -5,9 +5,10 @@
 //! store), plus what the Definitive Guide leaves open: holders that die.
 //!
 //! Documents (ids):
-//! - `session/<owner>`: one per mount, `{host, pid, mount, started, expires}`,
-//!   renewed by a heartbeat. A lock whose owner's session is missing or
-//!   expired (plus a grace for clock skew) may be broken by anyone.
+//! - `session/<owner>`: one per mount, `{host, boot, pidns, pid, start, mount,
+//!   since, expires}`, renewed by a heartbeat. A lock whose owner's session
+//!   is missing or expired (plus a grace for clock skew), or whose process
+//!   is gone from this machine ([`super::process`]), may be broken by anyone.
 //! - `global`: the global lock (create-if-absent; delete to release).
 //! - `doc/<id>`: a document lock; the same owner re-locking is a no-op.
 //! - `tree/<path>`: a tree lock on a path, `{type: shared, count, holders:
@@ -28,6 +29,7 @@
 //! shard, so a bulk's items are applied in order: a caller may put its own
 //! lock-index items (a finished intent's delete) before the releases.
 
+use super::process;
 use crate::store::{
     BulkItemResult, BulkOp, Caller, Idx, MetaStore, Query, StoreError, StoreResult, Version, scan,
 };
@@ -61,6 +63,14 @@ pub enum LockError {
     Timeout(String, Duration),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Whether the mount of session document `doc` is alive: its lease, plus
+/// grace, not lapsed, and its process still running if it ran on this
+/// machine (a mount killed here is dead at once: see [`process`]).
+pub(crate) fn session_live(doc: &Value) -> bool {
+    doc["expires"].as_i64().unwrap_or(0) + GRACE.as_millis() as i64 > now_ms()
+        && !process::died_here(doc)
 }
 
 pub fn now_ms() -> i64 {
@@ -208,11 +218,13 @@ impl LockManager {
                 next_token: AtomicU64::new(1),
             }),
         });
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        let doc = json!({
-            "type": "session", "owner": owner, "host": host.trim(), "pid": std::process::id(),
+        let mut doc = json!({
+            "type": "session", "owner": owner,
             "mount": mount, "since": now_ms(), "expires": now_ms() + LEASE.as_millis() as i64,
         });
+        if let (Some(d), Value::Object(at)) = (doc.as_object_mut(), process::here()) {
+            d.extend(at);
+        }
         let v = m
             .store
             .put(Idx::Locks, &format!("session/{owner}"), &doc, None)?;
@@ -327,9 +339,7 @@ impl LockManager {
         }
         Ok(
             match self.store.get(Idx::Locks, &format!("session/{owner}"))? {
-                Some(d) => {
-                    d.source["expires"].as_i64().unwrap_or(0) + GRACE.as_millis() as i64 > now_ms()
-                }
+                Some(d) => session_live(&d.source),
                 None => false,
             },
         )
@@ -973,9 +983,7 @@ impl LockManager {
             return false;
         }
         let id = format!("session/{owner}");
-        docs.iter().any(|(i, _, d)| {
-            *i == id && d["expires"].as_i64().unwrap_or(0) + GRACE.as_millis() as i64 > now_ms()
-        })
+        docs.iter().any(|(i, _, d)| *i == id && session_live(d))
     }
 
     /// What dead mounts left in a listing of the lock documents: expired

@@ -19,6 +19,7 @@
 
 pub(crate) mod delegation;
 pub mod manager;
+mod process;
 
 pub use manager::{LockError, LockManager, TreeGuard};
 
