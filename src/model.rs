@@ -269,6 +269,29 @@ pub struct Entry {
     pub xattrs: Vec<String>,
 }
 
+/// The fields every entry has (the rest are optional: `contents`,
+/// `indexed`, `text_mtime_ns`, `xattrs`).
+pub const ENTRY_ALWAYS: [&str; 12] = [
+    "parent", "name", "path", "dir", "ino", "kind", "cookie", "size", "mtime", "mode", "uid", "gid",
+];
+
+/// Whether `source`, an entry's brief source rebuilt from the index's
+/// columns (Elasticsearch's doc values), holds everything its stored
+/// source would: a keyword longer than the index keeps (a path of more than
+/// 8191 characters) has no column, and an entry indexed before
+/// `text_mtime_ns` became a column lacks it.
+pub fn entry_columns_whole(source: &serde_json::Value) -> bool {
+    ENTRY_ALWAYS.iter().all(|k| source.get(k).is_some())
+        && (source.get("indexed").is_none() || source.get("text_mtime_ns").is_some())
+}
+
+/// The id of the entry whose (rebuilt) source is `source`.
+pub fn entry_id_of(source: &serde_json::Value) -> Option<String> {
+    let parent = source.get("parent")?.as_u64()?;
+    let name = source.get("name")?.as_str()?;
+    Some(entry_id(parent, &decode_cow(name)))
+}
+
 pub const INDEXED_TEXT: &str = "text";
 pub const INDEXED_BINARY: &str = "binary";
 pub const INDEXED_TOO_LARGE: &str = "too_large";
@@ -427,6 +450,34 @@ pub fn ns_of(t: SystemTime) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An entry rebuilt from columns names its id as the stored one does
+    /// (a name that is not UTF-8 included), and is whole only with every
+    /// field an entry always has, and the text's mtime when it was indexed.
+    #[test]
+    fn entries_rebuilt_from_columns() {
+        let raw = b"caf\xe9";
+        let name = encode_bytes(raw);
+        let mut v = serde_json::json!({
+            "parent": 3, "name": name, "path": join_path("/d", &name), "dir": "/d",
+            "ino": 7, "kind": "file", "cookie": 9, "size": 0, "mtime": 0, "mode": 420,
+            "uid": 0, "gid": 0,
+        });
+        serde_json::from_value::<Entry>(v.clone()).expect("an entry");
+        assert_eq!(entry_id_of(&v), Some(entry_id(3, raw)));
+        assert!(entry_columns_whole(&v));
+        v["indexed"] = INDEXED_TEXT.into();
+        assert!(
+            !entry_columns_whole(&v),
+            "indexed, without the text's mtime"
+        );
+        v["text_mtime_ns"] = 5.into();
+        assert!(entry_columns_whole(&v));
+        v.as_object_mut().unwrap().remove("path");
+        assert!(!entry_columns_whole(&v), "a path too long for its column");
+        v.as_object_mut().unwrap().remove("parent");
+        assert_eq!(entry_id_of(&v), None);
+    }
 
     #[test]
     fn names_round_trip() {

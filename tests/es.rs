@@ -607,3 +607,66 @@ fn du_counts_the_chunks_a_sparse_file_stores() {
     let mut m = c.mount(&c.index(), &[]);
     check_sparse_blocks(&mut m);
 }
+
+/// A brief read of many entries (a listing, a rename's scan, a directory
+/// read whole) takes their fields from the index's columns (doc values),
+/// and a keyword longer than a column keeps (8191 characters) has none:
+/// an entry whose path is longer is read again from its source. A
+/// directory renamed above such paths rebases them all.
+#[test]
+fn a_rename_rebases_paths_longer_than_the_index_keeps_in_columns() {
+    let c = Cluster::new();
+    let index = c.index();
+    let m = c.mount(&index, &[]);
+    // 40 levels of 250-character names: the deepest paths pass 10 000
+    // characters (relative steps: one syscall's path stops at 4096 bytes).
+    sh_ok(
+        m.path(),
+        "mkdir top && cd top && d=$(printf 'd%.0s' $(seq 250)) && \
+         for i in $(seq 40); do mkdir $d && cd $d; done && echo deep > deepfile",
+    );
+    sh_ok(m.path(), "mv top moved");
+    let (_, found, _) = sh(m.path(), "find moved -name deepfile | wc -l");
+    assert_eq!(found.trim(), "1");
+    let agent = ureq::agent();
+    agent
+        .post(&format!("{}/{index}-entries/_refresh", c.url))
+        .send_empty()
+        .unwrap();
+    let v: serde_json::Value = agent
+        .post(&format!("{}/{index}-entries/_search", c.url))
+        .send_json(json!({"query": {"term": {"name": "deepfile"}}}))
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    let path = v["hits"]["hits"][0]["_source"]["path"].as_str().unwrap();
+    assert!(path.len() > 10_000, "{}", path.len());
+    assert!(path.starts_with("/moved/d") && path.ends_with("/deepfile"));
+}
+
+/// An index made before a field was declared gains it at the next mount
+/// (a mapping only grows, so mounts of the earlier version go on using it).
+#[test]
+fn a_mount_maps_the_fields_declared_since_the_index_was_made() {
+    let c = Cluster::new();
+    let index = c.index();
+    let mut body = esfs::store::es::index_body(esfs::store::Idx::Entries, 0);
+    let props = body["mappings"]["properties"].as_object_mut().unwrap();
+    assert!(props.remove("text_mtime_ns").is_some());
+    let agent = ureq::agent();
+    let entries = format!("{}/{index}-entries", c.url);
+    agent.put(&entries).send_json(&body).unwrap();
+    let m = c.mount(&index, &[]);
+    sh_ok(m.path(), "echo x > f && ls -l f");
+    let v: serde_json::Value = agent
+        .get(&format!("{entries}/_mapping"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    let props = &v[format!("{index}-entries")]["mappings"]["properties"];
+    assert_eq!(props["text_mtime_ns"], json!({"type": "long"}));
+    assert_eq!(props["name"]["type"], "keyword");
+}

@@ -244,6 +244,8 @@ pub(crate) struct HitOpts<'a> {
     pub version: bool,
     /// `stored_fields`: rendered as `fields`; `_none_` also leaves out `_id`.
     pub stored: Option<&'a [String]>,
+    /// `docvalue_fields` (name, format): rendered in `fields` too.
+    pub docvalues: &'a [(String, Option<String>)],
 }
 
 pub(crate) fn hit_json(
@@ -282,13 +284,15 @@ pub(crate) fn hit_json(
             s.push_str(&v.to_string());
         }
     }
+    let mut fields = Map::new();
     if let Some(names) = o.stored {
         let source: Value = serde_json::from_str(&h.doc.source).unwrap_or(Value::Null);
-        let fields = t.mapping.stored_fields(&source, names);
-        if !fields.is_empty() {
-            s.push_str(",\"fields\":");
-            s.push_str(&Value::Object(fields).to_string());
-        }
+        fields = t.mapping.stored_fields(&source, names);
+    }
+    fields.extend(t.mapping.docvalue_fields(&h.doc.indexed, o.docvalues));
+    if !fields.is_empty() {
+        s.push_str(",\"fields\":");
+        s.push_str(&Value::Object(fields).to_string());
     }
     if let Some(k) = sort {
         s.push_str(",\"sort\":");
@@ -382,6 +386,7 @@ pub(crate) fn top_hits(
                     seqno,
                     version,
                     stored: None,
+                    docvalues: &[],
                 },
             );
             serde_json::from_str(&s).unwrap_or(Value::Null)

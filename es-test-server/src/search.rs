@@ -40,6 +40,8 @@ pub(crate) struct SearchReq {
     pub total_as_int: bool,
     /// `stored_fields`: the stored fields returned as `fields`; `_none_` leaves out `_id` too.
     pub stored_fields: Option<Vec<String>>,
+    /// `docvalue_fields`: each field's name and `format`, returned in `fields`.
+    pub docvalue_fields: Vec<(String, Option<String>)>,
 }
 
 /// An integer URL parameter, refused as Elasticsearch refuses it.
@@ -76,6 +78,41 @@ fn stored_fields_json(v: &Value) -> EsResult<Vec<String>> {
             json_token(other)
         ))),
     }
+}
+
+/// `docvalue_fields` in a search body: names, or `{"field", "format"}` objects. Patterns
+/// (`*`) are not implemented.
+fn docvalue_fields_json(v: &Value) -> EsResult<Vec<(String, Option<String>)>> {
+    let items = v.as_array().ok_or_else(|| {
+        EsError::parsing(format!(
+            "[search_source] docvalue_fields doesn't support values of type: {}",
+            json_token(v)
+        ))
+    })?;
+    let mut out = Vec::new();
+    for item in items {
+        let (name, format) = match item {
+            Value::String(n) => (n.clone(), None),
+            Value::Object(o) => match o.get("field").and_then(Value::as_str) {
+                Some(n) => (
+                    n.to_string(),
+                    o.get("format").and_then(Value::as_str).map(str::to_string),
+                ),
+                None => return Err(EsError::parsing("[field_and_format] required [field]")),
+            },
+            other => {
+                return Err(EsError::parsing(format!(
+                    "[search_source] docvalue_fields doesn't support values of type: {}",
+                    json_token(other)
+                )));
+            }
+        };
+        if name.contains('*') {
+            return Err(EsError::unsupported("patterns in [docvalue_fields]"));
+        }
+        out.push((name, format));
+    }
+    Ok(out)
 }
 
 impl SearchReq {
@@ -124,6 +161,7 @@ impl SearchReq {
             pit: None,
             total_as_int: false,
             stored_fields: None,
+            docvalue_fields: Vec::new(),
         };
         let mut source_explicit = false;
         if let Some(body) = body {
@@ -163,6 +201,7 @@ impl SearchReq {
                 *source_explicit = true;
             }
             "stored_fields" => self.stored_fields = Some(stored_fields_json(v)?),
+            "docvalue_fields" => self.docvalue_fields = docvalue_fields_json(v)?,
             "track_total_hits" => self.track_total = track_total_json(v)?,
             "seq_no_primary_term" => self.seq_no_primary_term = v.as_bool().unwrap_or(false),
             "version" => self.version = v.as_bool().unwrap_or(false),
@@ -192,8 +231,8 @@ impl SearchReq {
                 }
             }
             "highlight" | "collapse" | "rescore" | "suggest" | "knn" | "script_fields"
-            | "docvalue_fields" | "fields" | "runtime_mappings" | "slice" | "indices_boost"
-            | "rank" | "retriever" | "ext" => {
+            | "fields" | "runtime_mappings" | "slice" | "indices_boost" | "rank" | "retriever"
+            | "ext" => {
                 return Err(EsError::unsupported(&format!("[{k}] in search requests")));
             }
             other => {
@@ -572,6 +611,13 @@ pub(crate) fn execute(
     check_window(targets, req)?;
     let plan = plan_sort(req, targets, pit)?;
     let index = targets.first().map(|t| t.name.as_str());
+    for t in targets {
+        for (name, _) in &req.docvalue_fields {
+            t.mapping
+                .check_docvalue_field(&t.name, name)
+                .map_err(|e| shard_failure(e, index))?;
+        }
+    }
     let all = find_matches(targets, req.query.as_ref(), req.min_score)?;
     let aggs = match &req.aggs {
         Some(a) => Some(crate::aggs::run(a, targets, &all).map_err(|e| shard_failure(e, index))?),
@@ -599,6 +645,7 @@ pub(crate) fn execute(
         seqno: req.seq_no_primary_term,
         version: req.version,
         stored: req.stored_fields.as_deref(),
+        docvalues: &req.docvalue_fields,
     };
     let hits: Vec<String> = top_matches(&matches, &keys, &plan, req.from + req.size)
         .into_iter()

@@ -1580,3 +1580,52 @@ fn date_numbers_are_read_with_the_field_format() {
         ]
     );
 }
+
+/// `docvalue_fields`, as Elasticsearch 9.5.3 answers them (asked of it with this very
+/// mapping and document): keywords sorted and unique (none over `ignore_above`), numbers
+/// sorted with duplicates, dates in the requested format (else the field's; a field asked
+/// twice takes the last format), with `stored_fields: _none_` no `_id`; a text field or one
+/// without doc values fails the search.
+#[test]
+fn search_with_docvalue_fields() {
+    let es = start();
+    es.put(
+        "/dv",
+        r#"{"mappings":{"properties":{"k":{"type":"keyword","ignore_above":5},"n":{"type":"long"},"d":{"type":"date","format":"epoch_millis"},"e":{"type":"date"},"b":{"type":"boolean"},"t":{"type":"text"},"x":{"type":"keyword","doc_values":false}}}}"#,
+    );
+    let doc = r#"{"k":["b","a","b","toolong"],"n":[3,1,3],"d":1795855523467,"e":"2024-01-02T03:04:05.006Z","b":true,"t":"hello","x":"y"}"#;
+    assert_eq!(es.put("/dv/_doc/1?refresh=true", doc).0, 201);
+    let (s, v) = es.post(
+        "/dv/_search",
+        r#"{"_source":false,"stored_fields":"_none_","seq_no_primary_term":true,"docvalue_fields":["k","n","d","e","b","missing",{"field":"d","format":"epoch_second"},{"field":"e","format":"epoch_millis"}]}"#,
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["hits"]["hits"][0],
+        json!({"_index":"dv","_seq_no":0,"_primary_term":1,"_score":1.0,"fields":{"b":[true],"d":["1795855523.467"],"e":["1704164645006"],"k":["a","b"],"n":[1,3,3]}})
+    );
+    let (_, v) = es.post(
+        "/dv/_search",
+        r#"{"_source":false,"docvalue_fields":["d","e"]}"#,
+    );
+    assert_eq!(
+        v["hits"]["hits"][0]["fields"],
+        json!({"d":["1795855523467"],"e":["2024-01-02T03:04:05.006Z"]})
+    );
+    let text = "Fielddata is disabled on [t] in [dv]. Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [t] in order to load field data by uninverting the inverted index. Note that this can use significant memory.";
+    let (s, v) = es.post("/dv/_search", r#"{"docvalue_fields":["t"]}"#);
+    assert_eq!(
+        (s, &v["error"]["root_cause"][0]["reason"]),
+        (400, &json!(text))
+    );
+    let (s, v) = es.post("/dv/_search", r#"{"docvalue_fields":["x"]}"#);
+    assert_eq!(
+        (s, &v["error"]["root_cause"][0]["reason"]),
+        (
+            400,
+            &json!(
+                "Can't load fielddata on [x] because fielddata is unsupported on fields of type [keyword]. Use doc values instead."
+            )
+        )
+    );
+}

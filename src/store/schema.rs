@@ -128,6 +128,10 @@ pub(crate) const ENTRY_FIELDS: &[Field] = &[
     // indexed yet), and its xattrs as "name=value" / "name" keywords.
     f("contents", Text),
     f("indexed", Keyword),
+    // The inode's mtime (ns) the text was taken at: a column so a brief
+    // read of an entry from the index's columns has it (Elasticsearch
+    // reads a brief listing from doc values, see `store::es::query`).
+    f("text_mtime_ns", Long),
     f("xattrs", Keywords),
 ];
 

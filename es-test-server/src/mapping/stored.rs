@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::document::number_as_i64;
+use super::document::{FV, Indexed, number_as_i64};
 use super::{FType, FieldInfo, Mapping};
 use crate::error::{EsError, EsResult};
 use crate::time;
@@ -39,6 +39,83 @@ impl Mapping {
                 .into_iter()
                 .filter_map(|v| stored_value(info, v))
                 .collect();
+            if !values.is_empty() {
+                out.insert(name.clone(), Value::Array(values));
+            }
+        }
+        out
+    }
+
+    /// Checks a `docvalue_fields` entry as Elasticsearch does: a text field has no doc
+    /// values (unless `fielddata`), nor a field mapped with `doc_values: false`. An unmapped
+    /// field is no error (it has no values).
+    pub(crate) fn check_docvalue_field(&self, index: &str, name: &str) -> EsResult<()> {
+        let Some(info) = self.field(name) else {
+            return Ok(());
+        };
+        if info.ty == FType::Text && !info.fielddata {
+            return Err(EsError::bad_request(format!(
+                "Fielddata is disabled on [{name}] in [{index}]. Text fields are not optimised \
+                 for operations that require per-document field \
+                 data like aggregations and sorting, so these operations are disabled by default. \
+                 Please use a keyword field instead. Alternatively, set fielddata=true on \
+                 [{name}] in order to load field data by uninverting the inverted index. Note \
+                 that this can use significant memory."
+            )));
+        }
+        if !info.doc_values || info.ty == FType::Binary {
+            return Err(EsError::bad_request(format!(
+                "Can't load fielddata on [{name}] because fielddata is unsupported on fields of \
+                 type [{}]. Use doc values instead.",
+                info.ty.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The `fields` object for `docvalue_fields` (each a name and an optional `format`): the
+    /// values as the columns keep them. Keywords sorted and unique, numbers sorted, dates
+    /// printed with the requested format (else the field's), booleans as booleans; fields
+    /// without values left out. Names were checked by `check_docvalue_field`.
+    pub(crate) fn docvalue_fields(
+        &self,
+        indexed: &Indexed,
+        req: &[(String, Option<String>)],
+    ) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (name, format) in req {
+            let Some(info) = self.field(name) else {
+                continue;
+            };
+            let values: Vec<Value> = match indexed.get(info.id) {
+                Some(FV::Kw(v)) => {
+                    let mut v: Vec<&str> = v.iter().map(|s| &**s).collect();
+                    v.sort_unstable();
+                    v.dedup();
+                    v.into_iter().map(|s| json!(s)).collect()
+                }
+                Some(FV::Long(v)) => {
+                    let mut v = v.clone();
+                    v.sort_unstable();
+                    let unit = if info.ty == FType::Date { 1_000_000 } else { 1 };
+                    let fmt = format.as_deref().unwrap_or(&info.format);
+                    v.into_iter()
+                        .map(|x| match info.ty {
+                            FType::Boolean => json!(x != 0),
+                            FType::Date | FType::DateNanos => {
+                                json!(time::format_nanos(x as i128 * unit, fmt))
+                            }
+                            _ => json!(x),
+                        })
+                        .collect()
+                }
+                Some(FV::Double(v)) => {
+                    let mut v = v.clone();
+                    v.sort_unstable_by(f64::total_cmp);
+                    v.into_iter().map(|x| json!(x)).collect()
+                }
+                _ => Vec::new(),
+            };
             if !values.is_empty() {
                 out.insert(name.clone(), Value::Array(values));
             }

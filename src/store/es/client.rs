@@ -30,12 +30,19 @@ pub(super) fn version_of(v: &Value) -> Option<Version> {
     })
 }
 
-pub(super) fn doc_of(v: &Value) -> StoreResult<Doc> {
+/// The document a get, an `_mget` item or a hit holds, its source taken
+/// out of `v` (not copied: a page of answers holds thousands).
+pub(super) fn doc_of(v: &mut Value) -> StoreResult<Doc> {
+    let version =
+        version_of(v).ok_or_else(|| StoreError::Other(format!("response without _seq_no: {v}")))?;
+    let id = match v["_id"].take() {
+        Value::String(s) => s,
+        _ => String::new(),
+    };
     Ok(Doc {
-        id: v["_id"].as_str().unwrap_or_default().to_string(),
-        version: version_of(v)
-            .ok_or_else(|| StoreError::Other(format!("response without _seq_no: {v}")))?,
-        source: v["_source"].clone(),
+        id,
+        version,
+        source: v["_source"].take(),
     })
 }
 

@@ -7,7 +7,9 @@ use super::client::reason;
 use crate::store::schema::{Field, FieldType, Idx};
 use crate::store::*;
 use elasticsearch::cluster::ClusterHealthParts;
-use elasticsearch::indices::{IndicesCreateParts, IndicesExistsParts, IndicesGetMappingParts};
+use elasticsearch::indices::{
+    IndicesCreateParts, IndicesExistsParts, IndicesGetMappingParts, IndicesPutMappingParts,
+};
 use serde_json::{Value, json};
 
 /// Version of the index layout; a mount refuses indices with another one.
@@ -205,6 +207,38 @@ impl EsStore {
                 "index {name} was not created by this esfs (mapping format {}, expected {MAPPING_FORMAT}); \
                  use another --index or delete it",
                 format.map_or("none".to_string(), |f| f.to_string())
+            )));
+        }
+        self.add_missing_fields(idx, name, &resp[name]["mappings"]["properties"])
+    }
+
+    /// Map the fields declared since the index was made (a mapping only
+    /// grows, so mounts of earlier versions go on using it). Its documents
+    /// have them once written again; until then a read that needs one reads
+    /// the document's source instead (see `query::columns`).
+    fn add_missing_fields(&self, idx: Idx, name: &str, props: &Value) -> StoreResult<()> {
+        let missing: serde_json::Map<String, Value> = idx
+            .fields()
+            .iter()
+            .filter(|f| props.get(f.name).is_none())
+            .map(|f| (f.name.to_string(), field_mapping(f)))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let body = &json!({ "properties": missing });
+        let (status, resp) = self.call(|c| async move {
+            c.indices()
+                .put_mapping(IndicesPutMappingParts::Index(&[name]))
+                .body(body.clone())
+                .send()
+                .await
+        })?;
+        if status != 200 {
+            return Err(StoreError::Other(format!(
+                "adding fields {:?} to the mapping of {name}: {}",
+                missing.keys().collect::<Vec<_>>(),
+                reason(&resp)
             )));
         }
         Ok(())

@@ -463,7 +463,7 @@ impl EsStore {
         let name = name.as_str();
         let excludes = if brief { text_fields(index) } else { vec![] };
         let excludes = &excludes;
-        let (status, body) = self.call(|c| async move {
+        let (status, mut body) = self.call(|c| async move {
             let mut req = c.get(GetParts::IndexId(name, id));
             if !excludes.is_empty() {
                 req = req._source_excludes(excludes);
@@ -471,7 +471,7 @@ impl EsStore {
             req.send().await
         })?;
         match status {
-            200 => Ok(Some(doc_of(&body)?)),
+            200 => Ok(Some(doc_of(&mut body)?)),
             404 if body["found"] == false => Ok(None),
             _ => Err(error_of(status, &body, id)),
         }
@@ -492,7 +492,7 @@ impl EsStore {
         body: &Value,
         n: usize,
     ) -> StoreResult<Vec<Option<Doc>>> {
-        let (status, resp) = self.call(|c| async move {
+        let (status, mut resp) = self.call(|c| async move {
             let parts = match index {
                 Some(name) => MgetParts::Index(name),
                 None => MgetParts::None,
@@ -502,19 +502,22 @@ impl EsStore {
         if status != 200 {
             return Err(error_of(status, &resp, "_mget"));
         }
-        let docs = resp["docs"].as_array().cloned().unwrap_or_default();
+        let docs = match resp["docs"].take() {
+            Value::Array(docs) => docs,
+            _ => Vec::new(),
+        };
         if docs.len() != n {
             return Err(StoreError::Other(format!(
                 "mget answered {} docs for {n} ids",
                 docs.len(),
             )));
         }
-        docs.iter()
-            .map(|d| {
+        docs.into_iter()
+            .map(|mut d| {
                 if d["found"] == true {
-                    doc_of(d).map(Some)
+                    doc_of(&mut d).map(Some)
                 } else if d.get("error").is_some() {
-                    Err(StoreError::Other(reason(d)))
+                    Err(StoreError::Other(reason(&d)))
                 } else {
                     Ok(None)
                 }
@@ -783,7 +786,7 @@ impl MetaStore for EsStore {
                     body["search_after"] = json!(a);
                 }
                 let b = &body;
-                let (status, resp) = self.call(|c| async move {
+                let (status, mut resp) = self.call(|c| async move {
                     c.search(SearchParts::None).body(b.clone()).send().await
                 })?;
                 if status != 200 {
@@ -792,13 +795,12 @@ impl MetaStore for EsStore {
                 if let Some(id) = resp["pit_id"].as_str() {
                     pit = id.to_string();
                 }
-                let raw: Vec<Value> = resp["hits"]["hits"].as_array().cloned().unwrap_or_default();
-                let n = raw.len();
+                let mut hits = Self::hits_of(&mut resp, 0)?;
+                let n = hits.len();
                 if n == 0 {
                     return Ok(());
                 }
-                let next = raw[n - 1]["sort"].as_array().cloned();
-                let mut hits = Self::hits_of(&resp, 0)?;
+                let next = Some(hits[n - 1].sort.clone());
                 for h in &mut hits {
                     h.sort.truncate(sort.len());
                 }
