@@ -792,6 +792,28 @@ impl OpenFiles {
     /// One name of `ino` is gone: drop the link; at zero links delete the
     /// inode, unless it is still in use (then the last close or forget does).
     pub(super) fn drop_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
+        self.drop_link_keeping(ino, parent, ename, false)
+    }
+
+    /// [`OpenFiles::drop_link`] of a name a rename replaced: the inode also
+    /// stays while the kernel holds it (until its forget), on every store.
+    /// A rename over a name must never fail an open(2) of that name, and a
+    /// process whose path walk found the old inode just before the rename
+    /// opens that inode: deleted at once, the open gets ESTALE, and the
+    /// kernel's one retry can race the next rename over the same name (a
+    /// program replacing a file in a loop while others read it; seen with
+    /// contents in S3 under the delegation).
+    pub(super) fn drop_replaced_link(&self, ino: u64, parent: u64, ename: &str) -> FsResult<()> {
+        self.drop_link_keeping(ino, parent, ename, true)
+    }
+
+    fn drop_link_keeping(
+        &self,
+        ino: u64,
+        parent: u64,
+        ename: &str,
+        keep_held: bool,
+    ) -> FsResult<()> {
         let now = now_ns();
         // An open handle, or the kernel's reference, keeps an unlinked inode
         // alive until the forget: a directory may be a process's cwd, and in
@@ -805,13 +827,14 @@ impl OpenFiles {
         let (open, dying) = {
             let states = self.open.lock(); // held while marking: see register
             let open = states.contains_key(&ino);
-            let dying = !open && !self.single_writer;
+            let held = keep_held && self.refs.kernel_holds(ino);
+            let dying = !open && !held && !self.single_writer;
             if dying {
                 self.refs.dying(ino);
             }
             (open, dying)
         };
-        let r = self.drop_link_marked(ino, parent, ename, open, now);
+        let r = self.drop_link_marked(ino, parent, ename, open, keep_held, now);
         if dying {
             // Under the open lock, as the mark was made: an open that read
             // the inode before its deletion sees it in `gone` instead.
@@ -828,10 +851,14 @@ impl OpenFiles {
         parent: u64,
         ename: &str,
         open: bool,
+        keep_held: bool,
         now: i64,
     ) -> FsResult<Fate> {
         let referenced = open || self.refs.kernel_holds(ino);
-        let keep_file = if self.single_writer { referenced } else { open };
+        let keep_file = match self.single_writer || keep_held {
+            true => referenced,
+            false => open,
+        };
         // Known before the write, so a release or forget racing it reads
         // the inode again.
         if referenced {

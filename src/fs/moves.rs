@@ -155,7 +155,7 @@ impl Moves {
         }
         // 4. The replaced inode loses that name.
         if let Some(r) = it.replaced.filter(|r| *r != e.ino) {
-            match self.files.drop_link(r, e.parent, &e.name) {
+            match self.files.drop_replaced_link(r, e.parent, &e.name) {
                 Ok(()) | Err(FsError::NotFound) => {}
                 Err(err) => return Err(err),
             }

@@ -162,9 +162,9 @@ mod tests {
     use crate::error::FsError;
     use crate::fs::{Ctx, Fs, FsConfig};
     use crate::model::{ROOT_INO, inode_id};
-    use crate::store::MetaStore;
     use crate::store::cache::CachedStore;
     use crate::store::gated::Gated;
+    use crate::store::{Idx, MetaStore};
     use std::sync::Arc;
 
     /// A getattr that read the inode just before a close persisted the
@@ -235,5 +235,48 @@ mod tests {
         fs.rename(ROOT_INO, b"tmp", ROOT_INO, b"target", 0).unwrap();
         go.send(()).unwrap();
         assert!(matches!(open.join().unwrap(), Err(FsError::Stale)));
+    }
+
+    /// A rename over a name whose inode the kernel holds (a path walk found
+    /// it) keeps that inode until the kernel forgets it, on a shared store
+    /// too: an open(2) of it racing the rename reads the old contents
+    /// rather than failing with ESTALE (whose one retry by the kernel can
+    /// race the next rename over the same name).
+    #[test]
+    fn a_renamed_over_inode_the_kernel_holds_opens_until_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Gated::open(&dir.path().join("store")));
+        let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
+        let fs = Fs::new(
+            Arc::new(CachedStore::off(store.clone())),
+            data,
+            FsConfig::default(),
+        )
+        .unwrap();
+        let (old, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"target", 0o644, 0).unwrap();
+        fs.write(old.ino, fh, 0, b"v0").unwrap();
+        fs.release(old.ino, fh).unwrap();
+        fs.remember(old.ino);
+        let (new, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"tmp", 0o644, 0).unwrap();
+        fs.write(new.ino, fh, 0, b"v1").unwrap();
+        fs.release(new.ino, fh).unwrap();
+        fs.rename(ROOT_INO, b"tmp", ROOT_INO, b"target", 0).unwrap();
+        let fh = fs.open(Ctx::ROOT, old.ino, libc::O_RDONLY).unwrap();
+        assert_eq!(fs.read(old.ino, fh, 0, 10).unwrap(), b"v0");
+        fs.release(old.ino, fh).unwrap();
+        assert!(
+            store
+                .get(Idx::Inodes, &inode_id(old.ino))
+                .unwrap()
+                .is_some()
+        );
+        fs.forget(old.ino, 1);
+        fs.write_back.pass(&fs); // which deletes forgotten orphans
+        assert!(
+            store
+                .get(Idx::Inodes, &inode_id(old.ino))
+                .unwrap()
+                .is_none()
+        );
     }
 }
