@@ -167,6 +167,15 @@ mod tests {
     use crate::store::{Idx, MetaStore};
     use std::sync::Arc;
 
+    /// An `Fs` over a store whose requests a test can stop (`Gated`: a
+    /// shared store, like Elasticsearch), contents in a local directory.
+    fn gated_fs(dir: &std::path::Path, cfg: FsConfig) -> (Arc<Gated>, Arc<Fs>) {
+        let store = Arc::new(Gated::open(&dir.join("store")));
+        let data = Arc::new(LocalDataStore::open(&dir.join("data")).unwrap());
+        let meta = Arc::new(CachedStore::off(store.clone()));
+        (store, Arc::new(Fs::new(meta, data, cfg).unwrap()))
+    }
+
     /// A getattr that read the inode just before a close persisted the
     /// file's size (and the overlay stopped) answered the older size; the
     /// kernel shrank the file to it, and the next O_APPEND write landed
@@ -174,19 +183,11 @@ mod tests {
     #[test]
     fn getattr_across_a_persist_sees_the_persisted_size() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Gated::open(&dir.path().join("store")));
-        let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
-        let fs = Arc::new(
-            Fs::new(
-                Arc::new(CachedStore::off(store.clone())),
-                data,
-                FsConfig {
-                    label: "test".into(),
-                    ..Default::default()
-                },
-            )
-            .unwrap(),
-        );
+        let cfg = FsConfig {
+            label: "test".into(),
+            ..Default::default()
+        };
+        let (store, fs) = gated_fs(dir.path(), cfg);
         let (inode, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"log", 0o644, 0).unwrap();
         let ino = inode.ino;
         fs.write(ino, fh, 0, b"line\n").unwrap();
@@ -209,17 +210,8 @@ mod tests {
     #[test]
     fn open_across_a_deletion_of_its_inode_is_stale() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Gated::open(&dir.path().join("store")));
+        let (store, fs) = gated_fs(dir.path(), FsConfig::default());
         assert!(!store.capabilities().single_writer);
-        let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
-        let fs = Arc::new(
-            Fs::new(
-                Arc::new(CachedStore::off(store.clone())),
-                data,
-                FsConfig::default(),
-            )
-            .unwrap(),
-        );
         let (old, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"target", 0o644, 0).unwrap();
         fs.write(old.ino, fh, 0, b"v0").unwrap();
         fs.release(old.ino, fh).unwrap();
@@ -245,14 +237,7 @@ mod tests {
     #[test]
     fn a_renamed_over_inode_the_kernel_holds_opens_until_forgotten() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Gated::open(&dir.path().join("store")));
-        let data = Arc::new(LocalDataStore::open(&dir.path().join("data")).unwrap());
-        let fs = Fs::new(
-            Arc::new(CachedStore::off(store.clone())),
-            data,
-            FsConfig::default(),
-        )
-        .unwrap();
+        let (store, fs) = gated_fs(dir.path(), FsConfig::default());
         let (old, fh) = fs.create(Ctx::ROOT, ROOT_INO, b"target", 0o644, 0).unwrap();
         fs.write(old.ino, fh, 0, b"v0").unwrap();
         fs.release(old.ino, fh).unwrap();
@@ -271,7 +256,7 @@ mod tests {
                 .is_some()
         );
         fs.forget(old.ino, 1);
-        fs.write_back.pass(&fs); // which deletes forgotten orphans
+        fs.write_back.pass(&*fs); // which deletes forgotten orphans
         assert!(
             store
                 .get(Idx::Inodes, &inode_id(old.ino))
