@@ -190,7 +190,7 @@ impl Checker<'_> {
             1000,
             |hits| {
                 for h in hits {
-                    match serde_json::from_value::<Inode>(h.doc.source) {
+                    match h.doc.parse::<Inode>() {
                         Ok(i) => {
                             inodes.insert(i.ino, i);
                         }
@@ -219,7 +219,7 @@ impl Checker<'_> {
             1000,
             |hits| {
                 for h in hits {
-                    match serde_json::from_value::<Entry>(h.doc.source) {
+                    match h.doc.parse::<Entry>() {
                         Ok(e) => entries.push((h.doc.id, e)),
                         Err(e) => {
                             return Err(StoreError::Other(format!("entry {}: {e}", h.doc.id)));

@@ -185,7 +185,7 @@ fn scenarios(store: Arc<dyn MetaStore>) {
     // Simulate death: the session stops being renewed and expires.
     let sid = "session/dead";
     let mut s = store.get(Idx::Locks, sid).unwrap().unwrap();
-    s.source["expires"] = json!(0);
+    std::sync::Arc::make_mut(&mut s.source)["expires"] = json!(0);
     store
         .put(Idx::Locks, sid, &s.source, Some(s.version))
         .unwrap();

@@ -114,10 +114,7 @@ impl T {
             vec![Sort::asc("cookie")],
             1000,
             |hits| {
-                out.extend(
-                    hits.into_iter()
-                        .map(|h| serde_json::from_value(h.doc.source).unwrap()),
-                );
+                out.extend(hits.into_iter().map(|h| h.doc.parse().unwrap()));
                 Ok(true)
             },
         )

@@ -209,12 +209,12 @@ fn fsck_finds_and_repairs_damage() {
         // A stale path (as a crashed rename would leave).
         let id = entry_id(b_ino, b"f");
         let mut e = s.get(Idx::Entries, &id).unwrap().unwrap();
-        e.source["path"] = json!("/old/b/f");
+        std::sync::Arc::make_mut(&mut e.source)["path"] = json!("/old/b/f");
         s.put(Idx::Entries, &id, &e.source, Some(e.version))
             .unwrap();
         // A wrong link count.
         let mut r = s.get(Idx::Inodes, &ROOT_INO.to_string()).unwrap().unwrap();
-        r.source["nlink"] = json!(9);
+        std::sync::Arc::make_mut(&mut r.source)["nlink"] = json!(9);
         s.put(Idx::Inodes, "1", &r.source, Some(r.version)).unwrap();
         // An inode nobody names, and contents nobody owns.
         s.create(Idx::Inodes, "999999", &json!({"ino": 999999, "kind": "file", "mode": 0o644, "uid": 0, "gid": 0,
@@ -353,7 +353,7 @@ fn get_entry(store: &dyn MetaStore, parent: u64, name: &[u8]) -> (Entry, Version
         .get(Idx::Entries, &entry_id(parent, name))
         .unwrap()
         .unwrap_or_else(|| panic!("no entry {name:?} in {parent}"));
-    (serde_json::from_value(doc.source).unwrap(), doc.version)
+    (doc.parse().unwrap(), doc.version)
 }
 
 fn put_entry(store: &dyn MetaStore, e: &Entry, ver: Option<Version>) {

@@ -614,7 +614,7 @@ fn get_and_mget_are_realtime(s: &dyn MetaStore) {
     let got = s.get(Idx::Entries, "1/a").unwrap().unwrap();
     assert_eq!(got.id, "1/a");
     assert_eq!(got.version, v1);
-    assert_eq!(got.source, doc(1, "a", 1));
+    assert_eq!(*got.source, doc(1, "a", 1));
 
     s.create(Idx::Entries, "1/b", &doc(1, "b", 2)).unwrap();
     let v2 = s.put(Idx::Entries, "1/a", &doc(1, "a", 3), None).unwrap();

@@ -51,8 +51,7 @@ pub(super) fn to_doc<T: serde::Serialize>(v: &T) -> Value {
 
 /// A stored document as its type, with its version.
 fn typed<T: serde::de::DeserializeOwned>(doc: Option<Doc>) -> FsResult<Option<(T, Version)>> {
-    doc.map(|d| Ok((serde_json::from_value(d.source)?, d.version)))
-        .transpose()
+    doc.map(|d| Ok((d.parse()?, d.version))).transpose()
 }
 
 /// Every item of a bulk must have succeeded. A version conflict there means
@@ -161,7 +160,7 @@ impl Docs {
             .into_iter()
             .map(|d| {
                 let d = d.ok_or(FsError::NotFound)?;
-                Ok((serde_json::from_value(d.source)?, d.version))
+                Ok((d.parse()?, d.version))
             })
             .collect()
     }
@@ -181,7 +180,7 @@ impl Docs {
             return None;
         }
         let doc = self.store.hint(Idx::Entries, &id).flatten()?;
-        serde_json::from_value(doc.source).ok()
+        doc.parse().ok()
     }
 
     // ---- directory listings kept in memory (see `crate::store::listing`) ----
@@ -255,7 +254,7 @@ impl Docs {
         let mut docs = docs.into_iter();
         let mut next = || -> FsResult<Found> {
             match docs.next().flatten() {
-                Some(d) => Ok(Some((serde_json::from_value(d.source)?, d.version))),
+                Some(d) => Ok(Some((d.parse()?, d.version))),
                 None => Ok(None),
             }
         };
@@ -371,7 +370,7 @@ impl Docs {
                 let Some(doc) = self.store.get(Idx::Entries, &id)? else {
                     continue;
                 };
-                let mut entry: Entry = serde_json::from_value(doc.source)?;
+                let mut entry: Entry = doc.parse()?;
                 if entry.ino == ino && entry.refresh_attrs(&inode) {
                     ops.push(BulkOp::Index {
                         index: Idx::Entries,
@@ -413,7 +412,7 @@ impl Docs {
                 let Some(doc) = self.store.get(Idx::Entries, &id)? else {
                     break;
                 };
-                let mut entry: Entry = serde_json::from_value(doc.source)?;
+                let mut entry: Entry = doc.parse()?;
                 if entry.ino != inode.ino || !entry.refresh_attrs(inode) {
                     break;
                 }

@@ -663,7 +663,7 @@ impl OpenFiles {
         for (&ino, doc) in inos.iter().zip(docs) {
             let unused = self.unused_orphan(ino) && !self.refs.kernel_holds(ino);
             let dir = doc
-                .and_then(|d| serde_json::from_value::<Inode>(d.source).ok())
+                .and_then(|d| d.parse::<Inode>().ok())
                 .is_some_and(|i| i.nlink == 0 && i.content.is_none());
             match unused && dir {
                 true => gone.push(ino),
@@ -926,7 +926,7 @@ impl OpenFiles {
             Ok(true)
         })?;
         for doc in orphans {
-            let inode: Inode = serde_json::from_value(doc.source)?;
+            let inode: Inode = doc.parse()?;
             log::info!("reclaiming inode {} unlinked while open", inode.ino);
             self.destroy(&inode)?;
         }

@@ -199,7 +199,7 @@ impl Intents {
                 continue;
             }
             // Take the intent over; if another mount was faster, leave it.
-            let mut mine = doc.source.clone();
+            let mut mine = serde_json::Value::clone(&doc.source);
             mine["owner"] = json!(self.lm.owner());
             match self
                 .store

@@ -568,7 +568,9 @@ impl Moves {
                 1000,
                 |hits| {
                     for h in hits {
-                        let e: Entry = serde_json::from_value(h.doc.source)
+                        let e: Entry = h
+                            .doc
+                            .parse()
                             .map_err(|e| StoreError::Other(e.to_string()))?;
                         if e.kind == Kind::Dir {
                             queue.push(e.ino);

@@ -208,7 +208,7 @@ impl WriteBack {
             let mut sent = Vec::new();
             for (&(ino, a), doc) in chunk.iter().zip(self.store.mget(Idx::Inodes, &ids)?) {
                 let Some(doc) = doc else { continue };
-                let mut inode: Inode = serde_json::from_value(doc.source)?;
+                let mut inode: Inode = doc.parse()?;
                 set(&mut inode, a)?;
                 ops.push(BulkOp::Index {
                     index: Idx::Inodes,

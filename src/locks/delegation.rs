@@ -78,7 +78,7 @@ fn hold(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
         .map(|(id, version, source)| Doc {
             id,
             version,
-            source,
+            source: source.into(),
         })
         .collect();
     d.begin_holding(owner, locks)?;
@@ -125,7 +125,7 @@ pub(crate) fn recall_others(store: &dyn MetaStore, lm: &LockManager) -> StoreRes
             continue;
         }
         if d.source["recall"].is_null() {
-            let mut s = d.source.clone();
+            let mut s = serde_json::Value::clone(&d.source);
             s["recall"] = json!({"by": lm.owner(), "at": now_ms()});
             let _ = store.put(Idx::Locks, DOC, &s, Some(d.version));
         }

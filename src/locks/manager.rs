@@ -289,7 +289,7 @@ impl LockManager {
                 let Some(d) = self.beats.get(Idx::Locks, &id)? else {
                     return Err(StoreError::NotFound(id));
                 };
-                *doc = d.source;
+                *doc = Arc::unwrap_or_clone(d.source);
                 *version = Some(d.version);
             }
             doc["expires"] = json!(now_ms() + LEASE.as_millis() as i64);
@@ -563,7 +563,7 @@ impl LockManager {
                 let Ok(Some(cur)) = self.store.get(Idx::Locks, &id) else {
                     break;
                 };
-                let mut s = cur.source;
+                let mut s = Arc::unwrap_or_clone(cur.source);
                 if s["pending"] != self.owner.as_str() {
                     break;
                 }
@@ -780,7 +780,7 @@ impl LockManager {
                     Err(e) => return Err(e.into()),
                 }
             };
-            let mut s = cur.source;
+            let mut s = Arc::unwrap_or_clone(cur.source);
             if s["type"] == "exclusive" {
                 let holder = s["owner"].as_str().unwrap_or("").to_string();
                 if self.alive(&holder)? {
@@ -822,7 +822,7 @@ impl LockManager {
                     return;
                 }
             };
-            let mut s = cur.source;
+            let mut s = Arc::unwrap_or_clone(cur.source);
             let mine = s["holders"][&self.owner].as_u64().unwrap_or(0);
             if mine == 0 || s["type"] != "shared" {
                 return;
@@ -906,7 +906,7 @@ impl LockManager {
             let Some(cur) = self.store.get(Idx::Locks, &id)? else {
                 continue;
             };
-            let mut s = cur.source.clone();
+            let mut s = Value::clone(&cur.source);
             if s["type"] == "exclusive" {
                 let holder = s["owner"].as_str().unwrap_or("").to_string();
                 if holder == self.owner {
@@ -1087,14 +1087,14 @@ impl LockManager {
         if hits.len() < PAGE {
             return Ok(hits
                 .into_iter()
-                .map(|h| (h.doc.id, h.doc.version, h.doc.source))
+                .map(|h| (h.doc.id, h.doc.version, Arc::unwrap_or_clone(h.doc.source)))
                 .collect());
         }
         let mut out = Vec::new();
         scan(store, Idx::Locks, Query::MatchAll, sort, 500, |hits| {
             out.extend(
                 hits.into_iter()
-                    .map(|h| (h.doc.id, h.doc.version, h.doc.source)),
+                    .map(|h| (h.doc.id, h.doc.version, Arc::unwrap_or_clone(h.doc.source))),
             );
             Ok(true)
         })?;

@@ -308,7 +308,7 @@ impl Inner {
         let ids: Vec<String> = inos.iter().map(|i| inode_id(*i)).collect();
         let mut files = Vec::new();
         for (ino, doc) in inos.iter().zip(self.store.mget(Idx::Inodes, &ids)?) {
-            match doc.map(|d| serde_json::from_value::<Inode>(d.source)) {
+            match doc.map(|d| d.parse::<Inode>()) {
                 Some(Ok(i)) if i.kind == Kind::File && !i.links.is_empty() => files.push(i),
                 Some(Err(e)) => log::warn!("content index: inode {ino}: {e}"),
                 _ => {}
@@ -374,7 +374,7 @@ impl Inner {
         let Some(doc) = self.store.get(Idx::Inodes, &inode_id(ino))? else {
             return Ok(vec![]);
         };
-        let inode: Inode = serde_json::from_value(doc.source)?;
+        let inode: Inode = doc.parse()?;
         if inode.kind != Kind::File || inode.links.is_empty() {
             return Ok(vec![]);
         }
@@ -401,7 +401,7 @@ impl Inner {
             let Some(edoc) = edoc else {
                 continue;
             };
-            let mut entry: Entry = serde_json::from_value(edoc.source)?;
+            let mut entry: Entry = edoc.parse()?;
             if entry.ino != ino {
                 continue;
             }

@@ -201,7 +201,7 @@ impl Target {
                 after = Some(last.sort.clone());
             }
             for h in hits {
-                out.push(serde_json::from_value(h.doc.source)?);
+                out.push(h.doc.parse()?);
             }
             if n < PAGE {
                 return Ok(out);
@@ -236,7 +236,7 @@ pub(crate) fn read_contents(
     let doc = store
         .get(Idx::Inodes, &crate::model::inode_id(ino))?
         .ok_or("inode gone")?;
-    let inode: crate::model::Inode = serde_json::from_value(doc.source)?;
+    let inode: crate::model::Inode = doc.parse()?;
     let mut buf = vec![0u8; inode.size as usize];
     if let Some(key) = &inode.content {
         data.read(key, 0, &mut buf)?;

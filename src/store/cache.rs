@@ -727,7 +727,7 @@ fn doc(id: &str, version: Version, source: Value) -> Doc {
     Doc {
         id: id.to_string(),
         version,
-        source,
+        source: source.into(),
     }
 }
 

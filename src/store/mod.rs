@@ -53,7 +53,15 @@ pub struct Version {
 pub struct Doc {
     pub id: String,
     pub version: Version,
-    pub source: Value,
+    pub source: Arc<Value>,
+}
+
+impl Doc {
+    /// Its source as a typed document, read in place (the source is shared
+    /// with the caches that handed it out: no copy).
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> serde_json::Result<T> {
+        T::deserialize(&*self.source)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -559,8 +567,7 @@ pub(crate) fn field_values(hits: Vec<Hit>, fields: &[&str]) -> Vec<Vec<Value>> {
             fields
                 .iter()
                 .map(|f| {
-                    h.doc
-                        .source
+                    Arc::make_mut(&mut h.doc.source)
                         .get_mut(*f)
                         .map(Value::take)
                         .unwrap_or_default()

@@ -30,7 +30,7 @@ impl Fs {
             // Brief: a lookup needs the inode number, not the indexed text.
             let docs = self.store.mget_docs(&keys, true)?;
             let doc = docs[0].clone().ok_or(FsError::NotFound)?;
-            let entry: Entry = serde_json::from_value(doc.source)?;
+            let entry: Entry = doc.parse()?;
             if entry.ino == old.ino {
                 self.offer_piece(entry.ino, piece, &docs[1..]);
             }
@@ -40,7 +40,7 @@ impl Fs {
             .store
             .get_brief(Idx::Entries, &id)?
             .ok_or(FsError::NotFound)?;
-        let entry: Entry = serde_json::from_value(doc.source)?;
+        let entry: Entry = doc.parse()?;
         // A small file (another mount's, as the inode is not cached): its
         // inode and first bytes in one request, so the open and read that
         // usually follow cost nothing. Best effort: the getattr reports.
@@ -78,7 +78,7 @@ impl Fs {
             return;
         };
         let key = ino.to_string();
-        if let Ok(inode) = serde_json::from_value::<Inode>(idoc.source.clone())
+        if let Ok(inode) = idoc.parse::<Inode>()
             && inode.content.as_deref() == Some(key.as_str())
         {
             let doc = docs.get(1).and_then(|d| d.as_ref());

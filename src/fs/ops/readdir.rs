@@ -225,7 +225,7 @@ impl Fs {
             let attr = if plus {
                 match attrs.get(i).cloned().flatten() {
                     Some(doc) => {
-                        let mut inode: Inode = serde_json::from_value(doc.source)?;
+                        let mut inode: Inode = doc.parse()?;
                         if !self.files.overlay(&mut inode, marks[i]) {
                             match self.files.attr(ino) {
                                 Ok(fresh) => inode = fresh,

@@ -135,7 +135,7 @@ fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
     let keys = o.rebase("/d", "/e").unwrap();
     assert_eq!(ids(Some(keys.clone())).unwrap(), vec!["20/a", "20/b"]);
     let b = at(&mut o, "20/b");
-    assert_eq!(b.source, entry("/e/b", "/e", "file", 22));
+    assert_eq!(b.source, entry("/e/b", "/e", "file", 22).into());
     assert!(b.version.seq_no > before.seq_no, "a new local version");
     assert_eq!(
         at(&mut o, "1/d-x").source["path"],
@@ -315,14 +315,14 @@ fn past_the_budget_a_files_text_leaves_before_its_entry_and_comes_back_from_a_fu
             seq_no: 9,
             primary_term: 1,
         },
-        source: cluster.clone(),
+        source: cluster.clone().into(),
     };
     let answer = o.remember(vec![(Idx::Entries, "5/f0".into())], vec![Some(read)], false);
     let answer = answer[0].clone().unwrap();
-    assert_eq!((answer.version, &answer.source), (local, &cluster));
+    assert_eq!((answer.version, &*answer.source), (local, &cluster));
     assert_eq!(
         o.get(Idx::Entries, "5/f0", false).unwrap().unwrap().source,
-        cluster
+        cluster.into()
     );
     // A whole source replaces the text: no longer brief.
     o.leave_text(&(Idx::Entries, "5/f0".to_string()));
@@ -457,7 +457,7 @@ fn the_budget_keeps_the_newest_clean_slots_and_every_dirty_one() {
             seq_no: 1,
             primary_term: 1,
         },
-        source: json!({"owner": "a"}),
+        source: json!({"owner": "a"}).into(),
     };
     o.know_locks(vec![lock]);
     o.trim();
@@ -503,7 +503,7 @@ fn an_inode_whose_slot_left_is_read_again_not_taken_for_absent() {
     let cluster = Doc {
         id: "30".into(),
         version: real,
-        source: json!({"kind": "file", "mode": 1}),
+        source: json!({"kind": "file", "mode": 1}).into(),
     };
     o.budget.grace = EVICT_GRACE;
     o.learn(keys, vec![Some(cluster)], false);
@@ -553,7 +553,7 @@ fn reads_kept_past_the_budget_leave_oldest_first() {
             seq_no: i,
             primary_term: 1,
         },
-        source: json!({"kind": "file", "size": i}),
+        source: json!({"kind": "file", "size": i}).into(),
     };
     for i in 0..50 {
         o.remember(

@@ -83,7 +83,7 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
         }
         let want = last[key].0;
         let cur = raw.get(key.0, &key.1)?;
-        let now = cur.as_ref().map(|d| &d.source);
+        let now = cur.as_ref().map(|d| &*d.source);
         if holds(now, want) || (want.state.is_none() && matches!(r, Err(StoreError::NotFound(_)))) {
             continue; // landed before the crash
         }
@@ -166,7 +166,12 @@ mod tests {
         ];
         let (sent, skipped) = replay(&store, &records).unwrap();
         assert_eq!(sent, 4, "one write per document that has one to make");
-        let get = |id: &str| store.get(Idx::Entries, id).unwrap().map(|d| d.source);
+        let get = |id: &str| {
+            store
+                .get(Idx::Entries, id)
+                .unwrap()
+                .map(|d| Value::clone(&d.source))
+        };
         assert_eq!(get("1/new"), Some(json!({"v": 3})), "the last state");
         assert_eq!(get("1/landed"), Some(json!({"v": 2})), "already there");
         assert_eq!(
@@ -208,7 +213,12 @@ mod tests {
             skipped.is_empty(),
             "1/b landed before the crash: {skipped:?}"
         );
-        let get = |id: &str| store.get(Idx::Entries, id).unwrap().map(|d| d.source);
+        let get = |id: &str| {
+            store
+                .get(Idx::Entries, id)
+                .unwrap()
+                .map(|d| Value::clone(&d.source))
+        };
         assert_eq!(
             get("1/a"),
             Some(json!({"path": "/z", "contents": "the text"}))

@@ -571,7 +571,7 @@ pub(super) fn hit_of(row: &Row<'_>, keys: &[SortKey]) -> StoreResult<Hit> {
         doc: Doc {
             id,
             version: version(seq),
-            source,
+            source: source.into(),
         },
         sort,
     })
@@ -585,7 +585,12 @@ impl Core {
             let mut hit = hit_of(row, &keys)?;
             if !brief && has_text(req.index) {
                 let rid: i64 = row.get(3).map_err(sql_err)?;
-                attach_text(tx, req.index, rid, &mut hit.doc.source)?;
+                attach_text(
+                    tx,
+                    req.index,
+                    rid,
+                    std::sync::Arc::make_mut(&mut hit.doc.source),
+                )?;
             }
             Ok(hit)
         })
@@ -735,7 +740,7 @@ impl Core {
                 let doc = Doc {
                     id,
                     version: version(seq),
-                    source: parse_source(src)?,
+                    source: parse_source(src)?.into(),
                 };
                 let score: f64 = row.get(4).map_err(sql_err)?;
                 out.last_mut().expect("bucket").hits.push((doc, score));

@@ -116,7 +116,7 @@ pub(super) fn get_doc(
             Ok(Some(Doc {
                 id: id.to_string(),
                 version: version(seq),
-                source,
+                source: source.into(),
             }))
         }
     }

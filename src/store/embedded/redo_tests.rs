@@ -120,7 +120,7 @@ fn assert_same(a: &EmbeddedStore, b: &EmbeddedStore) {
             s.mget(idx, &ids)
                 .unwrap()
                 .into_iter()
-                .map(|d| d.map(|d| d.source))
+                .map(|d| d.map(|d| Value::clone(&d.source)))
                 .collect()
         };
         assert_eq!(src(a), src(b), "{idx:?} documents differ");

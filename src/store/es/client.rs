@@ -42,7 +42,7 @@ pub(super) fn doc_of(v: &mut Value) -> StoreResult<Doc> {
     Ok(Doc {
         id,
         version,
-        source: v["_source"].take(),
+        source: v["_source"].take().into(),
     })
 }
 

@@ -433,7 +433,7 @@ impl EsStore {
             .pop()??;
         let same = match (fields, sent.as_object()) {
             (true, Some(sent)) => sent.iter().all(|(k, v)| doc.source.get(k) == Some(v)),
-            _ => &doc.source == sent,
+            _ => *doc.source == *sent,
         };
         if same {
             log::warn!("{id}: a retried write had landed before its answer was lost");

@@ -217,7 +217,7 @@ impl EsStore {
                 doc: Doc {
                     id,
                     version,
-                    source,
+                    source: source.into(),
                 },
                 sort: h["sort"].as_array().cloned().unwrap_or_default(),
             });
@@ -301,7 +301,7 @@ impl EsStore {
                         seq_no: 0,
                         primary_term: 0,
                     }),
-                    source: h["_source"].clone(),
+                    source: h["_source"].clone().into(),
                 };
                 hits.push((doc, h["_score"].as_f64().unwrap_or(0.0)));
             }
