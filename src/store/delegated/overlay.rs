@@ -135,6 +135,15 @@ fn slot_weight(key: &Key, slot: &Slot) -> usize {
     FIXED + 2 * key.1.len() + doc + path
 }
 
+/// Whether a slot holds any of its index's text fields (a brief one holds
+/// none).
+fn has_text(key: &Key, slot: &Slot) -> bool {
+    match &slot.state {
+        State::Doc(d) => !slot.brief && key.0.text_fields().any(|f| d.get(f).is_some()),
+        State::Gone => false,
+    }
+}
+
 /// A slot's state changed in place: its weight, and the bytes `held`, follow.
 fn reweigh(held: &mut usize, key: &Key, slot: &mut Slot) {
     *held -= slot.weight;
@@ -166,12 +175,17 @@ struct Budget {
     /// Clean slots, in the order they became clean (stale entries, whose
     /// stamp is no longer their slot's, are skipped).
     queue: VecDeque<Queued>,
+    /// The clean slots of [`Budget::queue`] that hold text fields, in the
+    /// same order: their text leaves before any slot leaves whole
+    /// ([`Overlay::trim_texts`]).
+    texts: VecDeque<Queued>,
     stamps: u64,
     /// The origin of [`Budget::tick`].
     epoch: Instant,
 }
 
 /// A place in the eviction queue.
+#[derive(Clone)]
 struct Queued {
     stamp: u64,
     /// When it was queued ([`Budget::tick`]).
@@ -198,6 +212,7 @@ impl Default for Budget {
             grace: EVICT_GRACE,
             held: 0,
             queue: VecDeque::new(),
+            texts: VecDeque::new(),
             stamps: 0,
             epoch: Instant::now(),
         }
@@ -379,18 +394,53 @@ impl Overlay {
         }
         self.budget.stamps += 1;
         slot.stamp = self.budget.stamps;
-        self.budget.queue.push_back(Queued {
+        let queued = Queued {
             stamp: slot.stamp,
             at,
             key: key.clone(),
-        });
+        };
+        if has_text(key, slot) {
+            self.budget.texts.push_back(queued.clone());
+        }
+        self.budget.queue.push_back(queued);
         // Entries of slots written again since pile up: drop them once
         // they are half the queue (amortized O(1) a push).
-        if self.budget.queue.len() > 2 * self.slots.len() + 1024 {
-            let slots = &self.slots;
-            self.budget
-                .queue
-                .retain(|q| slots.get(&q.key).is_some_and(|s| s.stamp == q.stamp));
+        let slots = &self.slots;
+        let live = |q: &Queued| slots.get(&q.key).is_some_and(|s| s.stamp == q.stamp);
+        if self.budget.queue.len() > 2 * slots.len() + 1024 {
+            self.budget.queue.retain(live);
+        }
+        if self.budget.texts.len() > 2 * slots.len() + 1024 {
+            self.budget.texts.retain(live);
+        }
+    }
+
+    /// Past the budget, a file's text leaves first: from the clean slots
+    /// holding one, oldest first, before any slot leaves whole. The text is
+    /// most of a source file's entry (with 64 MiB, one copy of a source tree
+    /// pushed the names of the others out of memory, and each cold `find`
+    /// read them from the cluster again), and only a rename or a copy of
+    /// that file asks for it again, where a name that leaves costs its
+    /// directory a read from the cluster. Grace as in [`Overlay::trim`].
+    fn trim_texts(&mut self, now: u32, grace: u32) {
+        while self.budget.held > self.budget.bytes {
+            let Some(q) = self.budget.texts.pop_front() else {
+                break;
+            };
+            let Some(slot) = self.slots.get(&q.key) else {
+                continue;
+            };
+            if slot.stamp != q.stamp || slot.dirty {
+                continue;
+            }
+            if now.wrapping_sub(slot.touched) >= grace {
+                self.leave_text(&q.key);
+            } else if now.wrapping_sub(q.at) < grace {
+                self.budget.texts.push_front(q);
+                break;
+            } else {
+                self.budget.texts.push_back(Queued { at: now, ..q });
+            }
         }
     }
 
@@ -401,6 +451,7 @@ impl Overlay {
     pub(crate) fn trim(&mut self) -> (usize, usize) {
         let now = self.budget.tick();
         let grace = self.budget.grace_ticks();
+        self.trim_texts(now, grace);
         while self.budget.held > self.budget.bytes {
             let Some(q) = self.budget.queue.pop_front() else {
                 break;

@@ -338,6 +338,45 @@ fn past_the_budget_a_files_text_leaves_before_its_entry_and_comes_back_from_a_fu
 }
 
 #[test]
+fn past_the_budget_every_files_text_leaves_before_any_name() {
+    let text = "x".repeat(4000);
+    let mut o = budgeted(usize::MAX);
+    o.complete.insert(5);
+    // Older names without text, then newer ones with it (a tree copied
+    // after another: its text indexed last).
+    let plain = (0..4).map(|i| {
+        create(
+            Idx::Entries,
+            &format!("5/a{i}"),
+            entry_doc(&format!("a{i}")),
+        )
+    });
+    let texts = (0..4).map(|i| {
+        let mut d = entry_doc(&format!("t{i}"));
+        d["contents"] = json!(text);
+        create(Idx::Entries, &format!("5/t{i}"), d)
+    });
+    assert!(
+        o.apply(plain.chain(texts).collect())
+            .0
+            .iter()
+            .all(|r| r.is_ok())
+    );
+    flush_all(&mut o);
+    // A text weighs about twice its length: the budget needs all four gone.
+    let full = o.budget.held;
+    o.set_budget(full - 7 * text.len());
+    assert_eq!(o.slots.len(), 8, "no name left while a text could");
+    assert_eq!(o.slots.values().filter(|s| s.brief).count(), 4);
+    assert!(o.whole(5), "the directory is still answered from memory");
+    // Past that, names leave, oldest first.
+    o.set_budget(o.budget.held - 1);
+    assert!(!o.slots.contains_key(&(Idx::Entries, "5/a0".into())));
+    assert!(o.slots.contains_key(&(Idx::Entries, "5/t3".into())));
+    assert!(!o.whole(5));
+}
+
+#[test]
 fn past_the_budget_clean_slots_leave_and_their_directory_is_no_longer_answered_from_memory() {
     let mut o = budgeted(0);
     o.complete.insert(5);
