@@ -487,11 +487,16 @@ impl Overlay {
         };
         self.budget.stamps += 1;
         slot.stamp = self.budget.stamps;
-        self.budget.queue.push_back(Queued {
+        let queued = Queued {
             stamp: slot.stamp,
             at: now,
             key,
-        });
+        };
+        // (Its place in the text queue went with its old stamp.)
+        if has_text(&queued.key, slot) {
+            self.budget.texts.push_back(queued.clone());
+        }
+        self.budget.queue.push_back(queued);
     }
 
     /// Drop a clean slot's text fields (see [`Slot::brief`]); whether it
