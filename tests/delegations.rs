@@ -604,3 +604,52 @@ fn a_directory_read_whole_again_sees_what_the_flusher_wrote_there_before_any_ref
     assert_eq!(ls.lines().count(), 50);
     assert_eq!(sh_ok(a.path(), "cat d/new"), "new\n");
 }
+
+/// A directory too large to be read whole (more than 2048 names), walked
+/// name by name as `ls -l`, `du` and `rm -rf` do: after the second miss
+/// the names that follow are read ahead with their inodes, in windows that
+/// double, instead of two requests a name; and the walk sees what this
+/// mount changed there, not what the cluster held before.
+#[test]
+fn a_walk_of_a_directory_too_large_to_read_whole_reads_ahead() {
+    let s = Setup::new("k");
+    {
+        let b = s.mount(true);
+        sh_ok(
+            b.path(),
+            "mkdir big && cd big && for i in $(seq -w 1 4500); do : > f$i; done && echo hi > f0042",
+        );
+    }
+    // A new mount: none of it in memory, and not read with the root (a
+    // subtree of more than 4096 names is not).
+    let a = s.mount(true);
+    s.server.set_journaling(true);
+    sh_ok(a.path(), "mv big/f0007 big/g0007 && rm big/f0008");
+    let (fs_path, _) = s.requests();
+    eprintln!("mv and rm: {fs_path} requests");
+    // Every name looked up in listing order (here the order they were
+    // made), none of them in memory: what `du` and `ls -l` do once a
+    // directory's names have left the mount's caches.
+    let n = sh_ok(
+        a.path(),
+        "cd big && seq -w 1 4500 | grep -v -x -e 0007 -e 0008 | sed s/^/f/ | xargs stat -c %s | wc -l",
+    );
+    assert_eq!(n.trim(), "4498");
+    let (fs_path, _) = s.requests();
+    eprintln!("4498 names looked up: {fs_path} requests");
+    // Without reading ahead: 780 requests here.
+    assert!(fs_path <= 40, "4498 names looked up: {fs_path} requests");
+    let ls = sh_ok(a.path(), "ls -l big");
+    let names: Vec<&str> = ls
+        .lines()
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert_eq!(names.len(), 4499);
+    assert!(names.contains(&"g0007") && names.contains(&"f4500"));
+    assert!(!names.contains(&"f0007") && !names.contains(&"f0008"));
+    assert_eq!(sh_ok(a.path(), "cat big/f0042"), "hi\n");
+    assert_eq!(sh_ok(a.path(), "stat -c %s big/g0007").trim(), "0");
+    let cmd = "stat big/f0008";
+    assert_failure_with(cmd, &sh(a.path(), cmd), "No such file");
+}

@@ -662,9 +662,10 @@ impl CachedStore {
     }
 
     /// Whether a `get` (`get_brief` if `brief`) of this document would be
-    /// answered without a round trip (the cache holds a copy it trusts).
+    /// answered without a round trip (the cache holds a copy it trusts, or
+    /// the store below holds it in memory: the delegation's overlay).
     pub fn holds(&self, index: Idx, id: &str, brief: bool) -> bool {
-        self.lookup(index, id, brief).is_some()
+        self.lookup(index, id, brief).is_some() || self.inner.in_memory(index, id, brief)
     }
 
     /// Any copy the cache holds of this document, however old (None: none;

@@ -466,6 +466,14 @@ pub trait MetaStore: Send + Sync {
 
     /// `get` whose source leaves out the `Text` fields (a file's contents):
     /// for readers that need only metadata. Never write such a source back.
+    /// Whether a read of this document (`brief`: without its text fields)
+    /// would be answered from this process's memory, without a request (a
+    /// layer holding documents says so; callers skip reading it along with
+    /// others).
+    fn in_memory(&self, _index: Idx, _id: &str, _brief: bool) -> bool {
+        false
+    }
+
     fn get_brief(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
         self.get(index, id)
     }

@@ -32,6 +32,7 @@
 //! delegation, and from then on passes every call through, mapping the
 //! local versions its callers hold to the cluster's.
 
+mod ahead;
 pub(crate) mod document;
 pub(crate) mod oplog;
 mod overlay;
@@ -100,6 +101,8 @@ pub(crate) struct Shared {
     /// Directories lately read whole, or found too large to be: when, and
     /// whether too large ([`DelegatedStore::read_whole`]).
     tried: Mutex<HashMap<u64, (Instant, bool)>>,
+    /// Directories being walked name by name ([`DelegatedStore::read_ahead`]).
+    walks: Mutex<ahead::Walks>,
 }
 
 impl DelegatedStore {
@@ -118,6 +121,7 @@ impl DelegatedStore {
                 state_dir,
                 on_release: Mutex::new(None),
                 tried: Mutex::new(HashMap::new()),
+                walks: Mutex::default(),
             }),
             inner,
             caller: Caller::Fs,
@@ -193,8 +197,89 @@ impl DelegatedStore {
             true => self.inner.get_brief(index, id)?,
             false => self.inner.get(index, id)?,
         };
-        let mut answer = self.shared.overlay.lock().remember(key, vec![doc], brief);
-        Ok(answer.pop().flatten())
+        let answer = self.shared.overlay.lock().remember(key, vec![doc], brief);
+        let answer = answer.into_iter().next().flatten();
+        if index == Idx::Entries
+            && let Some(entry) = &answer
+            && let Err(e) = self.read_ahead(entry)
+        {
+            // Best effort: the lookup has its answer.
+            log::warn!("delegation: reading ahead of {id}: {e}");
+        }
+        Ok(answer)
+    }
+
+    /// Entry `missed` was just read from the cluster: if its directory is
+    /// being walked name by name ([`ahead`]), read the names that follow
+    /// it in listing order, with their inodes, into the overlay (two
+    /// requests for up to [`ahead::WINDOW_MAX`] lookups). As
+    /// [`DelegatedStore::read_whole`] does, holding `flushing` until they
+    /// are learned, after a refresh where the search needs one.
+    fn read_ahead(&self, missed: &Doc) -> StoreResult<()> {
+        if self.caller != Caller::Fs {
+            return Ok(());
+        }
+        let (Some(parent), Some(cookie)) = (
+            overlay::parent_of(&missed.id),
+            missed.source["cookie"].as_i64(),
+        ) else {
+            return Ok(());
+        };
+        let Some(window) = self.shared.walks.lock().missed(parent) else {
+            return Ok(());
+        };
+        let one = self.shared.flushing.lock();
+        let refresh = self.shared.overlay.lock().search_needs_refresh(parent);
+        if refresh {
+            self.shared.flush_holding(&one)?;
+        }
+        let entries = self.inner.search_brief(&SearchRequest {
+            index: Idx::Entries,
+            query: Query::and(vec![
+                Query::term("parent", parent),
+                Query::Range {
+                    field: "cookie".into(),
+                    gte: None,
+                    gt: Some(cookie.into()),
+                    lte: None,
+                    lt: None,
+                },
+            ]),
+            sort: vec![Sort::asc("cookie")],
+            search_after: None,
+            size: window,
+            past_own_writes: !refresh,
+        })?;
+        if refresh {
+            self.shared.overlay.lock().seen_by_search();
+        }
+        let inodes: Vec<(Idx, String)> = {
+            let overlay = self.shared.overlay.lock();
+            entries
+                .iter()
+                .filter_map(|h| h.doc.source["ino"].as_u64())
+                .map(|i| (Idx::Inodes, crate::model::inode_id(i)))
+                .filter(|k| !overlay.has(k))
+                .collect()
+        };
+        let found = match inodes.is_empty() {
+            true => Vec::new(),
+            false => self.inner.mget_docs(&inodes, true)?,
+        };
+        let mut overlay = self.shared.overlay.lock();
+        // (Given back meanwhile: the overlay no longer tells anything.)
+        if !self.held() {
+            return Ok(());
+        }
+        let (keys, docs) = entries
+            .into_iter()
+            .map(|h| ((Idx::Entries, h.doc.id.clone()), Some(h.doc)))
+            .unzip();
+        overlay.learn(keys, docs, true);
+        overlay.learn(inodes, found, true);
+        drop(overlay);
+        drop(one);
+        Ok(())
     }
 
     /// Read directory `parent` whole into the overlay, so its names, its
@@ -731,6 +816,10 @@ impl MetaStore for DelegatedStore {
             return self.read_one(index, id, true);
         }
         self.inner.get_brief(index, id)
+    }
+
+    fn in_memory(&self, index: Idx, id: &str, brief: bool) -> bool {
+        self.held() && self.shared.overlay.lock().answers(index, id, brief)
     }
 
     fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {

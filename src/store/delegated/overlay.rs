@@ -729,6 +729,14 @@ impl Overlay {
         self.slots.contains_key(key)
     }
 
+    /// Whether a read of `(index, id)` is answered here ([`Overlay::get`]
+    /// answers it from a slot), without touching the slot.
+    pub(crate) fn answers(&self, index: Idx, id: &str, brief: bool) -> bool {
+        self.slots
+            .get(&(index, id.to_string()))
+            .is_some_and(|s| matches!(s.state, State::Gone) || s.answers(brief).is_some())
+    }
+
     /// Directories `dirs` read whole: their `entries` as the cluster holds
     /// them (brief), and their `inodes` (read for those without a slot).
     /// Every name of them has a slot then, unless one leaves for the budget
