@@ -229,56 +229,16 @@ impl DelegatedStore {
             return Ok(());
         };
         let one = self.shared.flushing.lock();
-        let refresh = self.shared.overlay.lock().search_needs_refresh(parent);
-        if refresh {
-            self.shared.flush_holding(&one)?;
-        }
-        let entries = self.inner.search_brief(&SearchRequest {
-            index: Idx::Entries,
-            query: Query::and(vec![
-                Query::term("parent", parent),
-                Query::Range {
-                    field: "cookie".into(),
-                    gte: None,
-                    gt: Some(cookie.into()),
-                    lte: None,
-                    lt: None,
-                },
-            ]),
-            sort: vec![Sort::asc("cookie")],
-            search_after: None,
-            size: window,
-            past_own_writes: !refresh,
-        })?;
-        if refresh {
-            self.shared.overlay.lock().seen_by_search();
-        }
-        let inodes: Vec<(Idx, String)> = {
-            let overlay = self.shared.overlay.lock();
-            entries
-                .iter()
-                .filter_map(|h| h.doc.source["ino"].as_u64())
-                .map(|i| (Idx::Inodes, crate::model::inode_id(i)))
-                .filter(|k| !overlay.has(k))
-                .collect()
+        let after = Query::Range {
+            field: "cookie".into(),
+            gte: None,
+            gt: Some(cookie.into()),
+            lte: None,
+            lt: None,
         };
-        let found = match inodes.is_empty() {
-            true => Vec::new(),
-            false => self.inner.mget_docs(&inodes, true)?,
-        };
-        let mut overlay = self.shared.overlay.lock();
-        // (Given back meanwhile: the overlay no longer tells anything.)
-        if !self.held() {
-            return Ok(());
-        }
-        let (keys, docs) = entries
-            .into_iter()
-            .map(|h| ((Idx::Entries, h.doc.id.clone()), Some(h.doc)))
-            .unzip();
-        overlay.learn(keys, docs, true);
-        overlay.learn(inodes, found, true);
-        drop(overlay);
-        drop(one);
+        let query = Query::and(vec![Query::term("parent", parent), after]);
+        let entries = self.search_dir(&one, parent, query, window)?;
+        self.learn_with_inodes(&one, &[], entries)?;
         Ok(())
     }
 
@@ -302,31 +262,8 @@ impl DelegatedStore {
             return Ok(false);
         }
         let one = self.shared.flushing.lock();
-        // The search needs the cluster to have refreshed after what the
-        // flusher wrote in this directory (a slot acknowledged and let go
-        // since is known only there). Elsewhere it need not wait: what
-        // waits to be sent, or was sent and not let go, has its slot,
-        // which wins over what the search says. A refresh per directory
-        // read (`rm -rf` reads one, removes it, reads the next) cost the
-        // node more CPU than the removal.
-        let refresh = self.shared.overlay.lock().search_needs_refresh(parent);
-        if refresh {
-            self.shared.flush_holding(&one)?;
-        }
-        let entries = self.inner.search_brief(&SearchRequest {
-            index: Idx::Entries,
-            query: Query::term("parent", parent),
-            sort: vec![Sort::asc("cookie")],
-            search_after: None,
-            size: WHOLE_MAX + 1,
-            past_own_writes: !refresh,
-        })?;
-        if refresh {
-            // Everything answered so far was flushed before this search,
-            // which refreshed first (`flushing` is held: nothing else
-            // was answered meanwhile).
-            self.shared.overlay.lock().seen_by_search();
-        }
+        let entries =
+            self.search_dir(&one, parent, Query::term("parent", parent), WHOLE_MAX + 1)?;
         if entries.len() > WHOLE_MAX {
             self.shared
                 .tried
@@ -337,6 +274,60 @@ impl DelegatedStore {
         let (below, mut dirs) = self.read_below(parent, &entries)?;
         dirs.push(parent);
         let entries: Vec<Hit> = entries.into_iter().chain(below).collect();
+        Ok(self.learn_with_inodes(&one, &dirs, entries)?
+            && self.shared.overlay.lock().whole(parent))
+    }
+
+    /// A search of directory `parent`'s entries (`query` names it; at most
+    /// `size`, in listing order), brief, for the overlay to learn: done
+    /// holding `flushing` (`one`), so no slot turns clean (and none can
+    /// leave) until what it found is learned.
+    ///
+    /// The search needs the cluster to have refreshed after what the
+    /// flusher wrote in this directory (a slot acknowledged and let go
+    /// since is known only there). Elsewhere it need not wait: what
+    /// waits to be sent, or was sent and not let go, has its slot,
+    /// which wins over what the search says. A refresh per directory
+    /// read (`rm -rf` reads one, removes it, reads the next) cost the
+    /// node more CPU than the removal.
+    fn search_dir(
+        &self,
+        one: &MutexGuard<'_, ()>,
+        parent: u64,
+        query: Query,
+        size: usize,
+    ) -> StoreResult<Vec<Hit>> {
+        let refresh = self.shared.overlay.lock().search_needs_refresh(parent);
+        if refresh {
+            self.shared.flush_holding(one)?;
+        }
+        let entries = self.inner.search_brief(&SearchRequest {
+            index: Idx::Entries,
+            query,
+            sort: vec![Sort::asc("cookie")],
+            search_after: None,
+            size,
+            past_own_writes: !refresh,
+        })?;
+        if refresh {
+            // Everything answered so far was flushed before this search,
+            // which refreshed first (`flushing` is held: nothing else
+            // was answered meanwhile).
+            self.shared.overlay.lock().seen_by_search();
+        }
+        Ok(entries)
+    }
+
+    /// Learn `entries` as found by [`DelegatedStore::search_dir`] with their
+    /// inodes (one `_mget` of those without a slot), and directories
+    /// `whole` as held whole; still holding `flushing` (`one`). Whether
+    /// the delegation still holds (given back meanwhile, nothing is learned).
+    fn learn_with_inodes(
+        &self,
+        _one: &MutexGuard<'_, ()>,
+        whole: &[u64],
+        entries: Vec<Hit>,
+    ) -> StoreResult<bool> {
         let inodes: Vec<(Idx, String)> = {
             let overlay = self.shared.overlay.lock();
             entries
@@ -359,8 +350,8 @@ impl DelegatedStore {
         if !self.held() {
             return Ok(false);
         }
-        overlay.learn_whole(&dirs, entries, inodes.into_iter().zip(found).collect());
-        Ok(overlay.whole(parent))
+        overlay.learn_whole(whole, entries, inodes.into_iter().zip(found).collect());
+        Ok(true)
     }
 
     /// What is below the subdirectories of `parent`, whose `children` were
