@@ -423,8 +423,33 @@ impl Overlay {
     /// that file asks for it again, where a name that leaves costs its
     /// directory a read from the cluster. Grace as in [`Overlay::trim`].
     fn trim_texts(&mut self, now: u32, grace: u32) {
+        self.drain(
+            |b| &mut b.texts,
+            now,
+            grace,
+            |o, q, _| {
+                o.leave_text(&q.key);
+            },
+            |o, q, now| o.budget.texts.push_back(Queued { at: now, ..q }),
+        );
+    }
+
+    /// The walk [`Overlay::trim`] and [`Overlay::trim_texts`] share, over
+    /// `queue` (of [`Budget`]): while the slots hold more than the budget,
+    /// its oldest entry is popped (skipped if stale, or if its slot is
+    /// dirty); a slot untouched for the grace goes to `leave`, one touched
+    /// within it to `keep` (the back of a queue), and one queued within it
+    /// ends the round (all behind it were queued later).
+    fn drain(
+        &mut self,
+        queue: fn(&mut Budget) -> &mut VecDeque<Queued>,
+        now: u32,
+        grace: u32,
+        leave: fn(&mut Overlay, Queued, u32),
+        keep: fn(&mut Overlay, Queued, u32),
+    ) {
         while self.budget.held > self.budget.bytes {
-            let Some(q) = self.budget.texts.pop_front() else {
+            let Some(q) = queue(&mut self.budget).pop_front() else {
                 break;
             };
             let Some(slot) = self.slots.get(&q.key) else {
@@ -434,12 +459,12 @@ impl Overlay {
                 continue;
             }
             if now.wrapping_sub(slot.touched) >= grace {
-                self.leave_text(&q.key);
+                leave(self, q, now);
             } else if now.wrapping_sub(q.at) < grace {
-                self.budget.texts.push_front(q);
+                queue(&mut self.budget).push_front(q);
                 break;
             } else {
-                self.budget.texts.push_back(Queued { at: now, ..q });
+                keep(self, q, now);
             }
         }
     }
@@ -452,31 +477,17 @@ impl Overlay {
         let now = self.budget.tick();
         let grace = self.budget.grace_ticks();
         self.trim_texts(now, grace);
-        while self.budget.held > self.budget.bytes {
-            let Some(q) = self.budget.queue.pop_front() else {
-                break;
-            };
-            let Some(slot) = self.slots.get_mut(&q.key) else {
-                continue;
-            };
-            if slot.stamp != q.stamp || slot.dirty {
-                continue;
-            }
-            if now.wrapping_sub(slot.touched) >= grace {
-                // The text first (the cluster has it), the rest next time
-                // round.
-                if self.leave_text(&q.key) {
-                    self.requeue(q.key, now);
-                } else {
-                    self.discard(&q.key);
-                }
-            } else if now.wrapping_sub(q.at) < grace {
-                self.budget.queue.push_front(q);
-                break;
-            } else {
-                self.requeue(q.key, now);
-            }
-        }
+        self.drain(
+            |b| &mut b.queue,
+            now,
+            grace,
+            // The text first (the cluster has it), the rest next time round.
+            |o, q, now| match o.leave_text(&q.key) {
+                true => o.requeue(q.key, now),
+                false => o.discard(&q.key),
+            },
+            |o, q, now| o.requeue(q.key, now),
+        );
         (self.slots.len(), self.budget.held)
     }
 
