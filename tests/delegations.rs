@@ -653,3 +653,73 @@ fn a_walk_of_a_directory_too_large_to_read_whole_reads_ahead() {
     let cmd = "stat big/f0008";
     assert_failure_with(cmd, &sh(a.path(), cmd), "No such file");
 }
+
+#[test]
+fn a_large_directory_rename_passes_its_pages_straight_to_the_cluster() {
+    let s = Setup::new("p");
+    // 1 MiB: most of the 3300 files' documents leave memory once sent.
+    let mut args = s.args(true);
+    args.extend(["--delegate-memory".to_string(), "1".to_string()]);
+    let a = Mount::with_backend(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    sh_ok(
+        a.path(),
+        "mkdir -p d/sub && for i in $(seq -w 1 3000); do echo \"f$i\" > d/f$i; done \
+         && for i in $(seq -w 1 300); do echo \"s$i\" > d/sub/s$i; done",
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    // Changes waiting to be sent when the rename starts, and names held in
+    // memory (just read) beside names that left it.
+    sh_ok(
+        a.path(),
+        "cat d/f3000 d/sub/s300 >/dev/null && chmod 600 d/f0001 && echo more >> d/sub/s001 \
+         && mv d/f0002 d/g0002",
+    );
+    s.server.set_journaling(true);
+    s.server.take_journal();
+    sh_ok(a.path(), "mv d e");
+    let j = s.server.take_journal();
+    let fs: Vec<&str> = j
+        .iter()
+        .filter(|r| r.opaque_id.as_deref() == Some("esfs/fs"))
+        .map(|r| r.path.rsplit('/').next().unwrap_or(""))
+        .collect();
+    eprintln!("mv, the syscall path: {fs:?}");
+    // The page of 3300 paths went to the cluster from the syscall path in
+    // one bulk, right after the search that found it: none of its
+    // documents was read to decide it (the overlay's way, before: an
+    // `_mget` of those not in memory, the flusher's bulk after).
+    let page = fs
+        .iter()
+        .position(|api| *api == "_search")
+        .expect("the page's search");
+    assert_eq!(
+        fs.get(page + 1),
+        Some(&"_bulk"),
+        "the page did not pass: {fs:?}"
+    );
+    let check = |root: &Path| {
+        let sh = |c: &str| sh_ok(root, c);
+        assert_eq!(sh("find e -type f | wc -l").trim(), "3300");
+        assert_eq!(sh("stat -c %a e/f0001").trim(), "600");
+        assert_eq!(
+            sh("cat e/g0002 e/f3000 e/sub/s001"),
+            "f0002\nf3000\ns001\nmore\n"
+        );
+        assert!(!root.join("d").exists() && !root.join("e/f0002").exists());
+    };
+    check(a.path());
+    // Moved documents change again, held or not, and move back.
+    sh_ok(
+        a.path(),
+        "echo again >> e/f3000 && chmod 640 e/f0003 && mv e/sub e/sub2 && mv e d",
+    );
+    assert_eq!(sh_ok(a.path(), "cat d/f3000").trim(), "f3000\nagain");
+    assert_eq!(sh_ok(a.path(), "stat -c %a d/f0003").trim(), "640");
+    // Another mount (recalling the delegation: everything is sent) reads
+    // the same, and the cluster holds the paths a subtree search asks for.
+    let b = s.mount(false);
+    assert_eq!(sh_ok(b.path(), "find d -type f | wc -l").trim(), "3300");
+    assert_eq!(sh_ok(b.path(), "cat d/sub2/s001"), "s001\nmore\n");
+    assert_eq!(s.paths("/d/sub2/s150") + s.paths("/d/f2700"), 2);
+    assert_eq!(s.paths("/e/f2700") + s.paths("/d/sub/s150"), 0);
+}

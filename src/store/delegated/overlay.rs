@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::oplog::{Base, Encoded, Record, write_op};
 use crate::store::cache::approx_size;
-use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, Version};
+use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, StoreResult, Version};
 
 /// Whether the overlay may keep a document read from the cluster: not
 /// another mount's session, which it renews behind this mount's back, nor
@@ -234,6 +234,9 @@ impl Budget {
 pub(crate) enum Need {
     Nothing,
     Fetch(Vec<Key>),
+    /// A document in a bulk passing to the cluster ([`Overlay::begin_pass`]):
+    /// decide once it is answered.
+    Wait,
 }
 
 #[derive(Default)]
@@ -270,6 +273,10 @@ pub(crate) struct Overlay {
     /// Whether [`Overlay::unrefreshed`] tells everything: not before the
     /// first refresh under the delegation (writes from before it).
     refreshed_once: bool,
+    /// Documents a bulk is writing straight to the cluster
+    /// ([`Overlay::begin_pass`]): no write decides on them, no read from
+    /// the cluster is kept, until it is answered.
+    passing: HashSet<Key>,
 }
 
 /// Past this many waiting documents, or bytes of them, a writer flushes
@@ -840,6 +847,9 @@ impl Overlay {
         let mut keys: Vec<Key> = Vec::new();
         for op in ops {
             let (index, id) = (op.index(), op.id());
+            if !self.passing.is_empty() && self.passing.contains(&(index, id.to_string())) {
+                return Need::Wait;
+            }
             let needed = match op {
                 BulkOp::Create { .. } => true,
                 BulkOp::Update { .. } => true,
@@ -908,6 +918,13 @@ impl Overlay {
     ) -> Vec<Option<Doc>> {
         let mut answers = Vec::with_capacity(docs.len());
         for (key, doc) in keys.into_iter().zip(docs) {
+            if self.passing.contains(&key) {
+                // Read before or after the bulk landed: not known which
+                // (nor, for a directory read whole, all its names here).
+                self.incomplete(&key);
+                answers.push(doc);
+                continue;
+            }
             if let Some(slot) = self.slots.get(&key) {
                 let answer = match (&doc, slot.brief && !brief) {
                     (Some(full), true) => {
@@ -1174,6 +1191,100 @@ impl Overlay {
             },
             _ => v,
         }
+    }
+
+    /// Whether a write to `key` may pass straight to the cluster
+    /// ([`Overlay::begin_pass`]): the overlay holds no change of it that
+    /// waits to be sent.
+    pub(crate) fn may_pass(&self, key: &Key) -> bool {
+        self.slots.get(key).is_none_or(|s| !s.dirty)
+    }
+
+    /// `ops` (writes [`Overlay::may_pass`] let through) go to the cluster
+    /// as they are, by a caller holding the flush lock (so the cluster
+    /// holds what every clean slot says, at its base version): their
+    /// conditions are mapped to the cluster's versions, and their
+    /// documents are passing until [`Overlay::passed`].
+    pub(crate) fn begin_pass(&mut self, ops: &mut [BulkOp]) {
+        for op in ops {
+            let key = (op.index(), op.id().to_string());
+            if let BulkOp::Index { if_version, .. }
+            | BulkOp::Update { if_version, .. }
+            | BulkOp::Delete { if_version, .. } = op
+                && let Some(v) = if_version
+            {
+                *v = self.translate(&key, *v);
+            }
+            self.passing.insert(key);
+        }
+    }
+
+    /// The cluster's answers to the bulk [`Overlay::begin_pass`] let
+    /// through (an error: it failed as a whole, each write done or not).
+    /// A slot of a partial update the cluster applied takes it, at the
+    /// cluster's version and a new local one (what the caller is given,
+    /// as the overlay's answers are); any other slot of it is dropped
+    /// (the cluster's state stands, which the overlay does not know).
+    /// Other documents get no slot: memory stays as it was.
+    pub(crate) fn passed(
+        &mut self,
+        ops: &[BulkOp],
+        answers: StoreResult<Vec<BulkItemResult>>,
+    ) -> StoreResult<Vec<BulkItemResult>> {
+        let (mut answers, failed) = match answers {
+            Ok(a) => (Some(a.into_iter()), None),
+            Err(e) => (None, Some(e)),
+        };
+        let mut given = Vec::with_capacity(ops.len());
+        for op in ops {
+            let key = (op.index(), op.id().to_string());
+            self.passing.remove(&key);
+            let answer = answers.as_mut().and_then(Iterator::next);
+            if key.0 == Idx::Entries
+                && let Some(p) = parent_of(&key.1)
+            {
+                self.unrefreshed.insert(p);
+            }
+            let slot = self
+                .slots
+                .get(&key)
+                .map(|s| matches!(s.state, State::Doc(_)));
+            let merged = match (op, &answer, slot) {
+                (BulkOp::Update { doc, .. }, Some(Ok(v)), Some(true)) => Some((doc, *v)),
+                _ => None,
+            };
+            let Some((fields, v)) = merged else {
+                if slot.is_some() {
+                    self.discard(&key);
+                }
+                given.extend(answer);
+                continue;
+            };
+            let old = self.drop_slot(&key).expect("matched above");
+            let State::Doc(mut cur) = old.state else {
+                unreachable!("matched above")
+            };
+            if let (Some(cur), Some(fields)) =
+                (Arc::make_mut(&mut cur).as_object_mut(), fields.as_object())
+            {
+                for (k, val) in fields {
+                    cur.insert(k.clone(), val.clone());
+                }
+            }
+            let base = Base::At(v);
+            let local = self.fresh(base);
+            self.put(
+                key.clone(),
+                Slot {
+                    brief: old.brief,
+                    ..Slot::new(State::Doc(cur), Some(local), base, false)
+                },
+            );
+            self.evictable(&key);
+            given.push(Ok(local));
+        }
+        self.trim();
+        failed.map_or(Ok(given), Err)
     }
 
     /// A write went to the cluster directly: the slot no longer tells its

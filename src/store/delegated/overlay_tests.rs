@@ -616,3 +616,80 @@ fn reads_kept_past_the_budget_leave_oldest_first() {
     );
     assert_eq!(o.get(Idx::Inodes, "1", false), None);
 }
+
+#[test]
+fn a_bulk_passing_to_the_cluster_holds_off_writes_and_reads_and_updates_clean_slots() {
+    let mut o = Overlay::default();
+    o.complete.insert(5);
+    for name in ["a", "b"] {
+        let e = json!({"path": format!("/d/{name}"), "dir": "/d", "kind": "file", "ino": 40});
+        o.apply(vec![create(Idx::Entries, &format!("5/{name}"), e)]);
+    }
+    flush_all(&mut o); // both clean, at the cluster's version 7
+    let cluster = Version {
+        seq_no: 7,
+        primary_term: 1,
+    };
+    // "5/b" changed again: not sent yet, it cannot pass.
+    let b = o.get(Idx::Entries, "5/b", true).unwrap().unwrap().version;
+    let touch = BulkOp::Update {
+        index: Idx::Entries,
+        id: "5/b".into(),
+        doc: json!({"size": 3}),
+        if_version: Some(b),
+    };
+    assert!(o.apply(vec![touch]).0[0].is_ok());
+    assert!(!o.may_pass(&(Idx::Entries, "5/b".into())));
+    let a = (Idx::Entries, "5/a".to_string());
+    let unheld = (Idx::Entries, "9/z".to_string());
+    assert!(o.may_pass(&a) && o.may_pass(&unheld));
+    // "5/a" (held clean, its local version mapped to the cluster's) and
+    // "9/z" (not held) pass.
+    let local = o.get(Idx::Entries, "5/a", true).unwrap().unwrap().version;
+    let moved = |id: &str, v| BulkOp::Update {
+        index: Idx::Entries,
+        id: id.into(),
+        doc: json!({"path": "/e/a", "dir": "/e"}),
+        if_version: Some(v),
+    };
+    let mut sent = vec![moved("5/a", local), moved("9/z", cluster)];
+    o.begin_pass(&mut sent);
+    let BulkOp::Update { if_version, .. } = &sent[0] else {
+        unreachable!()
+    };
+    assert_eq!(*if_version, Some(cluster), "conditions are the cluster's");
+    // Meanwhile a write to either waits, and a read from the cluster is
+    // given but not kept (its directory no longer answered from memory).
+    assert!(matches!(o.needs(&[moved("9/z", cluster)]), Need::Wait));
+    assert!(matches!(o.needs(&[moved("5/a", local)]), Need::Wait));
+    let read = Doc {
+        id: "9/z".into(),
+        version: cluster,
+        source: json!({"path": "/x"}).into(),
+    };
+    o.learn(vec![unheld.clone()], vec![Some(read)], true);
+    assert!(!o.has(&unheld));
+    // Answered: the held slot takes the update at a new local version
+    // (clean: nothing to send), the other stays out of memory.
+    let after = Version {
+        seq_no: 8,
+        primary_term: 1,
+    };
+    let given = o.passed(&sent, Ok(vec![Ok(after), Ok(after)])).unwrap();
+    assert!(is_local(given[0].clone().unwrap()) && given[1] == Ok(after));
+    let now = o.get(Idx::Entries, "5/a", true).unwrap().unwrap();
+    assert_eq!(now.source["path"], "/e/a");
+    assert_eq!(Ok(now.version), given[0]);
+    assert!(!o.has(&unheld));
+    assert!(matches!(
+        o.needs(&[moved("5/a", now.version)]),
+        Need::Nothing
+    ));
+    assert_eq!(o.outgoing().ops.len(), 1, "only 5/b's change is sent");
+    // A bulk that failed as a whole leaves its documents to the cluster.
+    let mut again = vec![moved("5/a", now.version)];
+    o.begin_pass(&mut again);
+    let down = StoreError::Other("unreachable".into());
+    assert!(o.passed(&again, Err(down)).is_err());
+    assert!(!o.has(&a) && !o.whole(5));
+}
