@@ -519,12 +519,12 @@ impl Moves {
         let mut retry: Vec<String> = Vec::new();
         // Each page's bulk is answered apart from the others: a conflict
         // (changed concurrently, an attribute refresh) is redone alone below.
-        let mut answered = |sent: StoreResult<(Vec<BulkOp>, Vec<BulkItemResult>)>| {
-            let (ops, results) = sent?;
-            for (op, r) in ops.into_iter().zip(results) {
+        let mut answered = |sent: StoreResult<(Vec<String>, Vec<BulkItemResult>)>| {
+            let (ids, results) = sent?;
+            for (id, r) in ids.into_iter().zip(results) {
                 match r {
                     Ok(_) | Err(StoreError::NotFound(_)) => {}
-                    Err(StoreError::Conflict(_)) => retry.push(op.id().to_string()),
+                    Err(StoreError::Conflict(_)) => retry.push(id),
                     Err(e) => return Err(e),
                 }
             }
@@ -559,10 +559,8 @@ impl Moves {
                         answered(joined(in_flight.pop_front()))?;
                     }
                     let store = &self.store;
-                    in_flight.push_back(scope.spawn(move || {
-                        let results = store.bulk(ops.clone())?;
-                        Ok((ops, results))
-                    }));
+                    let ids = ops.iter().map(|op| op.id().to_string()).collect();
+                    in_flight.push_back(scope.spawn(move || Ok((ids, store.bulk(ops)?))));
                     Ok(true)
                 },
             );

@@ -314,13 +314,17 @@ impl EsStore {
                     i += 1;
                 }
                 let lines = &lines;
-                let (status, resp, ambiguous) = self.call_tracked(|c| async move {
+                let (status, mut resp, ambiguous) = self.call_tracked(|c| async move {
                     c.bulk(BulkParts::None).body(lines.clone()).send().await
                 })?;
                 if status != 200 {
                     return Err(error_of(status, &resp, "_bulk"));
                 }
-                let items = resp["items"].as_array().cloned().unwrap_or_default();
+                // Taken, not copied: a rename's page answers 5000 items.
+                let items = match resp.get_mut("items").map(Value::take) {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                };
                 if items.len() != batch.len() {
                     return Err(StoreError::Other(format!(
                         "bulk answered {} items for {} actions",
@@ -328,13 +332,13 @@ impl EsStore {
                         batch.len()
                     )));
                 }
-                for (&k, item) in batch.iter().zip(&items) {
+                for (&k, item) in batch.iter().zip(items) {
                     // Each item is {"<action>": {...}}.
-                    let r = item
-                        .as_object()
-                        .and_then(|o| o.values().next())
-                        .cloned()
-                        .unwrap_or_default();
+                    let r = match item {
+                        Value::Object(o) => o.into_iter().next().map(|(_, r)| r),
+                        _ => None,
+                    }
+                    .unwrap_or_default();
                     let status = r["status"].as_u64().unwrap_or(500) as u16;
                     let id = ops[k].id();
                     results[k] = Some(match status {
