@@ -588,15 +588,8 @@ impl DelegatedStore {
         {
             let mut overlay = self.shared.overlay.lock();
             for op in &mut ops {
-                let key = (op.index(), op.id().to_string());
-                if let BulkOp::Index { if_version, .. }
-                | BulkOp::Update { if_version, .. }
-                | BulkOp::Delete { if_version, .. } = op
-                    && let Some(v) = if_version
-                {
-                    *v = overlay.translate(&key, *v);
-                }
-                overlay.forget(&key);
+                overlay.translate_op(op);
+                overlay.forget(&(op.index(), op.id().to_string()));
             }
         }
         self.inner.bulk(ops)

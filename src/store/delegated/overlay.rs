@@ -118,6 +118,16 @@ impl Slot {
     }
 }
 
+/// A partial update's `fields` merged into a slot's document (copied only
+/// if a reader shares it).
+fn merge_fields(cur: &mut Arc<Value>, fields: &Value) {
+    if let (Some(cur), Some(fields)) = (Arc::make_mut(cur).as_object_mut(), fields.as_object()) {
+        for (k, v) in fields {
+            cur.insert(k.clone(), v.clone());
+        }
+    }
+}
+
 /// Bytes a slot holds, roughly: its document, its key (twice: the slot's
 /// and its place in the eviction queue), and an entry's place in the path
 /// index. A document held as a `serde_json` value takes about twice what
@@ -1034,13 +1044,7 @@ impl Overlay {
                     let Some(State::Doc(mut cur)) = taken else {
                         unreachable!("exists")
                     };
-                    if let (Some(cur), Some(fields)) =
-                        (Arc::make_mut(&mut cur).as_object_mut(), doc.as_object())
-                    {
-                        for (k, v) in fields {
-                            cur.insert(k.clone(), v.clone());
-                        }
-                    }
+                    merge_fields(&mut cur, &doc);
                     (State::Doc(cur), base)
                 }
                 _ => return Err(StoreError::NotFound(key.1.clone())),
@@ -1193,6 +1197,19 @@ impl Overlay {
         }
     }
 
+    /// [`Overlay::translate`] of `op`'s condition, for a write that goes
+    /// straight to the cluster.
+    pub(crate) fn translate_op(&self, op: &mut BulkOp) {
+        let key = (op.index(), op.id().to_string());
+        if let BulkOp::Index { if_version, .. }
+        | BulkOp::Update { if_version, .. }
+        | BulkOp::Delete { if_version, .. } = op
+            && let Some(v) = if_version
+        {
+            *v = self.translate(&key, *v);
+        }
+    }
+
     /// Whether a write to `key` may pass straight to the cluster
     /// ([`Overlay::begin_pass`]): the overlay holds no change of it that
     /// waits to be sent.
@@ -1207,15 +1224,8 @@ impl Overlay {
     /// documents are passing until [`Overlay::passed`].
     pub(crate) fn begin_pass(&mut self, ops: &mut [BulkOp]) {
         for op in ops {
-            let key = (op.index(), op.id().to_string());
-            if let BulkOp::Index { if_version, .. }
-            | BulkOp::Update { if_version, .. }
-            | BulkOp::Delete { if_version, .. } = op
-                && let Some(v) = if_version
-            {
-                *v = self.translate(&key, *v);
-            }
-            self.passing.insert(key);
+            self.translate_op(op);
+            self.passing.insert((op.index(), op.id().to_string()));
         }
     }
 
@@ -1264,13 +1274,7 @@ impl Overlay {
             let State::Doc(mut cur) = old.state else {
                 unreachable!("matched above")
             };
-            if let (Some(cur), Some(fields)) =
-                (Arc::make_mut(&mut cur).as_object_mut(), fields.as_object())
-            {
-                for (k, val) in fields {
-                    cur.insert(k.clone(), val.clone());
-                }
-            }
+            merge_fields(&mut cur, fields);
             let base = Base::At(v);
             let local = self.fresh(base);
             self.put(
