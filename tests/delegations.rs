@@ -60,6 +60,13 @@ impl Setup {
         Mount::with_backend(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>())
     }
 
+    /// A mount holding the delegation with `--delegate-memory MIB`.
+    fn mount_with_memory(&self, mib: u32) -> Mount {
+        let mut args = self.args(true);
+        args.extend(["--delegate-memory".to_string(), mib.to_string()]);
+        Mount::with_backend(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+    }
+
     /// Requests of each component since the last call: (syscall path, flusher).
     fn requests(&self) -> (usize, usize) {
         let j = self.server.take_journal();
@@ -418,9 +425,7 @@ fn namespace_changes_in_a_directory_the_mount_made_send_nothing() {
 fn past_its_memory_budget_a_delegated_mount_reads_the_cluster_and_loses_nothing() {
     let s = Setup::new("b");
     // 1 MiB: a few hundred files' documents; the test makes 1200 files.
-    let mut args = s.args(true);
-    args.extend(["--delegate-memory".to_string(), "1".to_string()]);
-    let a = Mount::with_backend(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    let a = s.mount_with_memory(1);
     s.server.set_journaling(true);
     sh_ok(
         a.path(),
@@ -658,9 +663,7 @@ fn a_walk_of_a_directory_too_large_to_read_whole_reads_ahead() {
 fn a_large_directory_rename_passes_its_pages_straight_to_the_cluster() {
     let s = Setup::new("p");
     // 1 MiB: most of the 3300 files' documents leave memory once sent.
-    let mut args = s.args(true);
-    args.extend(["--delegate-memory".to_string(), "1".to_string()]);
-    let a = Mount::with_backend(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    let a = s.mount_with_memory(1);
     sh_ok(
         a.path(),
         "mkdir -p d/sub && for i in $(seq -w 1 3000); do echo \"f$i\" > d/f$i; done \
