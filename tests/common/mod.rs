@@ -85,12 +85,32 @@ fn delegate_args(backend: &[String]) -> Vec<String> {
     if std::env::var_os("ESFS_TEST_DELEGATE").is_none_or(|v| v != "1") {
         return vec!["--no-delegate".into()];
     }
-    let state = std::env::temp_dir().join(format!("esfs-test-state-{}", std::process::id()));
     vec![
         "--delegate".into(),
         "--state-dir".into(),
-        state.display().to_string(),
+        test_state_dir().display().to_string(),
     ]
+}
+
+/// The op-log directory every delegated mount of this test process shares:
+/// one per process, since a test that kills a mount remounts its index and
+/// replays the log the killed one left. Removed when the process exits (the
+/// harness ends with `exit`, which runs `atexit` handlers), so runs do not
+/// leave one behind in /tmp per test binary.
+fn test_state_dir() -> PathBuf {
+    fn path() -> PathBuf {
+        std::env::temp_dir().join(format!("esfs-test-state-{}", std::process::id()))
+    }
+    extern "C" fn remove() {
+        let _ = std::fs::remove_dir_all(path());
+    }
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    // SAFETY: `remove` is a plain function that touches no state torn down
+    // before atexit handlers run.
+    REGISTERED.call_once(|| unsafe {
+        libc::atexit(remove);
+    });
+    path()
 }
 
 /// Whether mounts keep contents in object storage (`ESFS_TEST_DATA=s3`).
