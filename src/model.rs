@@ -93,6 +93,13 @@ pub fn entry_id(parent: u64, name: &[u8]) -> String {
     }
 }
 
+/// The directory an entry id ([`entry_id`]) is in. An entry's id never
+/// changes and names its parent, so neither does its parent: a rename
+/// writes a new entry and deletes the old one.
+pub fn entry_parent(id: &str) -> Option<u64> {
+    id.split_once('/').and_then(|(p, _)| p.parse().ok())
+}
+
 pub fn inode_id(ino: u64) -> String {
     ino.to_string()
 }

@@ -220,6 +220,29 @@ impl Query {
             should: vec![],
         }
     }
+
+    /// The terms a query is the conjunction of (itself when a term), if it
+    /// is one.
+    pub fn clauses(&self) -> Option<Vec<&Query>> {
+        match self {
+            Query::Term { .. } => Some(vec![self]),
+            Query::Bool {
+                must,
+                must_not,
+                should,
+            } if must_not.is_empty() && should.is_empty() => Some(must.iter().collect()),
+            _ => None,
+        }
+    }
+
+    /// The `parent` every match of a conjunction of terms has (a directory
+    /// listing's query), if it names one.
+    pub fn parent_term(&self) -> Option<u64> {
+        self.clauses()?.iter().find_map(|t| match t {
+            Query::Term { field, value } if field == "parent" => value.as_u64(),
+            _ => None,
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

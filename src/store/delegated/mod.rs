@@ -781,34 +781,13 @@ fn listed_dir(req: &SearchRequest) -> Option<u64> {
     if req.index != Idx::Entries || sort.descending {
         return None;
     }
-    parent_term(&req.query)
-}
-
-/// The clauses of a query that is a term, or a conjunction of clauses.
-fn clauses(query: &Query) -> Option<Vec<&Query>> {
-    match query {
-        Query::Term { .. } => Some(vec![query]),
-        Query::Bool {
-            must,
-            must_not,
-            should,
-        } if must_not.is_empty() && should.is_empty() => Some(must.iter().collect()),
-        _ => None,
-    }
-}
-
-/// The `parent` a query of terms names.
-fn parent_term(query: &Query) -> Option<u64> {
-    clauses(query)?.iter().find_map(|t| match t {
-        Query::Term { field, value } if field == "parent" => value.as_u64(),
-        _ => None,
-    })
+    req.query.parent_term()
 }
 
 fn children_of<'a>(overlay: &'a Overlay, query: &Query, brief: bool) -> Option<Vec<Child<'a>>> {
     let mut parent = None;
     let mut rest = Vec::new();
-    for t in clauses(query)? {
+    for t in query.clauses()? {
         let Query::Term { field, value } = t else {
             return None;
         };
@@ -951,7 +930,7 @@ impl MetaStore for DelegatedStore {
             if let Some(n) = children_count(&self.shared.overlay.lock(), query) {
                 return Ok(n);
             }
-            if let Some(parent) = parent_term(query)
+            if let Some(parent) = query.parent_term()
                 && self.read_whole(parent)?
                 && let Some(n) = children_count(&self.shared.overlay.lock(), query)
             {

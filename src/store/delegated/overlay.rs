@@ -161,10 +161,7 @@ fn reweigh(held: &mut usize, key: &Key, slot: &mut Slot) {
     *held += slot.weight;
 }
 
-/// The directory an entry id (`<parent>/<name>`) is in.
-pub(crate) fn parent_of(id: &str) -> Option<u64> {
-    id.split_once('/').and_then(|(p, _)| p.parse().ok())
-}
+pub(crate) use crate::model::entry_parent as parent_of;
 
 /// How much the overlay keeps of what the cluster already holds: slots
 /// acknowledged by a flush, or read from the cluster, leave oldest first

@@ -4,13 +4,14 @@
 //!
 //! How it respects Elasticsearch's behaviour:
 //! - lookups are realtime GET/mget; only listings and subtree queries search.
-//! - search is near-real-time, so this client remembers which indices it
-//!   wrote since their last refresh and refreshes such an index before
-//!   searching it: a mount reads its own writes immediately, and other
-//!   mounts' writes become visible within `refresh_interval` (1 s); each
-//!   index is also refreshed before this client's first search of it, so a
-//!   fresh mount sees everything written before it started. Nothing else
-//!   refreshes when nothing was written.
+//! - search is near-real-time, so this client remembers what it wrote
+//!   since an index's last refresh (for `entries`, in which directories:
+//!   [`unrefreshed`]) and refreshes before a search that could match it: a
+//!   mount reads its own writes immediately, and other mounts' writes
+//!   become visible within `refresh_interval` (1 s); each index is also
+//!   refreshed before this client's first search of it, so a fresh mount
+//!   sees everything written before it started. Nothing else refreshes when
+//!   nothing was written.
 //! - bulk answers 200 with per-item results: every item is checked, and items
 //!   rejected with 429 are retried.
 //! - 429/502/503/504 and transport failures are retried with jittered
@@ -41,6 +42,7 @@ mod mapping;
 mod pool;
 mod query;
 mod refusal;
+mod unrefreshed;
 
 pub use client::redact;
 pub use mapping::{MAPPING_FORMAT, index_body};
@@ -61,8 +63,8 @@ use mapping::check_index_name;
 use query::{sort_json, text_fields};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use unrefreshed::Unrefreshed;
 
 /// Bulk requests are cut at about this many bytes.
 const BULK_BYTES: usize = 8 << 20;
@@ -133,14 +135,15 @@ pub struct EsShared {
     /// The nodes requests go to (shared by the clients).
     pool: pool::NodePool,
     retry_budget: Duration,
-    /// Per index: may hold writes this client's searches have not seen:
-    /// its own since its last refresh, and at first those made before it
-    /// connected (a mount's first listing after another mount, or its own
-    /// killed previous life, wrote must not miss them).
-    dirty: [AtomicBool; Idx::ALL.len()],
+    /// Per index: the writes this client's searches may not see: its own
+    /// since its last refresh (by directory, for `entries`), and at first
+    /// those made before it connected (a mount's first listing after
+    /// another mount, or its own killed previous life, wrote must not miss
+    /// them).
+    unrefreshed: [parking_lot::Mutex<Unrefreshed>; Idx::ALL.len()],
     /// Held around a read-your-writes refresh: a search that finds the
-    /// flag just cleared by another thread's refresh waits for that refresh
-    /// to finish instead of searching before it.
+    /// index just marked clean by another thread's refresh waits for that
+    /// refresh to finish instead of searching before it.
     refreshing: [parking_lot::Mutex<()>; Idx::ALL.len()],
     /// The server's version string, as reported at connect time.
     pub server_version: String,
@@ -248,7 +251,7 @@ impl EsStore {
                 .collect(),
             pool: nodes,
             retry_budget: cfg.retry_budget,
-            dirty: std::array::from_fn(|_| AtomicBool::new(true)),
+            unrefreshed: std::array::from_fn(|_| parking_lot::Mutex::new(Unrefreshed::All)),
             refreshing: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             server_version: String::new(),
             engine: Engine::Elasticsearch,
@@ -402,7 +405,7 @@ impl EsStore {
     /// caller holds `refreshing`): the index is clean for read-your-writes
     /// until the next write (a write racing the refresh marks it again).
     fn refresh_now(&self, index: Idx) -> StoreResult<()> {
-        self.dirty[index as usize].store(false, Ordering::Release);
+        *self.unrefreshed[index as usize].lock() = Unrefreshed::Clean;
         let name = &self.index_name(index);
         let name = name.as_str();
         let r = self.call(|c| async move {
@@ -414,11 +417,11 @@ impl EsStore {
         match r {
             Ok((200, _)) => Ok(()),
             Ok((status, resp)) => {
-                self.mark_dirty(index);
+                self.refresh_failed(index);
                 Err(error_of(status, &resp, "_refresh"))
             }
             Err(e) => {
-                self.mark_dirty(index);
+                self.refresh_failed(index);
                 Err(e)
             }
         }
@@ -445,18 +448,26 @@ impl EsStore {
         same.then_some(doc.version)
     }
 
-    fn mark_dirty(&self, idx: Idx) {
-        self.dirty[idx as usize].store(true, Ordering::Release);
+    /// Document `id` of `idx` was written, or may have been (the request
+    /// failed): after the write landed, so a refresh between cannot miss it.
+    fn wrote(&self, idx: Idx, id: &str) {
+        self.unrefreshed[idx as usize].lock().wrote(idx, id);
     }
 
-    /// Read-your-writes for search: refresh an index this client changed
+    /// What the refresh cleared may not be visible after all.
+    fn refresh_failed(&self, idx: Idx) {
+        *self.unrefreshed[idx as usize].lock() = Unrefreshed::All;
+    }
+
+    /// Read-your-writes for a search of `idx` for `query`: refresh first
+    /// when this client wrote what it may match since the last refresh
     /// (unless the caller reads only old documents).
-    fn refresh_if_dirty(&self, idx: Idx) -> StoreResult<()> {
+    fn refresh_if_dirty(&self, idx: Idx, query: &Query) -> StoreResult<()> {
         if self.caller.reads_only_old_documents() {
             return Ok(());
         }
         let _r = self.refreshing[idx as usize].lock();
-        if self.dirty[idx as usize].load(Ordering::Acquire) {
+        if self.unrefreshed[idx as usize].lock().hides_from(query) {
             self.refresh_now(idx)?;
         }
         Ok(())
@@ -640,7 +651,7 @@ impl MetaStore for EsStore {
                 .send()
                 .await
         })?;
-        self.mark_dirty(index);
+        self.wrote(index, id);
         match status {
             200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
             409 if ambiguous => self
@@ -668,7 +679,7 @@ impl MetaStore for EsStore {
             }
             req.send().await
         })?;
-        self.mark_dirty(index);
+        self.wrote(index, id);
         match status {
             200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
             409 if ambiguous => self
@@ -692,7 +703,7 @@ impl MetaStore for EsStore {
             }
             req.send().await
         })?;
-        self.mark_dirty(index);
+        self.wrote(index, id);
         match status {
             200 => Ok(true),
             404 if body["result"] == "not_found" && if_version.is_none() => Ok(false),
@@ -705,16 +716,14 @@ impl MetaStore for EsStore {
         let r = self.bulk_requests(&ops);
         // After the writes landed (a refresh between would miss them), and
         // whatever the answer (some may have landed).
-        for idx in Idx::ALL {
-            if ops.iter().any(|o| o.index() == idx) {
-                self.mark_dirty(idx);
-            }
+        for op in &ops {
+            self.wrote(op.index(), op.id());
         }
         r
     }
 
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
-        self.refresh_if_dirty(index)?;
+        self.refresh_if_dirty(index, query)?;
         let name = &self.index_name(index);
         let name = name.as_str();
         let body = &json!({ "query": query_json(query) });
@@ -762,7 +771,7 @@ impl MetaStore for EsStore {
         page: usize,
         f: &mut dyn FnMut(Vec<Hit>) -> StoreResult<bool>,
     ) -> StoreResult<()> {
-        self.refresh_if_dirty(index)?;
+        self.refresh_if_dirty(index, query)?;
         let mut pit = self.open_pit(&self.index_name(index))?;
         // `_doc` last: a unique order within the snapshot on every engine
         // (OpenSearch adds no tiebreaker and has no `_shard_doc`), so a

@@ -153,7 +153,7 @@ impl EsStore {
         fields: Option<&[&str]>,
     ) -> StoreResult<Vec<Hit>> {
         if !req.past_own_writes {
-            self.refresh_if_dirty(req.index)?;
+            self.refresh_if_dirty(req.index, &req.query)?;
         }
         let name = &self.index_name(req.index);
         let name = name.as_str();
@@ -248,7 +248,7 @@ impl EsStore {
     /// ordered by each bucket's best score (`max` of `_score`), with
     /// `top_hits` inside; `size: 0` skips the plain hits.
     pub(super) fn group_impl(&self, req: &GroupRequest) -> StoreResult<Vec<Bucket>> {
-        self.refresh_if_dirty(req.index)?;
+        self.refresh_if_dirty(req.index, &req.query)?;
         let name = &self.index_name(req.index);
         let name = name.as_str();
         let mut q = json!({"bool": {"filter": [query_json(&req.query)]}});
