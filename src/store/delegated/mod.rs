@@ -34,6 +34,7 @@
 
 mod ahead;
 pub(crate) mod document;
+mod left;
 pub(crate) mod oplog;
 mod overlay;
 pub(crate) mod replay;

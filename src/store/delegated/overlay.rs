@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::left::Left;
 use super::oplog::{Base, Encoded, Record, write_op};
 use crate::store::cache::approx_size;
 use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, StoreResult, Version};
@@ -262,6 +263,10 @@ pub(crate) struct Overlay {
     /// ([`Overlay::learn_whole`]): every name in them has a slot, so a
     /// name without one is absent (no read to tell).
     complete: HashSet<u64>,
+    /// Directories that were [`Overlay::complete`] until names left for
+    /// the budget, with those names: a name in neither a slot nor here is
+    /// absent ([`Left`]).
+    left: Left,
     next: u64,
     /// What bounds the slots' memory.
     budget: Budget,
@@ -383,13 +388,37 @@ impl Overlay {
     }
 
     /// An entry's directory no longer has every name here (see
-    /// [`Overlay::discard`]).
+    /// [`Overlay::discard`]), nor knows which are absent.
     fn incomplete(&mut self, key: &Key) {
         if key.0 == Idx::Entries
             && let Some(p) = parent_of(&key.1)
         {
             self.complete.remove(&p);
+            self.left.forget(p);
         }
+    }
+
+    /// A clean slot leaves for the budget (the cluster holds what it
+    /// says). An entry of a directory whose every name is known stays
+    /// known: it is recorded in [`Overlay::left`], so the names the
+    /// directory does not have are still known absent; its listing goes to
+    /// the cluster from now on. Anything else as [`Overlay::discard`].
+    fn leave(&mut self, key: &Key) {
+        let dir = match key.0 {
+            Idx::Entries => parent_of(&key.1),
+            _ => None,
+        };
+        let Some(p) = dir.filter(|p| self.complete.contains(p) || self.left.tracks(*p)) else {
+            return self.discard(key);
+        };
+        let Some(old) = self.drop_slot(key) else {
+            return;
+        };
+        if matches!(old.state, State::Gone) && old.base == Base::Absent {
+            return; // (no name: nothing to know)
+        }
+        self.complete.remove(&p);
+        self.left.left(p, &key.1);
     }
 
     /// `key`'s slot is clean and the cluster holds what it says: it may
@@ -462,7 +491,7 @@ impl Overlay {
         leave: fn(&mut Overlay, Queued, u32),
         keep: fn(&mut Overlay, Queued, u32),
     ) {
-        while self.budget.held > self.budget.bytes {
+        while self.budget.held + self.left.bytes() > self.budget.bytes {
             let Some(q) = queue(&mut self.budget).pop_front() else {
                 break;
             };
@@ -498,7 +527,7 @@ impl Overlay {
             // The text first (the cluster has it), the rest next time round.
             |o, q, now| match o.leave_text(&q.key) {
                 true => o.requeue(q.key, now),
-                false => o.discard(&q.key),
+                false => o.leave(&q.key),
             },
             |o, q, now| o.requeue(q.key, now),
         );
@@ -624,13 +653,16 @@ impl Overlay {
 
     /// Whether a document absent from the slots is known absent to a
     /// `create` or another write: an entry of a directory made under the
-    /// delegation whose names all have slots, or to a create a new inode
+    /// delegation (or read whole) whose names all have slots or left for
+    /// the budget and are in [`Overlay::left`], or to a create a new inode
     /// (its number comes fresh from the id allocator's range this mount
     /// reserved; any other inode may exist, its slot gone for the budget).
     fn known_absent(&self, index: Idx, id: &str, create: bool) -> bool {
         match index {
             Idx::Inodes => create,
-            Idx::Entries => parent_of(id).is_some_and(|p| self.complete.contains(&p)),
+            Idx::Entries => {
+                parent_of(id).is_some_and(|p| self.complete.contains(&p) || self.left.absent(p, id))
+            }
             Idx::Locks => self.locks_whole && kept(index, id),
             _ => false,
         }
@@ -774,6 +806,9 @@ impl Overlay {
         inodes: Vec<(Key, Option<Doc>)>,
     ) {
         self.complete.extend(dirs);
+        for d in dirs {
+            self.left.forget(*d);
+        }
         let (keys, docs): (Vec<Key>, Vec<Option<Doc>>) =
             entries.into_iter().map(|(k, d)| (k, Some(d))).unzip();
         self.learn(keys, docs, true);
@@ -1297,6 +1332,7 @@ impl Overlay {
     /// The delegation ended: nothing is known absent any more.
     pub(crate) fn released(&mut self) {
         self.complete.clear();
+        self.left.clear();
         self.locks_whole = false;
         self.slots
             .retain(|_, s| matches!(s.local, Some(v) if is_local(v)));

@@ -377,7 +377,8 @@ fn past_the_budget_every_files_text_leaves_before_any_name() {
 }
 
 #[test]
-fn past_the_budget_clean_slots_leave_and_their_directory_is_no_longer_answered_from_memory() {
+fn past_the_budget_clean_slots_leave_their_directory_lists_from_the_cluster_and_still_knows_its_absent_names()
+ {
     let mut o = budgeted(0);
     o.complete.insert(5);
     let names: Vec<String> = (0..20).map(|i| format!("f{i:02}")).collect();
@@ -406,18 +407,31 @@ fn past_the_budget_clean_slots_leave_and_their_directory_is_no_longer_answered_f
     };
     let ok = out.ops.iter().map(|_| Ok(real)).collect();
     assert!(o.answered(&out, ok).1.is_empty());
-    // Acknowledged: gone, and with them the directory's completeness:
-    // its listing and its absent names are the cluster's to tell.
+    // Acknowledged: gone, and with them the directory's completeness: its
+    // listing and the names that left are the cluster's to tell. Which
+    // names left is remembered (by hash), so any other is still absent.
     assert!(o.slots.is_empty());
     assert!(o.paths.is_empty());
     assert_eq!(o.budget.held, 0);
     assert!(!o.complete.contains(&5));
+    assert_eq!(
+        o.left.bytes(),
+        20 * 16,
+        "what they weigh against the budget"
+    );
     assert_eq!(o.children(5, &[], false), None);
     assert_eq!(o.get(Idx::Entries, "5/f00", false), None);
-    assert_eq!(o.get(Idx::Entries, "5/absent", false), None);
-    // A create there asks the cluster whether the name is free.
+    assert_eq!(o.get(Idx::Entries, "5/absent", false), Some(None));
+    // A create of a name that left asks the cluster whether it is free; of
+    // a new name, nobody.
     let again = vec![create(Idx::Entries, "5/f00", entry_doc("f00"))];
     assert!(matches!(o.needs(&again), Need::Fetch(k) if k.len() == 1));
+    let new = vec![create(Idx::Entries, "5/g00", entry_doc("g00"))];
+    assert!(matches!(o.needs(&new), Need::Nothing));
+    // Read whole again, the directory is complete once more.
+    o.learn_whole(&[5], Vec::new(), Vec::new());
+    assert!(o.complete.contains(&5) && !o.left.tracks(5));
+    assert_eq!(o.left.bytes(), 0);
     // An evicted removal's slot costs the directory nothing.
     let mut o = budgeted(usize::MAX);
     o.complete.insert(6);

@@ -448,8 +448,9 @@ impl EsStore {
         same.then_some(doc.version)
     }
 
-    /// Document `id` of `idx` was written, or may have been (the request
-    /// failed): after the write landed, so a refresh between cannot miss it.
+    /// Document `id` of `idx` was written, or may have been (a bulk whose
+    /// answer was an error): called once the write's answer is in, so a
+    /// refresh between cannot miss it.
     fn wrote(&self, idx: Idx, id: &str) {
         self.unrefreshed[idx as usize].lock().wrote(idx, id);
     }
