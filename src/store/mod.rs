@@ -221,8 +221,8 @@ impl Query {
         }
     }
 
-    /// The terms a query is the conjunction of (itself when a term), if it
-    /// is one.
+    /// The clauses a query is the conjunction of: itself when a term, the
+    /// `must` clauses of a `bool` with no other kind; None otherwise.
     pub fn clauses(&self) -> Option<Vec<&Query>> {
         match self {
             Query::Term { .. } => Some(vec![self]),
