@@ -969,7 +969,7 @@ impl MetaStore for DelegatedStore {
             let _gate = self.shared.gate.read();
             let mut overlay = self.shared.overlay.lock();
             if let Some(keys) = self.held().then(|| overlay.rebase(old, new)).flatten() {
-                self.log_decided(overlay, |o, log| log.append_encoded(&o.changes(&keys)))?;
+                self.log_decided(overlay, |o, log| log.append_encoded(&o.moved_paths(&keys)))?;
                 let ids: Vec<String> = keys.into_iter().map(|(_, id)| id).collect();
                 return Ok(Some(Rebased {
                     count: ids.len() as u64,

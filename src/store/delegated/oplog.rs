@@ -52,6 +52,10 @@ pub(crate) struct Record {
     /// flight carry the base from before it, and this one, after them,
     /// corrects it for the replay.
     pub sent: bool,
+    /// The state is only the fields that changed (a directory rename's
+    /// `path` and `dir`), over the document's previous state in the log,
+    /// or over what the cluster holds at `base` if the log has none.
+    pub patch: bool,
 }
 
 impl Record {
@@ -64,6 +68,7 @@ impl Record {
             base,
             brief: false,
             sent: false,
+            patch: false,
         }
     }
 
@@ -272,13 +277,24 @@ pub(crate) struct Encoded<'a> {
     d: &'a str,
     /// Absent in a `sent` record; `null`: deleted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    s: Option<Option<&'a Value>>,
+    s: Option<State<'a>>,
     b: Value,
     /// The state leaves the text to the cluster ([`Record::brief`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     t: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     sent: bool,
+    /// The state is a patch ([`Record::patch`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    p: bool,
+}
+
+/// A logged state: a document (`null`: deleted), or a rename's new paths.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum State<'a> {
+    Doc(Option<&'a Value>),
+    Paths { path: &'a str, dir: &'a str },
 }
 
 impl<'a> Encoded<'a> {
@@ -292,14 +308,10 @@ impl<'a> Encoded<'a> {
         } else {
             Encoded {
                 t: r.brief,
+                p: r.patch,
                 ..Encoded::change(r.index, &r.id, r.state.as_ref(), r.base)
             }
         }
-    }
-
-    /// [`Record::brief`], borrowed.
-    pub(crate) fn brief(self, brief: bool) -> Self {
-        Encoded { t: brief, ..self }
     }
 
     /// [`Record::change`], borrowed.
@@ -307,7 +319,7 @@ impl<'a> Encoded<'a> {
         Encoded {
             i: index.name(),
             d: id,
-            s: Some(state),
+            s: Some(State::Doc(state)),
             b: match base {
                 Base::Absent => json!("absent"),
                 Base::At(v) => json!([v.seq_no, v.primary_term]),
@@ -315,6 +327,17 @@ impl<'a> Encoded<'a> {
             },
             t: false,
             sent: false,
+            p: false,
+        }
+    }
+
+    /// The patch of an entry a directory rename moved: its new `path` and
+    /// `dir` ([`Record::patch`]).
+    pub(crate) fn paths(index: Idx, id: &'a str, path: &'a str, dir: &'a str, base: Base) -> Self {
+        Encoded {
+            s: Some(State::Paths { path, dir }),
+            p: true,
+            ..Encoded::change(index, id, None, base)
         }
     }
 }
@@ -337,6 +360,7 @@ fn decode(v: &Value) -> Option<Record> {
         base,
         brief: v["t"] == true,
         sent: v["sent"] == true,
+        patch: v["p"] == true,
     })
 }
 
@@ -406,5 +430,33 @@ mod tests {
         let got = read(dir.path(), "m2").unwrap();
         assert_eq!(got, vec![brief, rec("1/b", None, Base::At(v))]);
         assert!(!got[1].brief);
+    }
+
+    #[test]
+    fn a_path_patch_reads_back_as_a_patch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = OpLog::create(dir.path(), "m3").unwrap();
+        let v = Version {
+            seq_no: 4,
+            primary_term: 1,
+        };
+        log.append_encoded(&[Encoded::paths(
+            Idx::Entries,
+            "2/a",
+            "/e/a",
+            "/e",
+            Base::At(v),
+        )])
+        .unwrap();
+        let got = read(dir.path(), "m3").unwrap();
+        let want = Record {
+            patch: true,
+            ..rec(
+                "2/a",
+                Some(json!({"path": "/e/a", "dir": "/e"})),
+                Base::At(v),
+            )
+        };
+        assert_eq!(got, vec![want]);
     }
 }

@@ -674,44 +674,67 @@ impl Overlay {
     /// every document below `old` has a slot. Each entry below gets its
     /// `path` and `dir` rewritten, a new local version and a place in the
     /// next flush, as a partial update would; returns their keys (to log
-    /// with [`Overlay::changes`]). `None`, nothing changed, otherwise.
+    /// with [`Overlay::moved_paths`]). `None`, nothing changed, otherwise.
     ///
     /// O(subtree): the entries below `old` are a range of the path index
     /// (`old/` up to `old0`, '0' following '/').
     pub(crate) fn rebase(&mut self, old: &str, new: &str) -> Option<Vec<Key>> {
-        let below = self.rebase_check(old, new)?;
-        let moved = |p: &str| format!("{new}{}", &p[old.len()..]);
+        if !self.rebase_check(old, new) {
+            return None;
+        }
+        // Taken out of the index whole (owned, no copy of either string),
+        // rewritten in place, put back: per entry the work is its two
+        // strings and its slot, which a 300-file rename does 300 times on
+        // the syscall path.
+        let below: Vec<(String, String)> =
+            self.paths.extract_if(Self::below(old), |_| true).collect();
+        // Both strings of each entry grow by this many bytes (as do the
+        // path index's copy); see `slot_weight`.
+        let grown = new.len() as isize - old.len() as isize;
         let mut keys = Vec::with_capacity(below.len());
-        for (path, id) in below {
-            let at = (path, id);
-            self.paths.remove(&at);
-            let (path, id) = at;
+        for (mut path, id) in below {
+            path.replace_range(..old.len(), new);
             let key = (Idx::Entries, id);
             let slot = self.slots.get_mut(&key).expect("checked");
             let State::Doc(d) = &mut slot.state else {
                 unreachable!("checked")
             };
-            let d = Arc::make_mut(d);
-            let dir = moved(d["dir"].as_str().expect("checked"));
-            let path = moved(&path);
-            d["dir"] = Value::String(dir);
-            d["path"] = Value::String(path.clone());
-            self.paths.insert((path, key.1.clone()));
-            reweigh(&mut self.budget.held, &key, slot);
+            let doc = Arc::make_mut(d).as_object_mut().expect("checked");
+            if let Some(Value::String(dir)) = doc.get_mut("dir") {
+                dir.replace_range(..old.len(), new);
+            }
+            if let Some(Value::String(p)) = doc.get_mut("path") {
+                p.clone_from(&path);
+            }
+            // Its document's `path` and `dir` (counted twice, see
+            // `slot_weight`) and the index's path.
+            let weight = slot.weight.saturating_add_signed(5 * grown);
+            self.budget.held = self.budget.held - slot.weight + weight;
+            slot.weight = weight;
+            debug_assert_eq!(slot.weight, slot_weight(&key, slot));
             slot.stamp = 0;
             slot.local = Some(next_local(&mut self.next, slot.base));
             if !slot.dirty {
                 slot.dirty = true;
                 self.dirty.push(key.clone());
             }
+            self.paths.insert((path, key.1.clone()));
             keys.push(key);
         }
         Some(keys)
     }
 
+    /// The path index's range of everything strictly below `old` (`old/`
+    /// up to `old0`, '0' following '/').
+    fn below(old: &str) -> std::ops::Range<(String, String)> {
+        (format!("{old}/"), String::new())..(format!("{old}0"), String::new())
+    }
+
     /// [`Overlay::rebase`]'s preconditions, checked before anything
-    /// changes: the (path, id) of every entry below `old`.
-    fn rebase_check(&self, old: &str, new: &str) -> Option<Vec<(String, String)>> {
+    /// changes: the moved directory's entry is at `new`, and every entry
+    /// below `old` has a slot written here, its `dir` below `old`, and is
+    /// a directory whose every name is here or a file.
+    fn rebase_check(&self, old: &str, new: &str) -> bool {
         let entry = |id: &str| match self.slots.get(&(Idx::Entries, id.to_string())) {
             Some(Slot {
                 state: State::Doc(d),
@@ -732,33 +755,28 @@ impl Overlay {
             .take_while(|(p, _)| p == new)
             .filter_map(|(_, id)| entry(id))
             .any(|d| d["kind"] == "dir" && complete(d));
-        if !moved {
-            return None;
-        }
-        let lo = (format!("{old}/"), String::new());
-        let hi = (format!("{old}0"), String::new());
-        let mut below = Vec::new();
-        for (path, id) in self.paths.range(lo..hi) {
-            let d = entry(id)?;
-            let dir_ok = d["dir"].as_str().is_some_and(|p| p.starts_with(old));
-            if !dir_ok || (d["kind"] == "dir" && !complete(d)) {
-                return None;
-            }
-            below.push((path.clone(), id.clone()));
-        }
-        Some(below)
+        moved
+            && self.paths.range(Self::below(old)).all(|(_, id)| {
+                entry(id).is_some_and(|d| {
+                    let dir_ok = d["dir"].as_str().is_some_and(|p| p.starts_with(old));
+                    let path_ok = d["path"].is_string();
+                    dir_ok && path_ok && (d["kind"] != "dir" || complete(d))
+                })
+            })
     }
 
-    /// The log records of `keys`' current states, borrowed from the slots.
-    pub(crate) fn changes<'a>(&'a self, keys: &'a [Key]) -> Vec<Encoded<'a>> {
+    /// The log records of a rebase of `keys` ([`Overlay::rebase`]): their
+    /// new `path` and `dir` only, borrowed from the slots. A whole state
+    /// per entry took more of a directory rename's time than the rename.
+    pub(crate) fn moved_paths<'a>(&'a self, keys: &'a [Key]) -> Vec<Encoded<'a>> {
         keys.iter()
             .filter_map(|key| {
                 let slot = self.slots.get(key)?;
-                let state = match &slot.state {
-                    State::Doc(s) => Some(&**s),
-                    State::Gone => None,
+                let State::Doc(d) = &slot.state else {
+                    return None;
                 };
-                Some(Encoded::change(key.0, &key.1, state, slot.base).brief(slot.brief))
+                let (path, dir) = (d["path"].as_str()?, d["dir"].as_str()?);
+                Some(Encoded::paths(key.0, &key.1, path, dir, slot.base))
             })
             .collect()
     }
@@ -1182,6 +1200,7 @@ impl Overlay {
                 base,
                 brief: false,
                 sent: true,
+                patch: false,
             });
             let Some(slot) = self.slots.get_mut(key) else {
                 continue;

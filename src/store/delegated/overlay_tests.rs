@@ -142,9 +142,10 @@ fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
         "/d-x",
         "beside: untouched"
     );
-    // Logged as their new states, and sent by the next flush.
-    let changes = serde_json::to_value(o.changes(&keys)).unwrap();
-    assert_eq!(changes[1]["s"]["path"], "/e/b");
+    // Logged as their new paths, and sent by the next flush.
+    let changes = serde_json::to_value(o.moved_paths(&keys)).unwrap();
+    assert_eq!(changes[1]["s"], json!({"path": "/e/b", "dir": "/e"}));
+    assert_eq!(changes[1]["p"], true);
     drop(flushed);
     assert_eq!(o.outgoing().ops.len(), 2);
     assert_eq!(ids(o.rebase("/d", "/e")), Some(vec![]), "none left");

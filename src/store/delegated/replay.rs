@@ -45,12 +45,13 @@ type Key = (Idx, String);
 /// Send the last state of each document `records` name. Returns how many
 /// were sent and the ids skipped (changed by someone else).
 pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(usize, Vec<String>)> {
+    let records = folded(records);
     let mut order: Vec<Key> = Vec::new();
     // Per document: its last state, and the latest word on what the
     // cluster holds (a change's base, or a later flush's acknowledgement).
     let mut last: HashMap<Key, (&Record, Base)> = HashMap::new();
     let mut states: HashMap<Key, Vec<&Record>> = HashMap::new();
-    for r in records {
+    for r in &records {
         let key = (r.index, r.id.clone());
         if r.sent {
             if let Some(l) = last.get_mut(&key) {
@@ -67,7 +68,7 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
         .iter()
         .filter_map(|k| {
             let (r, base) = last[k];
-            oplog::write_op(k.0, &k.1, r.state.as_ref(), base, r.brief).map(|op| (k, op))
+            write_of(k, r, base).map(|op| (k, op))
         })
         .unzip();
     let sent = ops.len();
@@ -90,7 +91,7 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
         let ours = states[key].iter().any(|s| holds(now, s));
         let again = cur.as_ref().map_or(Base::Absent, |d| Base::At(d.version));
         let resent = ours
-            && oplog::write_op(key.0, &key.1, want.state.as_ref(), again, want.brief)
+            && write_of(key, want, again)
                 .map(|op| raw.bulk(vec![op]))
                 .transpose()?
                 .is_none_or(|r| r.iter().all(|r| r.is_ok()));
@@ -101,11 +102,67 @@ pub(crate) fn replay(raw: &dyn MetaStore, records: &[Record]) -> StoreResult<(us
     Ok((sent, skipped))
 }
 
+/// The write that makes the cluster hold `r`'s state where it holds
+/// `base`: a patch is a partial update (none over an absent document: the
+/// state it patched was never logged, so there is nothing to send).
+fn write_of(key: &Key, r: &Record, base: Base) -> Option<BulkOp> {
+    if !r.patch {
+        return oplog::write_op(key.0, &key.1, r.state.as_ref(), base, r.brief);
+    }
+    let if_version = match base {
+        Base::At(v) => Some(v),
+        Base::Unknown => None,
+        Base::Absent => return None,
+    };
+    Some(BulkOp::Update {
+        index: key.0,
+        id: key.1.clone(),
+        doc: r.state.clone()?,
+        if_version,
+    })
+}
+
+/// `records` with each patch ([`Record::patch`]) applied to the state
+/// logged before it for its document, so it replays as that whole state;
+/// a patch with no state before it (that one was flushed, its generation
+/// gone) stays a patch, sent as a partial update at its base.
+fn folded(records: &[Record]) -> Vec<Record> {
+    let mut out: Vec<Record> = Vec::with_capacity(records.len());
+    let mut at: HashMap<Key, usize> = HashMap::new();
+    for r in records {
+        let key = (r.index, r.id.clone());
+        let before = at.get(&key).map(|&i| &out[i]);
+        let r = match (r.patch, before, &r.state) {
+            (true, Some(b), Some(Value::Object(fields))) if b.state.is_some() => {
+                let mut state = b.state.clone();
+                if let Some(Value::Object(s)) = state.as_mut() {
+                    s.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+                Record {
+                    state,
+                    brief: b.brief,
+                    patch: b.patch,
+                    ..r.clone()
+                }
+            }
+            _ => r.clone(),
+        };
+        if !r.sent {
+            at.insert(key, out.len());
+        }
+        out.push(r);
+    }
+    out
+}
+
 /// Whether the cluster's source `now` is the state `r` logged: equal, or
 /// for a brief state (its text left to the cluster) equal in every field
-/// but the text.
+/// but the text, or for a patch equal in the patch's fields.
 fn holds(now: Option<&Value>, r: &Record) -> bool {
     match (now, &r.state) {
+        (Some(Value::Object(now)), Some(Value::Object(want))) if r.patch => {
+            want.iter().all(|(k, v)| now.get(k) == Some(v))
+        }
         (Some(Value::Object(now)), Some(Value::Object(want))) if r.brief => {
             let text: Vec<&str> = r.index.text_fields().collect();
             now.iter()
@@ -227,5 +284,74 @@ mod tests {
             get("1/b"),
             Some(json!({"path": "/c", "contents": "the text"}))
         );
+    }
+
+    #[test]
+    fn a_renames_path_patch_folds_into_the_state_before_it_or_updates_the_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let patch = |id: &str, path: &str, dir: &str, base: Base| Record {
+            patch: true,
+            ..rec(id, Some(json!({"path": path, "dir": dir})), base)
+        };
+        // Flushed before the rename: the cluster holds it, the log only
+        // the patch.
+        let flushed = json!({"path": "/d/f", "dir": "/d", "size": 7, "contents": "text"});
+        let v = store.create(Idx::Entries, "2/f", &flushed).unwrap();
+        // The patch landed before the crash (the ack was lost).
+        let landed = store
+            .create(Idx::Entries, "2/l", &json!({"path": "/e/l", "dir": "/e"}))
+            .unwrap();
+        // Another mount renamed it again after the delegation was broken.
+        let t = store
+            .create(Idx::Entries, "2/t", &json!({"path": "/d/t", "dir": "/d"}))
+            .unwrap();
+        let theirs = store
+            .put(
+                Idx::Entries,
+                "2/t",
+                &json!({"path": "/x/t", "dir": "/x"}),
+                Some(t),
+            )
+            .unwrap();
+        let records = vec![
+            // Made under the delegation, then moved twice: one whole state.
+            rec(
+                "2/n",
+                Some(json!({"path": "/d/n", "dir": "/d", "size": 1})),
+                Base::Absent,
+            ),
+            patch("2/n", "/e/n", "/e", Base::Absent),
+            patch("2/n", "/g/n", "/g", Base::Absent),
+            patch("2/f", "/e/f", "/e", Base::At(v)),
+            patch("2/l", "/e/l", "/e", Base::At(t)),
+            patch("2/t", "/e/t", "/e", Base::At(t)),
+        ];
+        let (sent, skipped) = replay(&store, &records).unwrap();
+        assert_eq!(sent, 4);
+        let get = |id: &str| {
+            store
+                .get(Idx::Entries, id)
+                .unwrap()
+                .map(|d| Value::clone(&d.source))
+        };
+        assert_eq!(
+            get("2/n"),
+            Some(json!({"path": "/g/n", "dir": "/g", "size": 1})),
+            "created whole at its last path"
+        );
+        assert_eq!(
+            get("2/f"),
+            Some(json!({"path": "/e/f", "dir": "/e", "size": 7, "contents": "text"})),
+            "a partial update: the rest as the cluster held it"
+        );
+        assert_eq!(get("2/l"), Some(json!({"path": "/e/l", "dir": "/e"})));
+        assert_eq!(
+            get("2/t"),
+            Some(json!({"path": "/x/t", "dir": "/x"})),
+            "another's change stands"
+        );
+        assert_eq!(skipped, vec!["entries/2/t".to_string()]);
+        let _ = (landed, theirs);
     }
 }
