@@ -251,7 +251,11 @@ impl DelegatedStore {
         ) else {
             return Ok(());
         };
-        let Some(window) = self.shared.walks.lock().missed(parent) else {
+        let held = |id: &str| {
+            let key = (Idx::Entries, id.to_string());
+            self.shared.overlay.lock().has(&key)
+        };
+        let Some(window) = self.shared.walks.lock().missed(parent, cookie, held) else {
             return Ok(());
         };
         let one = self.shared.flushing.lock();
@@ -263,7 +267,18 @@ impl DelegatedStore {
             lt: None,
         };
         let query = Query::and(vec![Query::term("parent", parent), after]);
-        let entries = self.search_dir(&one, parent, query, window)?;
+        // One name past the window, not learned: where the walk's next
+        // miss must be to stay in step.
+        let mut entries = self.search_dir(&one, parent, query, window + 1)?;
+        if entries.len() > window
+            && let Some(next) = entries.pop()
+            && let Some(cookie) = next.doc.source["cookie"].as_i64()
+        {
+            self.shared
+                .walks
+                .lock()
+                .read_up_to(parent, cookie, &next.doc.id);
+        }
         self.learn_with_inodes(&one, &[], entries)?;
         Ok(())
     }
