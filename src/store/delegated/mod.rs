@@ -621,7 +621,7 @@ impl Shared {
 
     /// [`Shared::flush`] by the holder of `flushing`.
     fn flush_holding(&self, _one: &MutexGuard<'_, ()>) -> StoreResult<()> {
-        let (out, generation) = {
+        let (mut out, generation) = {
             let mut overlay = self.overlay.lock();
             if overlay.clean() {
                 return Ok(());
@@ -637,7 +637,7 @@ impl Shared {
             (overlay.outgoing(), generation)
         };
         if !out.ops.is_empty() {
-            match self.raw.bulk(out.ops.clone()) {
+            match self.raw.bulk(std::mem::take(&mut out.ops)) {
                 Ok(results) => {
                     let lost = {
                         let mut overlay = self.overlay.lock();

@@ -324,8 +324,13 @@ impl Child<'_> {
 
 /// One flush: the ops, and for each the key and the local version sent.
 pub(crate) struct Outgoing {
+    /// Taken by the flush to send (a copy of every document sent was a
+    /// second deep copy of the flush, file contents included).
     pub ops: Vec<BulkOp>,
     pub keys: Vec<(Key, Option<Version>)>,
+    /// For each op, whether it is a delete and then whether unconditional
+    /// (what [`Overlay::answered`] needs of it).
+    deletes: Vec<Option<bool>>,
 }
 
 impl Overlay {
@@ -1129,6 +1134,7 @@ impl Overlay {
         let mut out = Outgoing {
             ops: Vec::new(),
             keys: Vec::new(),
+            deletes: Vec::new(),
         };
         self.dirty_bytes = 0;
         let mut nothing_to_send = Vec::new();
@@ -1147,6 +1153,10 @@ impl Overlay {
                 nothing_to_send.push(key);
                 continue;
             };
+            out.deletes.push(match &op {
+                BulkOp::Delete { if_version, .. } => Some(if_version.is_none()),
+                _ => None,
+            });
             out.ops.push(op);
             out.keys.push((key, slot.local));
         }
@@ -1167,11 +1177,11 @@ impl Overlay {
     ) -> (Vec<Record>, Vec<(Key, StoreError)>) {
         let mut lost = Vec::new();
         let mut acks = Vec::new();
-        for ((key, _), (op, r)) in sent.keys.iter().zip(sent.ops.iter().zip(results)) {
-            let held = match (op, r) {
-                (BulkOp::Delete { if_version, .. }, r)
+        for ((key, _), (delete, r)) in sent.keys.iter().zip(sent.deletes.iter().zip(results)) {
+            let held = match (delete, r) {
+                (Some(unconditional), r)
                     if r.is_ok()
-                        || (if_version.is_none() && matches!(r, Err(StoreError::NotFound(_)))) =>
+                        || (*unconditional && matches!(r, Err(StoreError::NotFound(_)))) =>
                 {
                     Ok(Base::Absent)
                 }
