@@ -675,7 +675,7 @@ fn a_walk_of_a_directory_too_large_to_read_whole_reads_ahead() {
     // walk is in step with a window, so at most every other miss reads one
     // (the first, before it is known to be out of step), never a doubled
     // one. Before, every miss but the first read a window, doubling up to
-    // 4096 names with their inodes: 88 searches, and as many `_mget`s.
+    // 4096 names with their inodes: 90 searches, and as many `_mget`s.
     let scattered = sh_ok(
         c.path(),
         "cd big && for i in $(seq -w 4450 -50 50); do stat -c %s f$i; done | wc -l",

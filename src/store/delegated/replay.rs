@@ -185,6 +185,14 @@ mod tests {
         Record::change(Idx::Entries, id, state, base)
     }
 
+    /// The entry `id`'s source in `store` (None: absent).
+    fn source(store: &EmbeddedStore, id: &str) -> Option<Value> {
+        store
+            .get(Idx::Entries, id)
+            .unwrap()
+            .map(|d| Value::clone(&d.source))
+    }
+
     #[test]
     fn a_replay_sends_last_states_and_keeps_what_another_mount_changed() {
         let dir = tempfile::tempdir().unwrap();
@@ -223,12 +231,7 @@ mod tests {
         ];
         let (sent, skipped) = replay(&store, &records).unwrap();
         assert_eq!(sent, 4, "one write per document that has one to make");
-        let get = |id: &str| {
-            store
-                .get(Idx::Entries, id)
-                .unwrap()
-                .map(|d| Value::clone(&d.source))
-        };
+        let get = |id: &str| source(&store, id);
         assert_eq!(get("1/new"), Some(json!({"v": 3})), "the last state");
         assert_eq!(get("1/landed"), Some(json!({"v": 2})), "already there");
         assert_eq!(
@@ -270,12 +273,7 @@ mod tests {
             skipped.is_empty(),
             "1/b landed before the crash: {skipped:?}"
         );
-        let get = |id: &str| {
-            store
-                .get(Idx::Entries, id)
-                .unwrap()
-                .map(|d| Value::clone(&d.source))
-        };
+        let get = |id: &str| source(&store, id);
         assert_eq!(
             get("1/a"),
             Some(json!({"path": "/z", "contents": "the text"}))
@@ -299,14 +297,14 @@ mod tests {
         let flushed = json!({"path": "/d/f", "dir": "/d", "size": 7, "contents": "text"});
         let v = store.create(Idx::Entries, "2/f", &flushed).unwrap();
         // The patch landed before the crash (the ack was lost).
-        let landed = store
+        store
             .create(Idx::Entries, "2/l", &json!({"path": "/e/l", "dir": "/e"}))
             .unwrap();
         // Another mount renamed it again after the delegation was broken.
         let t = store
             .create(Idx::Entries, "2/t", &json!({"path": "/d/t", "dir": "/d"}))
             .unwrap();
-        let theirs = store
+        store
             .put(
                 Idx::Entries,
                 "2/t",
@@ -329,12 +327,7 @@ mod tests {
         ];
         let (sent, skipped) = replay(&store, &records).unwrap();
         assert_eq!(sent, 4);
-        let get = |id: &str| {
-            store
-                .get(Idx::Entries, id)
-                .unwrap()
-                .map(|d| Value::clone(&d.source))
-        };
+        let get = |id: &str| source(&store, id);
         assert_eq!(
             get("2/n"),
             Some(json!({"path": "/g/n", "dir": "/g", "size": 1})),
@@ -352,6 +345,5 @@ mod tests {
             "another's change stands"
         );
         assert_eq!(skipped, vec!["entries/2/t".to_string()]);
-        let _ = (landed, theirs);
     }
 }
