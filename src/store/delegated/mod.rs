@@ -23,7 +23,8 @@
 //!   next delegated mount on this machine replays the log ([`replay`]);
 //! - answers reads of what it wrote from the overlay, and names in
 //!   directories it made as absent, without a request;
-//! - flushes every 200 ms (at once past 4096 documents or 32 MiB), in one bulk of
+//! - flushes every 200 ms (at once past 4096 documents or 16 MiB; writers
+//!   wait for it only past four times that), in one bulk of
 //!   writes conditional on the cluster's versions; before any search (a
 //!   listing, a count), so searches see every acknowledged write; and on
 //!   `sync` (`fsync(2)`: after it the change is in the cluster).
@@ -50,7 +51,7 @@ use serde_json::Value;
 
 use self::oplog::OpLog;
 pub use self::overlay::DEFAULT_BUDGET;
-use self::overlay::{Child, Need, Overlay};
+use self::overlay::{Backlog, Child, Need, Overlay};
 use super::{
     Bucket, BulkItemResult, BulkOp, Caller, Capabilities, Doc, GroupRequest, Hit, Idx, MetaStore,
     Query, Rebased, SearchRequest, Sort, StoreError, StoreResult,
@@ -115,6 +116,10 @@ pub(crate) struct Shared {
     log: Mutex<Option<OpLog>>,
     /// One flush at a time (a document's writes stay in order).
     flushing: Mutex<()>,
+    /// Set (and `kicked` signalled) when so much waits that the flusher
+    /// should not wait for its next round ([`Backlog::Send`]).
+    kick: Mutex<bool>,
+    kicked: Condvar,
     /// Signalled when a bulk passing to the cluster is answered
     /// ([`DelegatedStore::bulk_passing`]): writes to its documents wait.
     passed: Condvar,
@@ -143,6 +148,8 @@ impl DelegatedStore {
                 overlay: Mutex::new(Overlay::default()),
                 log: Mutex::new(None),
                 flushing: Mutex::new(()),
+                kick: Mutex::new(false),
+                kicked: Condvar::new(),
                 passed: Condvar::new(),
                 state_dir,
                 on_release: Mutex::new(None),
@@ -580,8 +587,8 @@ impl DelegatedStore {
             .collect())
     }
 
-    /// Log what `overlay` just decided (`write` appends it), then flush
-    /// before going on if too much waits.
+    /// Log what `overlay` just decided (`write` appends it), then have
+    /// what waits sent now if it is much, and before going on if too much.
     fn log_decided(
         &self,
         mut overlay: MutexGuard<'_, Overlay>,
@@ -593,10 +600,14 @@ impl DelegatedStore {
         }
         let backlog = overlay.backlog();
         drop(overlay);
-        if backlog {
-            self.shared.flush()?;
+        match backlog {
+            Backlog::None => Ok(()),
+            Backlog::Send => {
+                self.shared.kick();
+                Ok(())
+            }
+            Backlog::Wait => self.shared.flush(),
         }
-        Ok(())
     }
 
     /// A bulk straight to the cluster, local versions mapped to its own.
@@ -671,19 +682,40 @@ impl Shared {
         Ok(())
     }
 
-    /// The flusher: every [`FLUSH_EVERY`] while the delegation holds, and
-    /// a look for a recall every few rounds.
+    /// Wake the flusher now ([`Backlog::Send`]).
+    fn kick(&self) {
+        let mut kick = self.kick.lock();
+        if !*kick {
+            *kick = true;
+            self.kicked.notify_one();
+        }
+    }
+
+    /// Until the flusher's next round: [`FLUSH_EVERY`], or at once if a
+    /// writer found much waiting (during the last flush, or since).
+    fn next_round(&self) {
+        let mut kick = self.kick.lock();
+        if !*kick && self.overlay.lock().backlog() == Backlog::None {
+            self.kicked.wait_for(&mut kick, FLUSH_EVERY);
+        }
+        *kick = false;
+    }
+
+    /// The flusher: every [`FLUSH_EVERY`] while the delegation holds (at
+    /// once when much waits), and a look for a recall now and then.
     pub(crate) fn spawn_flusher(self: &Arc<Self>, owner: String) {
         let me = self.clone();
         std::thread::Builder::new()
             .name("esfs-delegation".into())
             .spawn(move || {
                 let mut round = 0u64;
+                let mut looked = Instant::now();
                 while me.held.load(Ordering::Acquire) {
-                    std::thread::sleep(FLUSH_EVERY);
+                    me.next_round();
                     let busy = me.overlay.lock().busy();
                     if let Err(e) = me.flush() {
                         log::warn!("delegation: flush failed, retrying: {e}");
+                        std::thread::sleep(FLUSH_EVERY);
                     }
                     // What the grace kept past the budget, once idle.
                     let (slots, bytes) = me.overlay.lock().trim();
@@ -694,8 +726,11 @@ impl Shared {
                     // A look every 400 ms while writes come, every 2 s when
                     // idle: an idle mount costs half a request a second,
                     // and a starting mount waits at most that long.
-                    let every = if busy { 2 } else { 10 };
-                    if round.is_multiple_of(every) && document::recalled(&*me.raw, &owner) {
+                    let every = if busy { 2 } else { 10 } * FLUSH_EVERY;
+                    if looked.elapsed() >= every && {
+                        looked = Instant::now();
+                        document::recalled(&*me.raw, &owner)
+                    } {
                         log::info!("delegation recalled by another mount: giving it back");
                         if let Err(e) = me.release(&owner) {
                             log::warn!("delegation: could not give it back yet: {e}");

@@ -708,3 +708,32 @@ fn a_bulk_passing_to_the_cluster_holds_off_writes_and_reads_and_updates_clean_sl
     assert!(o.passed(&again, Err(down)).is_err());
     assert!(!o.has(&a) && !o.whole(5));
 }
+
+#[test]
+fn much_waiting_wakes_the_flusher_and_only_four_times_as_much_holds_writers() {
+    let mut o = Overlay::default();
+    o.complete.insert(5);
+    let mut made = 0;
+    let mut make = |o: &mut Overlay, n: usize| {
+        let ops = (made..made + n)
+            .map(|k| create(Idx::Entries, &format!("5/f{k}"), json!({})))
+            .collect();
+        made += n;
+        assert!(o.apply(ops).0.iter().all(|r| r.is_ok()));
+    };
+    make(&mut o, SEND_DIRTY - 1);
+    assert_eq!(o.backlog(), Backlog::None);
+    make(&mut o, 1);
+    assert_eq!(o.backlog(), Backlog::Send);
+    make(&mut o, MAX_DIRTY - SEND_DIRTY - 1);
+    assert_eq!(o.backlog(), Backlog::Send);
+    make(&mut o, 1);
+    assert_eq!(o.backlog(), Backlog::Wait);
+    // Bytes count too (as the op log counts what it wrote).
+    o.outgoing();
+    assert_eq!(o.backlog(), Backlog::None);
+    o.logged(SEND_DIRTY_BYTES);
+    assert_eq!(o.backlog(), Backlog::Send);
+    o.logged(MAX_DIRTY_BYTES - SEND_DIRTY_BYTES);
+    assert_eq!(o.backlog(), Backlog::Wait);
+}
