@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
 # Benchmark: `grep -r` through an esfs mount vs `esfs search`, on generated
-# trees of N files (default: 10000 and 100000), embedded store, release build.
+# trees of N files (default: 10000 and 100000), release build.
 #
-#   bench/search.sh [N...]          e.g. bench/search.sh 10000 100000
+#   bench/search.sh [--es URL] [--cold] [N...]     e.g. bench/search.sh 10000 100000
 #
 # Each tree: N text files of 1-4 KiB in directories of 100, words drawn from
 # a small vocabulary; a rare marker ("quokka-<k>") in 10 files and a common
 # word ("lorem") in about 1% of them. For each pattern it checks that both
-# tools give the identical sorted result set, then times 3 warm runs of each
+# tools give the identical sorted result set, then times 3 runs of each
 # (median), and prints one markdown table row per tree and pattern.
+#   --es URL  metadata and contents in that Elasticsearch cluster (a fresh
+#             index, deleted at the end), not the embedded store
+#   --cold    before each timed run: unmount, drop the kernel's caches
+#             (/proc/sys/vm/drop_caches, root), mount again (not timed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sizes=("$@")
+es=""
+cold=0
+sizes=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --es) es=$2; shift 2 ;;
+        --cold) cold=1; shift ;;
+        *) sizes+=("$1"); shift ;;
+    esac
+done
 [ ${#sizes[@]} -gt 0 ] || sizes=(10000 100000)
+index=bench-search-$$
 
 cargo build --release -j2 -q
 ESFS=$PWD/target/release/esfs
@@ -21,6 +35,38 @@ mnt=$work/mnt
 cleanup() {
     fusermount3 -u "$mnt" 2>/dev/null || true
     rm -rf "$work"
+    drop_index
+}
+# The cluster's indices of this run's filesystem (it refuses wildcard deletes).
+drop_index() {
+    [ -n "$es" ] || return 0
+    for x in entries inodes locks meta chunks; do
+        curl -s -XDELETE "$es/$index-$x" >/dev/null || true
+    done
+}
+mount_it() {
+    if [ -n "$es" ]; then
+        "$ESFS" mount "$mnt" --es "$es" --index "$index" --state-dir "$work/state" \
+            --log "$work/log" >/dev/null
+    else
+        "$ESFS" mount "$mnt" --store "$work/store" --data "$work/data" --log "$work/log" >/dev/null
+    fi
+}
+# Unmount, drop the kernel's caches, mount again (--cold); nothing otherwise.
+chill() {
+    [ "$cold" = 1 ] || return 0
+    fusermount3 -u "$mnt"
+    while mountpoint -q "$mnt"; do sleep 0.1; done
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+    mount_it
+}
+# The median of 3 runs of a command, each after chill.
+time3() {
+    for _ in 1 2 3; do
+        chill
+        timeit "$@"
+    done | median
 }
 trap cleanup EXIT
 
@@ -60,14 +106,21 @@ EOF
 }
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(lscpu | sed -n 's/^Model name: *//p' | head -1); $(date -u +%Y-%m-%d)"
+if [ -n "$es" ]; then
+    echo "metadata and contents: Elasticsearch $(curl -s "$es" | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"]["number"])') at $es"
+else
+    echo "metadata: the embedded store; contents: a local directory"
+fi
+[ "$cold" = 1 ] && echo "each run cold: a fresh mount after drop_caches"
 echo
 echo "| files | pattern | matches | grep -r (s) | esfs search (s) | speed-up |"
 echo "|---:|---|---:|---:|---:|---:|"
 for n in "${sizes[@]}"; do
-    rm -rf "$work/src" "$work/store" "$work/data"
+    rm -rf "$work/src" "$work/store" "$work/data" "$work/state"
+    drop_index
     mkdir -p "$mnt" "$work/src"
     gen_tree "$work/src" "$n"
-    "$ESFS" mount "$mnt" --store "$work/store" --data "$work/data" --log "$work/log" >/dev/null
+    mount_it
     cp -r "$work/src" "$mnt/tree"
     # Wait until the mount has indexed everything.
     for _ in $(seq 1 3600); do
@@ -86,8 +139,8 @@ for n in "${sizes[@]}"; do
             exit 1
         fi
         matches=$(echo "$g" | grep -c . || true)
-        tg=$(for _ in 1 2 3; do timeit grep -r "$flag" "$p" "$mnt/tree"; done | median)
-        te=$(for _ in 1 2 3; do timeit "$ESFS" search -r "$flag" "$p" "$mnt/tree"; done | median)
+        tg=$(time3 grep -r "$flag" "$p" "$mnt/tree")
+        te=$(time3 "$ESFS" search -r "$flag" "$p" "$mnt/tree")
         printf '| %s | `%s %s` | %s | %.2f | %.3f | %.0fx |\n' "$n" "$flag" "$p" "$matches" "$tg" "$te" "$(echo "$tg / $te" | bc -l)"
     done
     fusermount3 -u "$mnt"

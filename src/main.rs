@@ -52,14 +52,18 @@ fn main() {
     // own files) is its owner's alone; see esfs::private.
     // SAFETY: umask only sets the process's file mode mask.
     unsafe { libc::umask(0o077) };
+    let cli = Cli::parse();
     // fuser's one session warning is its unmount at the session's end
     // failing after the user unmounted (mount.rs reports a real failure).
-    env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("info,fuser::session=error"),
-    )
-    .format_timestamp_millis()
-    .init();
-    let cli = Cli::parse();
+    // Search answers as grep does: its stderr is for errors and warnings,
+    // not for which cluster it reached.
+    let default = match cli.cmd {
+        Cmd::Search(_) => "warn",
+        _ => "info,fuser::session=error",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+        .format_timestamp_millis()
+        .init();
     // Mount failures exit 1, as mount(8) helpers do; fsck and locks 8;
     // search answers like grep (2 on errors) and prints its own.
     let (result, failed) = match cli.cmd {
