@@ -726,11 +726,12 @@ impl Shared {
                     // A look every 400 ms while writes come, every 2 s when
                     // idle: an idle mount costs half a request a second,
                     // and a starting mount waits at most that long.
-                    let every = if busy { 2 } else { 10 } * FLUSH_EVERY;
-                    if looked.elapsed() >= every && {
-                        looked = Instant::now();
-                        document::recalled(&*me.raw, &owner)
-                    } {
+                    let every = FLUSH_EVERY * if busy { 2 } else { 10 };
+                    if looked.elapsed() < every {
+                        continue;
+                    }
+                    looked = Instant::now();
+                    if document::recalled(&*me.raw, &owner) {
                         log::info!("delegation recalled by another mount: giving it back");
                         if let Err(e) = me.release(&owner) {
                             log::warn!("delegation: could not give it back yet: {e}");
