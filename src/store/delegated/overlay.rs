@@ -301,7 +301,7 @@ const SEND_DIRTY_BYTES: usize = 16 << 20;
 /// cluster are documents too). Four times the above, so writers go on
 /// while one bulk is in flight and the next fills (with one limit, every
 /// writer waited for every bulk past it: 0.4-2.3 s stalls, file creation
-/// of mdtest's 8 writers at a third of the rate).
+/// of mdtest's 8 writers at half the rate on three nodes).
 const MAX_DIRTY: usize = 4 * SEND_DIRTY;
 const MAX_DIRTY_BYTES: usize = 4 * SEND_DIRTY_BYTES;
 /// How much waits to be sent ([`Overlay::backlog`]).
