@@ -60,7 +60,35 @@ fn next_local(next: &mut u64, base: Base) -> Version {
 #[derive(Clone, Debug)]
 enum State {
     Doc(Arc<Value>),
+    /// A clean document past the budget, held as its JSON text (about a
+    /// fifth of the heap a `serde_json` map of it takes: every key and
+    /// string an allocation, every value 32 bytes, B-tree nodes half
+    /// empty), before it leaves whole ([`Overlay::pack`]). Reads decode it
+    /// (a microsecond or two) and leave it packed; a write unpacks it.
+    Packed {
+        json: Box<[u8]>,
+        /// An entry's `path`, for the path index ([`Overlay::path_of`]).
+        path: Option<Box<str>>,
+    },
     Gone,
+}
+
+impl State {
+    /// The document, decoded if packed (`None`: gone).
+    fn doc(&self) -> Option<Arc<Value>> {
+        match self {
+            State::Doc(d) => Some(Arc::clone(d)),
+            State::Packed { json, .. } => Some(Arc::new(
+                serde_json::from_slice(json).expect("packed from a value"),
+            )),
+            State::Gone => None,
+        }
+    }
+
+    /// Whether a document (packed or not).
+    fn exists(&self) -> bool {
+        !matches!(self, State::Gone)
+    }
 }
 
 #[derive(Debug)]
@@ -105,11 +133,13 @@ impl Slot {
     }
 
     /// Its state, for a read: brief ones only answer `brief` reads.
-    fn answers(&self, brief: bool) -> Option<&Arc<Value>> {
-        match (&self.state, self.local) {
-            (State::Doc(d), Some(_)) if brief || !self.brief => Some(d),
-            _ => None,
-        }
+    fn answers(&self, brief: bool) -> Option<Arc<Value>> {
+        self.would_answer(brief).then(|| self.state.doc())?
+    }
+
+    /// Whether [`Slot::answers`] gives a document.
+    fn would_answer(&self, brief: bool) -> bool {
+        self.state.exists() && self.local.is_some() && (brief || !self.brief)
     }
 
     /// A caller's `if_version` matches: the version it was given, or the
@@ -140,18 +170,22 @@ fn slot_weight(key: &Key, slot: &Slot) -> usize {
     const FIXED: usize = 192;
     let doc = match &slot.state {
         State::Doc(d) => 2 * approx_size(d) as usize,
+        State::Packed { json, path } => json.len() + path.as_ref().map_or(0, |p| p.len()),
         State::Gone => 0,
     };
     let path = Overlay::path_of(key, slot).map_or(0, |(p, id)| 64 + p.len() + id.len());
     FIXED + 2 * key.1.len() + doc + path
 }
 
-/// Whether a slot holds any of its index's text fields (a brief one holds
-/// none).
-fn has_text(key: &Key, slot: &Slot) -> bool {
+/// Whether a slot holds file contents, which leave before names and
+/// inodes do ([`Overlay::trim_contents`]): a small file's chunk, or any of
+/// its index's text fields (a brief one holds none).
+fn has_contents(key: &Key, slot: &Slot) -> bool {
     match &slot.state {
+        State::Doc(_) if key.0 == Idx::Chunks => true,
         State::Doc(d) => !slot.brief && key.0.text_fields().any(|f| d.get(f).is_some()),
-        State::Gone => false,
+        // (Packed only once its text left.)
+        State::Packed { .. } | State::Gone => false,
     }
 }
 
@@ -183,10 +217,10 @@ struct Budget {
     /// Clean slots, in the order they became clean (stale entries, whose
     /// stamp is no longer their slot's, are skipped).
     queue: VecDeque<Queued>,
-    /// The clean slots of [`Budget::queue`] that hold text fields, in the
-    /// same order: their text leaves before any slot leaves whole
-    /// ([`Overlay::trim_texts`]).
-    texts: VecDeque<Queued>,
+    /// The clean slots of [`Budget::queue`] that hold file contents
+    /// ([`has_contents`]), in the same order: those leave before any other
+    /// slot leaves or is packed ([`Overlay::trim_contents`]).
+    contents: VecDeque<Queued>,
     stamps: u64,
     /// The origin of [`Budget::tick`].
     epoch: Instant,
@@ -203,8 +237,10 @@ struct Queued {
 
 /// The budget of a delegated mount that does not set one
 /// (`--delegate-memory`): enough for the names and inodes of a source tree
-/// of about 40 000 files (2.2 KB a file as [`slot_weight`] counts them), so
-/// a walk of a tree the mount works in is answered from memory. With 64 MiB
+/// of about 40 000 files (2.2 KB a file as [`slot_weight`] counts them),
+/// and of about four times as many packed ([`State::Packed`]: 4.3 KB to
+/// 1.0 KB for a file's entry and inode as `bench/scale` makes them), so a
+/// walk of a tree the mount works in is answered from memory. With 64 MiB
 /// four copies of a 10 000-file tree did not fit: each cold `find` read
 /// every directory from the cluster again (13 s against 2.3 s held).
 pub const DEFAULT_BUDGET: usize = 256 << 20;
@@ -220,7 +256,7 @@ impl Default for Budget {
             grace: EVICT_GRACE,
             held: 0,
             queue: VecDeque::new(),
-            texts: VecDeque::new(),
+            contents: VecDeque::new(),
             stamps: 0,
             epoch: Instant::now(),
         }
@@ -328,7 +364,8 @@ const KEEP_CHUNK_MAX: usize = 16 << 10;
 pub(crate) struct Child<'a> {
     pub id: &'a str,
     pub version: Version,
-    pub source: &'a Arc<Value>,
+    /// (Shared with the slot, or decoded from a packed one.)
+    pub source: Arc<Value>,
 }
 
 impl Child<'_> {
@@ -361,6 +398,7 @@ impl Overlay {
     fn path_of<'a>(key: &'a Key, slot: &'a Slot) -> Option<(&'a str, &'a str)> {
         match (key.0, &slot.state) {
             (Idx::Entries, State::Doc(d)) => Some((d["path"].as_str()?, &key.1)),
+            (Idx::Entries, State::Packed { path, .. }) => Some((path.as_deref()?, &key.1)),
             _ => None,
         }
     }
@@ -466,8 +504,8 @@ impl Overlay {
             at,
             key: key.clone(),
         };
-        if has_text(key, slot) {
-            self.budget.texts.push_back(queued.clone());
+        if has_contents(key, slot) {
+            self.budget.contents.push_back(queued.clone());
         }
         self.budget.queue.push_back(queued);
         // Entries of slots written again since pile up: drop them once
@@ -477,31 +515,36 @@ impl Overlay {
         if self.budget.queue.len() > 2 * slots.len() + 1024 {
             self.budget.queue.retain(live);
         }
-        if self.budget.texts.len() > 2 * slots.len() + 1024 {
-            self.budget.texts.retain(live);
+        if self.budget.contents.len() > 2 * slots.len() + 1024 {
+            self.budget.contents.retain(live);
         }
     }
 
-    /// Past the budget, a file's text leaves first: from the clean slots
-    /// holding one, oldest first, before any slot leaves whole. The text is
-    /// most of a source file's entry (with 64 MiB, one copy of a source tree
-    /// pushed the names of the others out of memory, and each cold `find`
-    /// read them from the cluster again), and only a rename or a copy of
-    /// that file asks for it again, where a name that leaves costs its
-    /// directory a read from the cluster. Grace as in [`Overlay::trim`].
-    fn trim_texts(&mut self, now: u32, grace: u32) {
+    /// Past the budget, file contents leave first: a file's text (an
+    /// entry's text fields) and a small file's chunk, from the clean slots
+    /// holding one, oldest first, before any slot leaves whole. They are
+    /// most of what a tree of source files holds (with 64 MiB, one copy of
+    /// a source tree pushed the names of the others out of memory, and
+    /// each cold `find` read them from the cluster again), and only a read,
+    /// a rename or a copy of that file asks for them again, where a name
+    /// that leaves costs its directory a read from the cluster. Grace as
+    /// in [`Overlay::trim`].
+    fn trim_contents(&mut self, now: u32, grace: u32) {
         self.drain(
-            |b| &mut b.texts,
+            |b| &mut b.contents,
             now,
             grace,
-            |o, q, _| {
-                o.leave_text(&q.key);
+            |o, q, _| match q.key.0 {
+                Idx::Chunks => o.leave(&q.key),
+                _ => {
+                    o.leave_text(&q.key);
+                }
             },
-            |o, q, now| o.budget.texts.push_back(Queued { at: now, ..q }),
+            |o, q, now| o.budget.contents.push_back(Queued { at: now, ..q }),
         );
     }
 
-    /// The walk [`Overlay::trim`] and [`Overlay::trim_texts`] share, over
+    /// The walk [`Overlay::trim`] and [`Overlay::trim_contents`] share, over
     /// `queue` (of [`Budget`]): while the slots hold more than the budget,
     /// its oldest entry is popped (skipped if stale, or if its slot is
     /// dirty); a slot untouched for the grace goes to `leave`, one touched
@@ -543,13 +586,14 @@ impl Overlay {
     pub(crate) fn trim(&mut self) -> (usize, usize) {
         let now = self.budget.tick();
         let grace = self.budget.grace_ticks();
-        self.trim_texts(now, grace);
+        self.trim_contents(now, grace);
         self.drain(
             |b| &mut b.queue,
             now,
             grace,
-            // The text first (the cluster has it), the rest next time round.
-            |o, q, now| match o.leave_text(&q.key) {
+            // The text first (the cluster has it), then the document
+            // packed, and the rest next time round.
+            |o, q, now| match o.leave_text(&q.key) || o.pack(&q.key) {
                 true => o.requeue(q.key, now),
                 false => o.leave(&q.key),
             },
@@ -571,10 +615,45 @@ impl Overlay {
             key,
         };
         // (Its place in the text queue went with its old stamp.)
-        if has_text(&queued.key, slot) {
-            self.budget.texts.push_back(queued.clone());
+        if has_contents(&queued.key, slot) {
+            self.budget.contents.push_back(queued.clone());
         }
         self.budget.queue.push_back(queued);
+    }
+
+    /// Hold a clean slot's document as its JSON text ([`State::Packed`]);
+    /// whether it was not yet. Past the budget a slot is packed before it
+    /// leaves: a walk of a tree larger than the budget then finds about
+    /// three times as many of its names and inodes in memory.
+    fn pack(&mut self, key: &Key) -> bool {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return false;
+        };
+        let State::Doc(d) = &slot.state else {
+            return false;
+        };
+        let path = match key.0 {
+            Idx::Entries => d["path"].as_str().map(Box::from),
+            _ => None,
+        };
+        let json = serde_json::to_vec(&**d).expect("a value encodes");
+        slot.state = State::Packed {
+            json: json.into_boxed_slice(),
+            path,
+        };
+        reweigh(&mut self.budget.held, key, slot);
+        true
+    }
+
+    /// Hold `key`'s document decoded again, for a write to change it.
+    fn unpack(&mut self, key: &Key) {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return;
+        };
+        if let State::Packed { .. } = slot.state {
+            slot.state = State::Doc(slot.state.doc().expect("packed"));
+            reweigh(&mut self.budget.held, key, slot);
+        }
     }
 
     /// Drop a clean slot's text fields (see [`Slot::brief`]); whether it
@@ -608,6 +687,7 @@ impl Overlay {
     /// (which holds the slot's text: only this mount writes, and a brief
     /// slot's writes leave the text as it is).
     fn take_text(&mut self, key: &Key, full: &Value) {
+        self.unpack(key);
         let Some(slot) = self.slots.get_mut(key) else {
             return;
         };
@@ -636,9 +716,9 @@ impl Overlay {
     /// [`KEEP_CHUNK_MAX`]; within the budget as any clean slot), else
     /// dropped (reads go there).
     fn keep_or_drop_chunk(&mut self, key: &Key) {
-        let len = match self.slots.get(key).map(|s| &s.state) {
-            Some(State::Doc(d)) => d["len"].as_u64().map(|l| l as usize),
-            _ => None,
+        let len = match self.slots.get(key).and_then(|s| s.state.doc()) {
+            Some(d) => d["len"].as_u64().map(|l| l as usize),
+            None => None,
         };
         match len {
             Some(len) if len <= KEEP_CHUNK_MAX => self.evictable(key),
@@ -711,6 +791,15 @@ impl Overlay {
     /// O(subtree): the entries below `old` are a range of the path index
     /// (`old/` up to `old0`, '0' following '/').
     pub(crate) fn rebase(&mut self, old: &str, new: &str) -> Option<Vec<Key>> {
+        let moved = self.paths.range((new.to_string(), String::new())..);
+        let moved = moved.take_while(|(p, _)| p == new);
+        let packed: Vec<Key> = (moved.chain(self.paths.range(Self::below(old))))
+            .map(|(_, id)| (Idx::Entries, id.clone()))
+            .filter(|k| matches!(self.slots[k].state, State::Packed { .. }))
+            .collect();
+        for key in &packed {
+            self.unpack(key);
+        }
         if !self.rebase_check(old, new) {
             return None;
         }
@@ -841,7 +930,7 @@ impl Overlay {
     pub(crate) fn answers(&self, index: Idx, id: &str, brief: bool) -> bool {
         self.slots
             .get(&(index, id.to_string()))
-            .is_some_and(|s| matches!(s.state, State::Gone) || s.answers(brief).is_some())
+            .is_some_and(|s| matches!(s.state, State::Gone) || s.would_answer(brief))
     }
 
     /// Directories `dirs` read whole: their `entries` as the cluster holds
@@ -892,7 +981,7 @@ impl Overlay {
         let to = (Idx::Entries, format!("{parent}0")); // '0' follows '/'
         let mut docs = Vec::new();
         for ((_, id), s) in self.slots.range(from..to) {
-            let (State::Doc(d), Some(v)) = (&s.state, s.local) else {
+            let (Some(d), Some(v)) = (s.state.doc(), s.local) else {
                 continue;
             };
             if !terms.iter().all(|(f, val)| &&d[*f] == val) {
@@ -900,10 +989,13 @@ impl Overlay {
             }
             // A full listing of a directory whose text left memory goes
             // the cluster's way.
+            if !s.would_answer(brief) {
+                return None;
+            }
             docs.push(Child {
                 id,
                 version: v,
-                source: s.answers(brief)?,
+                source: d,
             });
         }
         Some(docs)
@@ -925,8 +1017,9 @@ impl Overlay {
         if let State::Gone = slot.state {
             return Some(None);
         }
-        // (Shared with the slot, not copied: a writer copies on write.)
-        let source = Arc::clone(slot.answers(brief)?);
+        // (Shared with the slot, not copied: a writer copies on write. A
+        // packed one stays packed: decoded for this read only.)
+        let source = slot.answers(brief)?;
         Some(Some(Doc {
             id: id.to_string(),
             version: slot.local?,
@@ -1058,10 +1151,7 @@ impl Overlay {
             let r = self.apply_one(&key, op);
             if r.is_ok() {
                 let slot = &self.slots[&key];
-                let state = match &slot.state {
-                    State::Doc(s) => Some(Value::clone(s)),
-                    State::Gone => None,
-                };
+                let state = slot.state.doc().map(|s| Value::clone(&s));
                 records.push(Record::change(key.0, &key.1, state, slot.base).brief(slot.brief));
             }
             results.push(r);
@@ -1073,6 +1163,7 @@ impl Overlay {
         let conflict = || Err(StoreError::Conflict(key.1.clone()));
         let create = matches!(op, BulkOp::Create { .. });
         let known_absent = self.known_absent(key.0, &key.1, create);
+        self.unpack(key);
         let slot = self.slots.get(key);
         let was_dirty = slot.is_some_and(|s| s.dirty);
         // Only a partial update keeps a state without its text brief; a
@@ -1170,10 +1261,9 @@ impl Overlay {
                 continue;
             };
             slot.dirty = false;
-            let state = match &slot.state {
-                State::Doc(s) => Some(&**s),
-                State::Gone => None,
-            };
+            // (A dirty slot is never packed: this shares its document.)
+            let doc = slot.state.doc();
+            let state = doc.as_deref();
             // Made and removed between two flushes: nothing to send (the
             // cluster agrees already).
             let Some(op) = write_op(key.0, &key.1, state, slot.base, slot.brief) else {
@@ -1343,6 +1433,7 @@ impl Overlay {
             {
                 self.unrefreshed.insert(p);
             }
+            self.unpack(&key);
             let slot = self
                 .slots
                 .get(&key)

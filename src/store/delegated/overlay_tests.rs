@@ -370,9 +370,23 @@ fn past_the_budget_every_files_text_leaves_before_any_name() {
     assert_eq!(o.slots.len(), 8, "no name left while a text could");
     assert_eq!(o.slots.values().filter(|s| s.brief).count(), 4);
     assert!(o.whole(5), "the directory is still answered from memory");
-    // Past that, names leave, oldest first.
+    // Past that, names are packed, oldest first, and still answered.
     o.set_budget(o.budget.held - 1);
-    assert!(!o.slots.contains_key(&(Idx::Entries, "5/a0".into())));
+    assert!(matches!(
+        o.slots[&(Idx::Entries, "5/a0".into())].state,
+        State::Packed { .. }
+    ));
+    assert!(o.whole(5));
+    assert_eq!(o.children(5, &[], true).unwrap().len(), 8);
+    // Once all are packed, they leave, oldest first (a0 had its second
+    // chance: packed, it went to the back of the queue).
+    let keys: Vec<Key> = o.slots.keys().cloned().collect();
+    for k in &keys {
+        o.pack(k);
+    }
+    o.set_budget(o.budget.held - 1);
+    assert!(!o.slots.contains_key(&(Idx::Entries, "5/a1".into())));
+    assert!(o.slots.contains_key(&(Idx::Entries, "5/a0".into())));
     assert!(o.slots.contains_key(&(Idx::Entries, "5/t3".into())));
     assert!(!o.whole(5));
 }
@@ -490,8 +504,13 @@ fn the_budget_keeps_the_newest_clean_slots_and_every_dirty_one() {
         !o.slots.contains_key(&(Idx::Inodes, "101".into())),
         "oldest"
     );
+    // Packed before they leave: more than 30 fit.
     let kept = o.slots.len();
-    assert!((25..=30).contains(&kept), "{kept} slots kept");
+    assert!((31..100).contains(&kept), "{kept} slots kept");
+    let mut clean = o.slots.iter().filter(|(k, _)| k.1 != "100");
+    assert!(clean.all(|(_, s)| matches!(s.state, State::Packed { .. })));
+    let newest = o.get(Idx::Inodes, "199", false).unwrap().unwrap();
+    assert_eq!(newest.source["size"], 199, "read as it was");
     // Slots touched within the grace stay past the budget.
     let mut o = Overlay::default();
     assert!(
@@ -618,7 +637,9 @@ fn reads_kept_past_the_budget_leave_oldest_first() {
     }
     let one = o.budget.held / 50;
     o.set_budget(10 * one);
-    assert!((9..=10).contains(&o.slots.len()), "{} kept", o.slots.len());
+    // (Packed before they leave: more than 10 fit.)
+    assert!((11..50).contains(&o.slots.len()), "{} kept", o.slots.len());
+    assert!(!o.slots.contains_key(&(Idx::Inodes, "0".into())));
     assert!(o.slots.contains_key(&(Idx::Inodes, "49".into())));
     // Kept reads are read from memory, with the cluster's version.
     assert_eq!(
@@ -736,4 +757,79 @@ fn much_waiting_wakes_the_flusher_and_only_four_times_as_much_holds_writers() {
     assert_eq!(o.backlog(), Backlog::Send);
     o.logged(MAX_DIRTY_BYTES - SEND_DIRTY_BYTES);
     assert_eq!(o.backlog(), Backlog::Wait);
+}
+
+#[test]
+fn past_the_budget_small_files_contents_leave_first_then_slots_are_packed_and_still_answer() {
+    let mut o = budgeted(usize::MAX);
+    o.complete.insert(1);
+    let entry = |path: &str, dir: &str, kind: &str, ino: u64| json!({"path": path, "dir": dir, "kind": kind, "ino": ino});
+    let chunk = json!({"file": "21", "n": 0, "len": 1, "data": "eA"});
+    let made = o.apply(vec![
+        create(Idx::Inodes, "20", json!({"kind": "dir"})),
+        create(Idx::Entries, "1/d", entry("/d", "/", "dir", 20)),
+        create(Idx::Entries, "20/a", entry("/d/a", "/d", "file", 21)),
+        create(Idx::Inodes, "21", json!({"kind": "file", "size": 1})),
+        BulkOp::Index {
+            index: Idx::Chunks,
+            id: "21:0".into(),
+            source: chunk,
+            if_version: None,
+        },
+    ]);
+    assert!(made.0.iter().all(|r| r.is_ok()));
+    flush_all(&mut o);
+    // The chunk (the newest slot) leaves before any name or inode.
+    o.set_budget(o.budget.held - 1);
+    assert!(!o.has(&(Idx::Chunks, "21:0".into())));
+    assert_eq!(o.slots.len(), 4);
+    // Then names and inodes are packed before any leaves.
+    let whole = o.budget.held;
+    let keys: Vec<Key> = o.slots.keys().cloned().collect();
+    for k in &keys {
+        assert!(o.pack(k));
+    }
+    assert!(o.budget.held < whole);
+    assert_eq!(
+        o.budget.held,
+        o.slots.values().map(|s| s.weight).sum::<usize>()
+    );
+    // Reads answer as before, and leave them packed.
+    let a = o.get(Idx::Entries, "20/a", false).unwrap().unwrap();
+    assert_eq!(a.source, entry("/d/a", "/d", "file", 21).into());
+    let listed = o.children(20, &[], false).unwrap();
+    assert_eq!(listed[0].source, a.source);
+    assert!(matches!(
+        o.slots[&(Idx::Entries, "20/a".into())].state,
+        State::Packed { .. }
+    ));
+    // A write unpacks it.
+    let touch = BulkOp::Update {
+        index: Idx::Inodes,
+        id: "21".into(),
+        doc: json!({"size": 2}),
+        if_version: Some(o.get(Idx::Inodes, "21", false).unwrap().unwrap().version),
+    };
+    assert!(o.apply(vec![touch]).0[0].is_ok());
+    let inode = o.get(Idx::Inodes, "21", false).unwrap().unwrap();
+    assert_eq!(inode.source, json!({"kind": "file", "size": 2}).into());
+    // A rename of the directory (its entries packed) is done in memory.
+    let v = o.get(Idx::Entries, "1/d", false).unwrap().unwrap().version;
+    let moved = o.apply(vec![
+        BulkOp::Delete {
+            index: Idx::Entries,
+            id: "1/d".into(),
+            if_version: Some(v),
+        },
+        create(Idx::Entries, "1/e", entry("/e", "/", "dir", 20)),
+    ]);
+    assert!(moved.0.iter().all(|r| r.is_ok()));
+    let keys = o.rebase("/d", "/e").unwrap();
+    assert_eq!(keys, vec![(Idx::Entries, "20/a".to_string())]);
+    let a = o.get(Idx::Entries, "20/a", false).unwrap().unwrap();
+    assert_eq!(a.source, entry("/e/a", "/e", "file", 21).into());
+    assert_eq!(
+        o.budget.held,
+        o.slots.values().map(|s| s.weight).sum::<usize>()
+    );
 }
