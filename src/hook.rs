@@ -15,7 +15,8 @@ pub trait ContentHook: Send + Sync {
     /// The contents of `ino` may have changed (a close that wrote, an fsync,
     /// a truncate).
     fn changed(&self, ino: u64);
-    /// The namespace is busy: background work should keep out of its way.
+    /// The mount is busy (its namespace changed, or a directory was
+    /// listed): background work should keep out of its way.
     fn activity(&self);
     /// The answer to a read of [`DESCRIBE_XATTR`]; `open` lists files with
     /// writes not yet persisted (a reader must scan them).

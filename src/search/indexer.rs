@@ -128,11 +128,16 @@ impl Indexer {
         self.inner.work.notify_one();
     }
 
-    /// The namespace changed (a name made, removed or renamed): the mount
-    /// is busy, so indexing waits for quiet as after a content change. An
-    /// `rm -rf` right after a `tar x` was 3x slower while the indexer
-    /// competed with it for the store and the CPU (and indexed files about
-    /// to go). Lock-free: every namespace change calls it.
+    /// The namespace changed (a name made, removed or renamed), or a
+    /// directory was listed (a walk: `find`, `rsync`, `du`): the mount is
+    /// busy, so indexing waits for quiet as after a content change. An `rm
+    /// -rf` right after a `tar x` was 3x slower while the indexer competed
+    /// with it for the store and the CPU (and indexed files about to go);
+    /// an `rsync` that copies nothing right after one that copied a tree
+    /// took 1.09x JuiceFS's time while the node indexed the copy's text.
+    /// (Scattered lookups and `stat`s do not count: a poll of a few files
+    /// would hold indexing off until `MAX_DELAY`.) Lock-free: every
+    /// namespace change and listing calls it.
     pub(crate) fn activity(&self) {
         let ms = self.inner.epoch.elapsed().as_millis() as u64;
         self.inner.activity_ms.store(ms, Ordering::Relaxed);

@@ -54,6 +54,7 @@ impl Fs {
         plus: bool,
         mut add: impl FnMut(DirEnt<'_>) -> bool,
     ) -> FsResult<()> {
+        self.hook.activity();
         let Some(handle) = self.dir_handles.get(fh) else {
             for it in &self.fetch_dir(ino, offset, plus, &mut None)?.0 {
                 if add(it.ent()) {
