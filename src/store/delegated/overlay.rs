@@ -60,8 +60,8 @@ fn next_local(next: &mut u64, base: Base) -> Version {
 #[derive(Clone, Debug)]
 enum State {
     Doc(Arc<Value>),
-    /// A clean document past the budget, held as its JSON text (about a
-    /// fifth of the heap a `serde_json` map of it takes: every key and
+    /// A clean document past the budget, held as its JSON text (a fifth to
+    /// a quarter of the heap a `serde_json` map of it takes: every key and
     /// string an allocation, every value 32 bytes, B-tree nodes half
     /// empty), before it leaves whole ([`Overlay::pack`]). Reads decode it
     /// (a microsecond or two) and leave it packed; a write unpacks it.
@@ -624,7 +624,7 @@ impl Overlay {
     /// Hold a clean slot's document as its JSON text ([`State::Packed`]);
     /// whether it was not yet. Past the budget a slot is packed before it
     /// leaves: a walk of a tree larger than the budget then finds about
-    /// three times as many of its names and inodes in memory.
+    /// four times as many of its names and inodes in memory.
     fn pack(&mut self, key: &Key) -> bool {
         let Some(slot) = self.slots.get_mut(key) else {
             return false;
