@@ -803,7 +803,7 @@ fn children_page(overlay: &Overlay, req: &SearchRequest, brief: bool) -> Option<
     if req.index != Idx::Entries || sort.descending {
         return None;
     }
-    let key = |c: &Child| c.source[&sort.field].as_i64();
+    let key = |c: &Child| c.number(&sort.field);
     let after = match &req.search_after {
         None => None,
         Some(v) => Some(v.first()?.as_i64()?),

@@ -69,6 +69,10 @@ enum State {
         json: Box<[u8]>,
         /// An entry's `path`, for the path index ([`Overlay::path_of`]).
         path: Option<Box<str>>,
+        /// An entry's `cookie`, a listing's sort key: a page of a directory
+        /// held in memory sorts all its names, and decoding each for it
+        /// made `ls -l` of 50 000 names 2.5x slower ([`Child::number`]).
+        cookie: Option<i64>,
     },
     Gone,
 }
@@ -170,7 +174,7 @@ fn slot_weight(key: &Key, slot: &Slot) -> usize {
     const FIXED: usize = 192;
     let doc = match &slot.state {
         State::Doc(d) => 2 * approx_size(d) as usize,
-        State::Packed { json, path } => json.len() + path.as_ref().map_or(0, |p| p.len()),
+        State::Packed { json, path, .. } => json.len() + path.as_ref().map_or(0, |p| p.len()),
         State::Gone => 0,
     };
     let path = Overlay::path_of(key, slot).map_or(0, |(p, id)| 64 + p.len() + id.len());
@@ -360,20 +364,32 @@ pub(crate) enum Backlog {
 const KEEP_CHUNK_MAX: usize = 16 << 10;
 
 /// An entry of a directory held whole ([`Overlay::children`]).
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub(crate) struct Child<'a> {
     pub id: &'a str,
     pub version: Version,
-    /// (Shared with the slot, or decoded from a packed one.)
-    pub source: Arc<Value>,
+    state: &'a State,
 }
 
 impl Child<'_> {
+    /// Its document (shared with the slot, or decoded from a packed one).
     pub(crate) fn to_doc(&self) -> Doc {
         Doc {
             id: self.id.to_string(),
             version: self.version,
-            source: self.source.clone(),
+            source: self.state.doc().expect("a child exists"),
+        }
+    }
+
+    /// A numeric field (a listing's sort key), a packed entry's `cookie`
+    /// without decoding it.
+    pub(crate) fn number(&self, field: &str) -> Option<i64> {
+        match self.state {
+            State::Doc(d) => d[field].as_i64(),
+            State::Packed {
+                cookie: Some(c), ..
+            } if field == "cookie" => Some(*c),
+            s => s.doc()?[field].as_i64(),
         }
     }
 }
@@ -632,14 +648,15 @@ impl Overlay {
         let State::Doc(d) = &slot.state else {
             return false;
         };
-        let path = match key.0 {
-            Idx::Entries => d["path"].as_str().map(Box::from),
-            _ => None,
+        let (path, cookie) = match key.0 {
+            Idx::Entries => (d["path"].as_str().map(Box::from), d["cookie"].as_i64()),
+            _ => (None, None),
         };
         let json = serde_json::to_vec(&**d).expect("a value encodes");
         slot.state = State::Packed {
             json: json.into_boxed_slice(),
             path,
+            cookie,
         };
         reweigh(&mut self.budget.held, key, slot);
         true
@@ -981,11 +998,15 @@ impl Overlay {
         let to = (Idx::Entries, format!("{parent}0")); // '0' follows '/'
         let mut docs = Vec::new();
         for ((_, id), s) in self.slots.range(from..to) {
-            let (Some(d), Some(v)) = (s.state.doc(), s.local) else {
+            let (true, Some(v)) = (s.state.exists(), s.local) else {
                 continue;
             };
-            if !terms.iter().all(|(f, val)| &&d[*f] == val) {
-                continue;
+            // (A packed one is decoded only for terms beyond the parent.)
+            if !terms.is_empty() {
+                let d = s.state.doc().expect("exists");
+                if !terms.iter().all(|(f, val)| &&d[*f] == val) {
+                    continue;
+                }
             }
             // A full listing of a directory whose text left memory goes
             // the cluster's way.
@@ -995,7 +1016,7 @@ impl Overlay {
             docs.push(Child {
                 id,
                 version: v,
-                source: d,
+                state: &s.state,
             });
         }
         Some(docs)
