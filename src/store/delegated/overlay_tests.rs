@@ -833,4 +833,21 @@ fn past_the_budget_small_files_contents_leave_first_then_slots_are_packed_and_st
         o.budget.held,
         o.slots.values().map(|s| s.weight).sum::<usize>()
     );
+    // Unpacked for a rename only within the budget: else the cluster's way.
+    flush_all(&mut o);
+    let v = o.get(Idx::Entries, "1/e", false).unwrap().unwrap().version;
+    let moved = o.apply(vec![
+        BulkOp::Delete {
+            index: Idx::Entries,
+            id: "1/e".into(),
+            if_version: Some(v),
+        },
+        create(Idx::Entries, "1/f", entry("/f", "/", "dir", 20)),
+    ]);
+    assert!(moved.0.iter().all(|r| r.is_ok()));
+    assert!(o.pack(&(Idx::Entries, "20/a".into())));
+    o.budget.bytes = o.budget.held + 1;
+    assert_eq!(o.rebase("/e", "/f"), None);
+    o.budget.bytes = usize::MAX;
+    assert!(o.rebase("/e", "/f").is_some());
 }
