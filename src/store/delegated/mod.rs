@@ -39,6 +39,7 @@ mod left;
 pub(crate) mod oplog;
 mod overlay;
 pub(crate) mod replay;
+mod slot;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

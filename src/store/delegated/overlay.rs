@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::left::Left;
 use super::oplog::{Base, Encoded, Record, write_op};
+use super::slot::{Slot, State, merge_fields};
 use crate::store::cache::approx_size;
 use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, StoreResult, Version};
 
@@ -54,112 +55,6 @@ fn next_local(next: &mut u64, base: Base) -> Version {
     Version {
         seq_no: *next,
         primary_term: LOCAL_TERM + term,
-    }
-}
-
-#[derive(Clone, Debug)]
-enum State {
-    Doc(Arc<Value>),
-    /// A clean document past the budget, held as its JSON text (a fifth to
-    /// a quarter of the heap a `serde_json` map of it takes: every key and
-    /// string an allocation, every value 32 bytes, B-tree nodes half
-    /// empty), before it leaves whole ([`Overlay::pack`]). Reads decode it
-    /// (a microsecond or two) and leave it packed; a write unpacks it.
-    Packed {
-        json: Box<[u8]>,
-        /// An entry's `path`, for the path index ([`Overlay::path_of`]).
-        path: Option<Box<str>>,
-        /// An entry's `cookie`, a listing's sort key: a page of a directory
-        /// held in memory sorts all its names, and decoding each for it
-        /// made `ls -l` of 50 000 names 2.5x slower ([`Child::number`]).
-        cookie: Option<i64>,
-    },
-    Gone,
-}
-
-impl State {
-    /// The document, decoded if packed (`None`: gone).
-    fn doc(&self) -> Option<Arc<Value>> {
-        match self {
-            State::Doc(d) => Some(Arc::clone(d)),
-            State::Packed { json, .. } => Some(Arc::new(
-                serde_json::from_slice(json).expect("packed from a value"),
-            )),
-            State::Gone => None,
-        }
-    }
-
-    /// Whether a document (packed or not).
-    fn exists(&self) -> bool {
-        !matches!(self, State::Gone)
-    }
-}
-
-#[derive(Debug)]
-struct Slot {
-    state: State,
-    /// The version this mount's callers were last given.
-    local: Option<Version>,
-    /// What the cluster holds.
-    base: Base,
-    /// Not sent since it changed.
-    dirty: bool,
-    /// Its bytes as the budget counts them ([`slot_weight`]; set by
-    /// [`Overlay::put`]).
-    weight: usize,
-    /// Its place in the eviction queue, `0` when it has none: changed
-    /// since the cluster acknowledged it, in a flush not yet answered, or
-    /// a lock document ([`Overlay::evictable`]).
-    stamp: u64,
-    /// When it was last written or read here ([`Budget::tick`]).
-    touched: u32,
-    /// Its state leaves out the index's text fields (a file's text, by far
-    /// the bulk of a source file's entry), which stay as the cluster holds
-    /// them: dropped past the budget before the slot itself, or never read
-    /// (a brief read, a directory read whole). It answers brief reads; a
-    /// full read asks the cluster for the text ([`Overlay::learn`] puts it
-    /// back); written again it stays brief, and is sent as a partial update.
-    brief: bool,
-}
-
-impl Slot {
-    fn new(state: State, local: Option<Version>, base: Base, dirty: bool) -> Slot {
-        Slot {
-            state,
-            local,
-            base,
-            dirty,
-            weight: 0,
-            stamp: 0,
-            touched: 0,
-            brief: false,
-        }
-    }
-
-    /// Its state, for a read: brief ones only answer `brief` reads.
-    fn answers(&self, brief: bool) -> Option<Arc<Value>> {
-        self.would_answer(brief).then(|| self.state.doc())?
-    }
-
-    /// Whether [`Slot::answers`] gives a document.
-    fn would_answer(&self, brief: bool) -> bool {
-        self.state.exists() && self.local.is_some() && (brief || !self.brief)
-    }
-
-    /// A caller's `if_version` matches: the version it was given, or the
-    /// cluster's for a document not changed since it was read.
-    fn matches(&self, v: Version) -> bool {
-        self.local == Some(v) || (!self.dirty && self.base == Base::At(v))
-    }
-}
-
-/// A partial update's `fields` merged into a slot's document (copied only
-/// if a reader shares it).
-fn merge_fields(cur: &mut Arc<Value>, fields: &Value) {
-    if let (Some(cur), Some(fields)) = (Arc::make_mut(cur).as_object_mut(), fields.as_object()) {
-        for (k, v) in fields {
-            cur.insert(k.clone(), v.clone());
-        }
     }
 }
 
