@@ -811,17 +811,21 @@ fn past_the_budget_slots_are_packed_and_still_answer() {
     assert!(o.apply(vec![touch]).0[0].is_ok());
     let inode = o.get(Idx::Inodes, "21", false).unwrap().unwrap();
     assert_eq!(inode.source, json!({"kind": "file", "size": 2}).into());
+    // The rename's entry step: the directory's entry `from` becomes `to`.
+    let move_dir = |o: &mut Overlay, from: &str, to: &str, path: &str| {
+        let v = o.get(Idx::Entries, from, false).unwrap().unwrap().version;
+        let moved = o.apply(vec![
+            BulkOp::Delete {
+                index: Idx::Entries,
+                id: from.into(),
+                if_version: Some(v),
+            },
+            create(Idx::Entries, to, entry(path, "/", "dir", 20)),
+        ]);
+        assert!(moved.0.iter().all(|r| r.is_ok()));
+    };
     // A rename of the directory (its entries packed) is done in memory.
-    let v = o.get(Idx::Entries, "1/d", false).unwrap().unwrap().version;
-    let moved = o.apply(vec![
-        BulkOp::Delete {
-            index: Idx::Entries,
-            id: "1/d".into(),
-            if_version: Some(v),
-        },
-        create(Idx::Entries, "1/e", entry("/e", "/", "dir", 20)),
-    ]);
-    assert!(moved.0.iter().all(|r| r.is_ok()));
+    move_dir(&mut o, "1/d", "1/e", "/e");
     let keys = o.rebase("/d", "/e").unwrap();
     assert_eq!(keys, vec![(Idx::Entries, "20/a".to_string())]);
     let a = o.get(Idx::Entries, "20/a", false).unwrap().unwrap();
@@ -832,16 +836,7 @@ fn past_the_budget_slots_are_packed_and_still_answer() {
     );
     // Unpacked for a rename only within the budget: else the cluster's way.
     flush_all(&mut o);
-    let v = o.get(Idx::Entries, "1/e", false).unwrap().unwrap().version;
-    let moved = o.apply(vec![
-        BulkOp::Delete {
-            index: Idx::Entries,
-            id: "1/e".into(),
-            if_version: Some(v),
-        },
-        create(Idx::Entries, "1/f", entry("/f", "/", "dir", 20)),
-    ]);
-    assert!(moved.0.iter().all(|r| r.is_ok()));
+    move_dir(&mut o, "1/e", "1/f", "/f");
     assert!(o.pack(&(Idx::Entries, "20/a".into())));
     o.budget.bytes = o.budget.held + 1;
     assert_eq!(o.rebase("/e", "/f"), None);
