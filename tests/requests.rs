@@ -255,7 +255,7 @@ fn directories_made_removed_then_another_mounts_listed(t: Bench) -> Rows {
         t.per_op(N, |i| {
             sh_ok(a.path(), &format!("rmdir d{i}"));
         }),
-        5.5,
+        4.5,
         2.0,
     );
     rows.add(

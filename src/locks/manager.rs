@@ -16,6 +16,11 @@
 //!   and down with write-if-version (no server-side scripts), the document
 //!   is deleted when the count reaches zero. `pending` is set by a would-be
 //!   exclusive holder: new shared holders back off, so renames cannot starve.
+//!   A holder makes what it wrote searchable before it gives up its share
+//!   ([`MetaStore::publish`]; a dead holder's are, by whoever drops it), so
+//!   the next exclusive holder of a directory counts its names without a
+//!   refresh: every name made or removed in a directory is made under a
+//!   share of it.
 //! - `intent/<id>`: a multi-document change in progress (see `fs::intent`).
 //!
 //! Deadlock freedom: a tree lock takes its shared locks top-down and its
@@ -811,8 +816,15 @@ impl LockManager {
         Err(LockError::Held(path.into(), "contention".into()))
     }
 
-    /// Decrement our share; delete the document at zero.
+    /// Decrement our share; delete the document at zero. What this mount
+    /// wrote under the share is made searchable first (see
+    /// [`MetaStore::publish`]): whoever locks the directory exclusively
+    /// next (an rmdir) then counts its names without a refresh.
     fn store_release_shared(&self, store: &dyn MetaStore, id: &str) {
+        if let Err(e) = store.publish(Idx::Entries) {
+            // The engine's own refresh shows the names within its interval.
+            log::warn!("publishing writes before releasing shared lock {id}: {e}");
+        }
         for _ in 0..50 {
             let cur = match store.get(Idx::Locks, id) {
                 Ok(Some(c)) => c,
@@ -943,6 +955,11 @@ impl LockManager {
                     live.insert(o, n);
                 }
             }
+            if live.len() != s["holders"].as_object().map_or(0, |h| h.len()) {
+                // A dead holder gave nothing up, so published nothing: what
+                // it wrote is made searchable here, before anyone counts.
+                self.store.refresh(Idx::Entries)?;
+            }
             if count == 0 {
                 match self.store.put(Idx::Locks, &id, &doc, Some(cur.version)) {
                     Ok(v) => return Ok(v),
@@ -1004,6 +1021,7 @@ impl LockManager {
             .filter_map(|(_, _, d)| d["owner"].as_str())
             .collect();
         let dead = |o: &str| !self.alive_in(o, docs) && !with_intent.contains(&o);
+        let mut dead_shares = false;
         for (id, ver, doc) in docs {
             let owner = doc["owner"].as_str().unwrap_or("");
             let gone = |r: StoreResult<bool>| match r {
@@ -1054,6 +1072,7 @@ impl LockManager {
                             gone(self.store.put(Idx::Locks, id, &s, Some(*ver)).map(|_| true))?;
                         }
                         r.repaired += 1;
+                        dead_shares = true;
                     }
                 }
                 ty @ ("exclusive" | "global" | "doc") if dead(owner) => {
@@ -1066,6 +1085,10 @@ impl LockManager {
                 }
                 _ => {}
             }
+        }
+        if dead_shares {
+            // Dead holders published nothing (see `store_release_shared`).
+            self.store.refresh(Idx::Entries)?;
         }
         Ok(r)
     }

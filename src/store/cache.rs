@@ -930,6 +930,10 @@ impl MetaStore for CachedStore {
         self.inner.refresh(index)
     }
 
+    fn publish(&self, index: Idx) -> StoreResult<()> {
+        self.inner.publish(index)
+    }
+
     fn sync(&self) -> StoreResult<()> {
         self.inner.sync()
     }

@@ -96,6 +96,9 @@ impl MetaStore for Gated {
     fn refresh(&self, index: Idx) -> StoreResult<()> {
         self.inner.refresh(index)
     }
+    fn publish(&self, index: Idx) -> StoreResult<()> {
+        self.inner.publish(index)
+    }
     fn sync(&self) -> StoreResult<()> {
         self.inner.sync()
     }

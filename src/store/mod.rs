@@ -419,6 +419,18 @@ pub trait MetaStore: Send + Sync {
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64>;
     /// Make all acknowledged writes visible to search.
     fn refresh(&self, index: Idx) -> StoreResult<()>;
+    /// Make this client's own acknowledged writes to `index` visible to
+    /// every client's searches: a refresh only where some may not be yet.
+    /// A mount does this before it gives up a shared tree lock, so whoever
+    /// locks the directory next counts its names without a refresh (see
+    /// `LockManager`). By default a refresh unless searches are realtime;
+    /// a layer passes it down.
+    fn publish(&self, index: Idx) -> StoreResult<()> {
+        if self.capabilities().realtime_search {
+            return Ok(());
+        }
+        self.refresh(index)
+    }
     /// Make all acknowledged writes durable (fsync) where the backend buffers them.
     fn sync(&self) -> StoreResult<()>;
     /// A short human description ("sqlite:/path", "elasticsearch:http://...").

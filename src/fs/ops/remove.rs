@@ -73,8 +73,10 @@ impl Fs {
             let _g = self.tree.lock_dirs(&[parent, entry.ino]);
             // Exclusive on the directory itself: no other mount can create
             // in it (creates hold it shared) while we check it is empty.
+            // The count needs no refresh for other mounts' names: a mount
+            // makes what it wrote searchable before it gives up its share
+            // (`MetaStore::publish`), and ours are read-your-writes.
             let (t, _) = self.tree.lock(&[parent], &[(parent, &entry.name)])?;
-            self.docs.see_other_mounts()?;
             if !self.tree.is_empty(entry.ino)? {
                 return Err(FsError::NotEmpty);
             }

@@ -199,7 +199,9 @@ impl DelegatedStore {
 
     /// Replay and remove the op log of `owner`, a mount that died.
     pub(crate) fn replay_left(&self, owner: &str) -> StoreResult<()> {
-        replay::replay_left(self.raw(), &self.shared.state_dir, owner)
+        replay::replay_left(self.raw(), &self.shared.state_dir, owner)?;
+        // Its names were made under locks it can no longer publish.
+        self.raw().publish(Idx::Entries)
     }
 
     /// Bound the memory of what the cluster already holds to `bytes` (see
@@ -751,6 +753,9 @@ impl Shared {
             return Ok(());
         }
         self.flush()?;
+        // What the flushes sent is searchable before another mount takes
+        // a lock the delegation decided (see `MetaStore::publish`).
+        self.raw.publish(Idx::Entries)?;
         self.held.store(false, Ordering::Release);
         self.overlay.lock().released();
         if let Some(log) = self.log.lock().take() {
@@ -1002,6 +1007,15 @@ impl MetaStore for DelegatedStore {
             return Ok(());
         }
         self.inner.refresh(index)
+    }
+
+    /// Held, nothing: no other mount searches until the delegation is
+    /// given back, and giving it back publishes what the flush sent.
+    fn publish(&self, index: Idx) -> StoreResult<()> {
+        if self.held() {
+            return Ok(());
+        }
+        self.inner.publish(index)
     }
 
     /// `fsync(2)`: after it, the change is in the cluster.

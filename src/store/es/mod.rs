@@ -750,6 +750,15 @@ impl MetaStore for EsStore {
         self.refresh_now(index)
     }
 
+    /// A refresh only if this client wrote `index` since its last one.
+    fn publish(&self, index: Idx) -> StoreResult<()> {
+        let _r = self.refreshing[index as usize].lock();
+        if *self.unrefreshed[index as usize].lock() == Unrefreshed::Clean {
+            return Ok(());
+        }
+        self.refresh_now(index)
+    }
+
     /// Elasticsearch acknowledges a write only after its translog is fsync'd
     /// (`index.translog.durability: request`, the default): nothing to do.
     fn sync(&self) -> StoreResult<()> {
