@@ -258,6 +258,24 @@ fn directories_made_removed_then_another_mounts_listed(t: Bench) -> Rows {
         4.5,
         2.0,
     );
+    // rm -r: the directory's lookup; its shared lock, taken by the first
+    // unlink (a get and a create); two bulks per unlink; then the rmdir's
+    // four (lock, count, delete, release), whose count leaves out the
+    // names this mount just removed rather than refresh to see them gone
+    // (12 with the refresh).
+    for i in 0..N {
+        fs::create_dir(a.p(format!("r{i}"))).unwrap();
+        fs::write(a.p(format!("r{i}/x")), b"").unwrap();
+        fs::write(a.p(format!("r{i}/y")), b"").unwrap();
+    }
+    rows.add(
+        "rm -r of a directory holding two files (sh; not in issue 34)",
+        t.per_op(N, |i| {
+            sh_ok(a.path(), &format!("rm -r r{i}"));
+        }),
+        11.5,
+        11.0,
+    );
     rows.add(
         "ls -l of 1000 entries another mount made (total; issue 34)",
         t.per_op(1, |_| {

@@ -455,6 +455,11 @@ impl EsStore {
         self.unrefreshed[idx as usize].lock().wrote(idx, id);
     }
 
+    /// Document `id` of `idx` was deleted (acknowledged).
+    fn deleted(&self, idx: Idx, id: &str) {
+        self.unrefreshed[idx as usize].lock().deleted(idx, id);
+    }
+
     /// What the refresh cleared may not be visible after all.
     fn refresh_failed(&self, idx: Idx) {
         *self.unrefreshed[idx as usize].lock() = Unrefreshed::All;
@@ -704,7 +709,10 @@ impl MetaStore for EsStore {
             }
             req.send().await
         })?;
-        self.wrote(index, id);
+        match status {
+            200 => self.deleted(index, id),
+            _ => self.wrote(index, id),
+        }
         match status {
             200 => Ok(true),
             404 if body["result"] == "not_found" && if_version.is_none() => Ok(false),
@@ -717,17 +725,43 @@ impl MetaStore for EsStore {
         let r = self.bulk_requests(&ops);
         // After the writes landed (a refresh between would miss them), and
         // whatever the answer (some may have landed).
-        for op in &ops {
-            self.wrote(op.index(), op.id());
+        let answers = r.as_ref().map_or(&[][..], |r| r.as_slice());
+        for (i, op) in ops.iter().enumerate() {
+            let gone = matches!(op, BulkOp::Delete { .. }) && matches!(answers.get(i), Some(Ok(_)));
+            match gone {
+                true => self.deleted(op.index(), op.id()),
+                false => self.wrote(op.index(), op.id()),
+            }
         }
         r
     }
 
+    /// Without a refresh where this client wrote nothing the count may
+    /// match, or only removed names of the directory counted: those are
+    /// left out by id (`Unrefreshed::unseen_deletes`; an rmdir after the
+    /// unlinks of `rm -rf`).
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
-        self.refresh_if_dirty(index, query)?;
+        // Under `refreshing`: a refresh another thread is sending marked
+        // the index clean before it lands.
+        let unseen = {
+            let _r = self.refreshing[index as usize].lock();
+            let u = self.unrefreshed[index as usize].lock();
+            u.unseen_deletes(query)
+        };
+        let query = match unseen {
+            Some(ids) if ids.is_empty() => query_json(query),
+            Some(ids) => json!({"bool": {
+                "filter": [query_json(query)],
+                "must_not": [{"ids": {"values": ids}}]
+            }}),
+            None => {
+                self.refresh_if_dirty(index, query)?;
+                query_json(query)
+            }
+        };
         let name = &self.index_name(index);
         let name = name.as_str();
-        let body = &json!({ "query": query_json(query) });
+        let body = &json!({ "query": query });
         let (status, resp) = self.call(|c| async move {
             c.count(CountParts::Index(&[name]))
                 .body(body.clone())

@@ -10,15 +10,31 @@
 //! Other mounts' writes show within the refresh interval either way (the
 //! listing bound in docs/consistency.md). Any other query, and any other
 //! index, refreshes after any write.
+//!
+//! A count of a directory's names where this client only removed names
+//! since (an `rm -rf`'s rmdir after its unlinks) needs no refresh either:
+//! the names it removed are left out by id ([`Unrefreshed::unseen_deletes`]).
 
 use crate::model::entry_parent;
 use crate::store::Query;
 use crate::store::schema::Idx;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Past this many directories written between two refreshes, every search
 /// refreshes (a bound on the set; such a burst refreshes soon anyway).
 const MAX_DIRS: usize = 4096;
+/// Past this many names removed from one directory, its counts refresh (an
+/// `ids` clause of that size costs more than the refresh).
+const MAX_DELETED: usize = 1024;
+
+/// What this client did to one directory's names since the last refresh.
+#[derive(Debug, PartialEq)]
+pub(super) enum DirWrites {
+    /// Only removed these names (entry ids), each delete acknowledged.
+    Deleted(HashSet<String>),
+    /// Made, changed, or may have changed some (a write without an answer).
+    Changed,
+}
 
 /// One index's writes since its last refresh.
 #[derive(Debug, PartialEq)]
@@ -26,7 +42,7 @@ pub(super) enum Unrefreshed {
     /// Nothing: every search sees what this client wrote.
     Clean,
     /// Only `entries` documents of these directories.
-    Dirs(HashSet<u64>),
+    Dirs(HashMap<u64, DirWrites>),
     /// Anything: writes of other kinds, too many directories, a failed
     /// refresh, or (at connect) what was written before this client.
     All,
@@ -35,20 +51,40 @@ pub(super) enum Unrefreshed {
 impl Unrefreshed {
     /// Document `id` of `index` was written (or may have been).
     pub(super) fn wrote(&mut self, index: Idx, id: &str) {
+        self.note(index, id, false);
+    }
+
+    /// Document `id` of `index` was deleted: the delete was acknowledged.
+    pub(super) fn deleted(&mut self, index: Idx, id: &str) {
+        self.note(index, id, true);
+    }
+
+    fn note(&mut self, index: Idx, id: &str, deleted: bool) {
         let dir = match index {
             Idx::Entries => entry_parent(id),
             _ => None,
         };
-        match (&mut *self, dir) {
-            (Unrefreshed::All, _) => {}
-            (_, None) => *self = Unrefreshed::All,
-            (Unrefreshed::Clean, Some(d)) => *self = Unrefreshed::Dirs(HashSet::from([d])),
-            (Unrefreshed::Dirs(dirs), Some(d)) => {
-                dirs.insert(d);
-                if dirs.len() > MAX_DIRS {
-                    *self = Unrefreshed::All;
-                }
+        let Some(d) = dir else {
+            *self = Unrefreshed::All;
+            return;
+        };
+        if *self == Unrefreshed::Clean {
+            *self = Unrefreshed::Dirs(HashMap::new());
+        }
+        let Unrefreshed::Dirs(dirs) = self else {
+            return; // All stays All
+        };
+        let w = dirs
+            .entry(d)
+            .or_insert_with(|| DirWrites::Deleted(HashSet::new()));
+        match w {
+            DirWrites::Deleted(ids) if deleted && ids.len() < MAX_DELETED => {
+                ids.insert(id.to_string());
             }
+            _ => *w = DirWrites::Changed,
+        }
+        if dirs.len() > MAX_DIRS {
+            *self = Unrefreshed::All;
         }
     }
 
@@ -57,7 +93,27 @@ impl Unrefreshed {
         match self {
             Unrefreshed::Clean => false,
             Unrefreshed::All => true,
-            Unrefreshed::Dirs(dirs) => query.parent_term().is_none_or(|p| dirs.contains(&p)),
+            Unrefreshed::Dirs(dirs) => query.parent_term().is_none_or(|p| dirs.contains_key(&p)),
+        }
+    }
+
+    /// For a count of `query` without a refresh: the entry ids it must
+    /// leave out (names this client removed, still searchable), or None
+    /// when only a refresh shows what it wrote. Sound for a directory this
+    /// mount holds exclusively: another mount's names there were published
+    /// before it let go of its share (see `MetaStore::publish`), and none of
+    /// those ids can have been made again since by another mount, which
+    /// would have had to share the directory with this mount (a share this
+    /// mount gives up publishes, which clears these ids).
+    pub(super) fn unseen_deletes(&self, query: &Query) -> Option<Vec<String>> {
+        match self {
+            Unrefreshed::Clean => Some(Vec::new()),
+            Unrefreshed::All => None,
+            Unrefreshed::Dirs(dirs) => match dirs.get(&query.parent_term()?) {
+                None => Some(Vec::new()),
+                Some(DirWrites::Deleted(ids)) => Some(ids.iter().cloned().collect()),
+                Some(DirWrites::Changed) => None,
+            },
         }
     }
 }
@@ -92,6 +148,30 @@ mod tests {
             "any other query"
         );
         assert!(u.hides_from(&Query::term("ino", 3)));
+    }
+
+    #[test]
+    fn a_count_leaves_out_the_names_removed_and_refreshes_after_any_other_write() {
+        let mut u = Unrefreshed::Clean;
+        assert_eq!(u.unseen_deletes(&listing(5)), Some(vec![]));
+        u.deleted(Idx::Entries, &entry_id(5, b"a"));
+        assert_eq!(u.unseen_deletes(&listing(5)), Some(vec![entry_id(5, b"a")]));
+        assert!(u.hides_from(&listing(5)), "a listing still refreshes");
+        assert_eq!(u.unseen_deletes(&listing(6)), Some(vec![]));
+        assert_eq!(u.unseen_deletes(&Query::term("ino", 3)), None);
+        u.wrote(Idx::Entries, &entry_id(5, b"b"));
+        assert_eq!(u.unseen_deletes(&listing(5)), None, "a name made");
+        u.deleted(Idx::Entries, &entry_id(5, b"c"));
+        assert_eq!(u.unseen_deletes(&listing(5)), None, "made stays made");
+
+        let mut u = Unrefreshed::Clean;
+        for i in 0..=MAX_DELETED {
+            u.deleted(Idx::Entries, &entry_id(7, format!("f{i}").as_bytes()));
+        }
+        assert_eq!(u.unseen_deletes(&listing(7)), None, "too many ids");
+        u.deleted(Idx::Inodes, "7");
+        assert_eq!(u, Unrefreshed::All);
+        assert_eq!(u.unseen_deletes(&listing(6)), None);
     }
 
     #[test]
