@@ -262,7 +262,7 @@ fn directories_made_removed_then_another_mounts_listed(t: Bench) -> Rows {
     // unlink (a get and a create); two bulks per unlink; then the rmdir's
     // four (lock, count, delete, release), whose count leaves out the
     // names this mount just removed rather than refresh to see them gone
-    // (12 with the refresh).
+    // (a refresh first would be one request more).
     for i in 0..N {
         fs::create_dir(a.p(format!("r{i}"))).unwrap();
         fs::write(a.p(format!("r{i}/x")), b"").unwrap();
