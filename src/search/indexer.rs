@@ -15,7 +15,9 @@
 //! Indexing waits for a quiet second after the last change (see `QUIET`),
 //! so bulk writes (`tar x`, `cp -r`) run at full speed and files deleted
 //! soon after being written (build outputs, temporary files) are never
-//! indexed; until then search scans those files, as above.
+//! indexed; until then search scans those files, as above. A change
+//! waits at most `MAX_DELAY`; past it, while the mount stays busy, the
+//! indexer is paced to a quarter of the time (`PACE`).
 //!
 //! Search never waits for the indexer: a file not indexed yet is scanned, so
 //! a search right after a `cp -a` of thousands of files answers as fast as
@@ -43,6 +45,12 @@ const BATCH: usize = 64;
 /// waited `MAX_DELAY`. A search does not hurry it: it scans what is queued.
 const QUIET: Duration = Duration::from_millis(1000);
 const MAX_DELAY: Duration = Duration::from_secs(10);
+/// Past `MAX_DELAY` while the mount stays busy, a batch is followed by this
+/// many times its own duration without indexing: the indexer then takes at
+/// most a quarter of the engine's time from the work it shares it with (on
+/// a machine shared with the engine, its cores too). Once the mount is
+/// quiet it catches up at full speed.
+const PACE: u32 = 3;
 /// Failed batches retried in a row before one is given up.
 const MAX_BATCH_FAILURES: u32 = 5;
 const MAX_RETRIES: usize = 50;
@@ -78,6 +86,8 @@ struct State {
     /// changes not yet picked up.
     last_change: Option<Instant>,
     pending_since: Option<Instant>,
+    /// While the mount is busy, no batch before this (see `PACE`).
+    paced_until: Option<Instant>,
     /// Batches failed in a row.
     failures: u32,
 }
@@ -176,6 +186,9 @@ impl Inner {
             log::warn!("content index: backfill query failed: {e}");
         }
         loop {
+            // Whether this batch runs while the mount is busy (past the
+            // deadline, not in a quiet moment): then the next one waits.
+            let paced;
             let batch: Vec<u64> = {
                 let mut st = self.state.lock();
                 loop {
@@ -193,8 +206,10 @@ impl Inner {
                         + Duration::from_millis(self.activity_ms.load(Ordering::Relaxed));
                     let quiet_at = st.last_change.map_or(now, |t| t.max(active) + QUIET);
                     let due_at = st.pending_since.map_or(now, |t| t + MAX_DELAY);
+                    let due_at = st.paced_until.map_or(due_at, |t| t.max(due_at));
                     let at = quiet_at.min(due_at);
                     if at <= now {
+                        paced = quiet_at > now;
                         break;
                     }
                     self.work.wait_until(&mut st, at);
@@ -207,9 +222,11 @@ impl Inner {
                 }
                 inos
             };
+            let started = Instant::now();
             let failed = self.index_batch(&batch).err();
             let mut st = self.state.lock();
             st.busy = false;
+            st.paced_until = paced.then(|| Instant::now() + started.elapsed() * PACE);
             if st.stop {
                 drop(st);
                 self.progress.notify_all();

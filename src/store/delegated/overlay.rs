@@ -799,13 +799,18 @@ impl Overlay {
             .take_while(|(p, _)| p == new)
             .filter_map(|(_, id)| entry(id))
             .any(|d| d["kind"] == "dir" && complete(d));
+        // A document passing to the cluster (the indexer's text) is not
+        // rewritten here: its slot's next flush would be conditional on
+        // the version from before the passing write, and be refused.
+        let passing = |id: &str| self.passing.contains(&(Idx::Entries, id.to_string()));
         moved
             && self.paths.range(Self::below(old)).all(|(_, id)| {
-                entry(id).is_some_and(|d| {
-                    let dir_ok = d["dir"].as_str().is_some_and(|p| p.starts_with(old));
-                    let path_ok = d["path"].is_string();
-                    dir_ok && path_ok && (d["kind"] != "dir" || complete(d))
-                })
+                !passing(id)
+                    && entry(id).is_some_and(|d| {
+                        let dir_ok = d["dir"].as_str().is_some_and(|p| p.starts_with(old));
+                        let path_ok = d["path"].is_string();
+                        dir_ok && path_ok && (d["kind"] != "dir" || complete(d))
+                    })
             })
     }
 
