@@ -1,9 +1,9 @@
 //! A node lost mid-work: two mounts of one index on a three-node
 //! Elasticsearch cluster (`scripts/engine start elasticsearch --nodes 3`,
 //! one replica per index) copy a source tree, rename directories and files
-//! and append with fsync while each node in turn, the elected master first,
-//! is killed with `kill -9` and brought back, then while all three restart
-//! one by one. Nothing acknowledged may be lost (a close, an fsync, a
+//! and append with fsync while nodes in turn, the elected master first,
+//! are killed with `kill -9` and brought back, then while the others
+//! restart one by one (each node is lost once a round). Nothing acknowledged may be lost (a close, an fsync, a
 //! completed rename), no operation may fail, and fsck is clean after.
 //!
 //! It needs the cluster: `ESFS_TEST_CLUSTER=elasticsearch` (the engine name
@@ -168,7 +168,7 @@ fn nothing_acknowledged_is_lost_when_nodes_die_and_restart() {
             .chain((1..=3).filter(|&n| n != m))
             .take(kills)
             .collect();
-        for n in order {
+        for &n in &order {
             thread::sleep(Duration::from_secs(3));
             let t = Instant::now();
             engine(&["kill", &name, &n.to_string()]);
@@ -177,8 +177,10 @@ fn nothing_acknowledged_is_lost_when_nodes_die_and_restart() {
             wait_green(&urls_without(&urls, n));
             eprintln!("node {n} (killed with -9) back, green in {:?}", t.elapsed());
         }
-        // A rolling restart of all three.
-        for n in 1..=3 {
+        // A rolling restart of the others: each node is lost once a round
+        // (a node's restart under two busy mounts takes ~45 s on 2 cores;
+        // one more of a node just killed would test nothing new).
+        for n in (1..=3).filter(|n| !order.contains(n)) {
             let t = Instant::now();
             engine(&["stop-node", &name, &n.to_string()]);
             engine(&["start-node", &name, &n.to_string()]);
