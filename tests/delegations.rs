@@ -288,6 +288,56 @@ fn a_subtree_renamed_in_memory_replays_to_its_new_paths_after_kill_9() {
     );
 }
 
+/// A mount that gave the delegation back (another mount started) takes it
+/// again once it is alone: it sees what the other mount did meanwhile,
+/// decides from memory once more (a new op log; creates in a directory it
+/// made send nothing), and `kill -9` then loses nothing it acknowledged.
+#[test]
+fn a_mount_alone_again_takes_the_delegation_back() {
+    let s = Setup::new("t");
+    let mut a = s.mount(true);
+    fs::create_dir(a.p("d")).unwrap();
+    fs::write(a.p("d/before"), "a\n").unwrap();
+    assert_eq!(s.logs(), 1);
+    {
+        // Its start recalls the delegation; what it writes goes straight
+        // to the cluster, and so does the first mount's.
+        let b = s.mount(false);
+        assert_eq!(s.logs(), 0, "given back");
+        fs::write(b.p("d/from-b"), "b\n").unwrap();
+        fs::rename(b.p("d/before"), b.p("d/renamed-by-b")).unwrap();
+    }
+    // Alone again: taken within a few rounds of 5 s (its op log is back).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.logs() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "not taken again; log:\n{}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(fs::read_to_string(a.p("d/from-b")).unwrap(), "b\n");
+    assert_eq!(fs::read_to_string(a.p("d/renamed-by-b")).unwrap(), "a\n");
+    assert!(!a.p("d/before").exists());
+    // Decided from memory again: names in a directory made since.
+    fs::create_dir(a.p("n")).unwrap();
+    s.server.set_journaling(true);
+    s.requests();
+    for i in 0..20 {
+        fs::write(a.p(format!("n/f{i}")), "x").unwrap();
+    }
+    let (fs_path, _) = s.requests();
+    assert_eq!(fs_path, 0, "20 creates sent requests; log:\n{}", a.log());
+    // Killed right after: the new op log holds what was not sent.
+    a.kill9_right_after("mv n/f0 n/moved && echo last > n/marker");
+    a.start_again();
+    assert_eq!(fs::read_to_string(a.p("n/marker")).unwrap(), "last\n");
+    assert!(a.p("n/moved").exists() && !a.p("n/f0").exists());
+    assert_eq!(fs::read_dir(a.p("n")).unwrap().count(), 21);
+    assert_eq!(fs::read_to_string(a.p("d/from-b")).unwrap(), "b\n");
+}
+
 /// The delegation is the default on Elasticsearch: a mount given neither
 /// `--delegate` nor `--no-delegate` holds it (a create in a directory it
 /// made sends nothing; its op log exists), and `esfs search` on it sees a

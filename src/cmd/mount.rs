@@ -495,6 +495,7 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
         }));
         delegation::take(d, fs.lock_manager())
             .map_err(|e| format!("cannot take the tree's delegation: {e}"))?;
+        delegation::keep_taking(d.clone(), Arc::downgrade(fs.lock_manager()));
     }
     // Content indexing for `esfs search` (a background thread).
     crate::search::attach(&fs, args.backend.description(args.data.as_deref()));
@@ -541,7 +542,7 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     fs.shutdown()
         .map_err(|e| format!("final write-back and sync: {e}"))?;
     if let Some(d) = &delegated {
-        d.release(fs.lock_manager().owner())
+        d.close(fs.lock_manager().owner())
             .map_err(|e| format!("giving back the tree's delegation: {e}"))?;
     }
     r.map_err(|e| format!("session ended with error: {e}").into())

@@ -12,12 +12,15 @@
 //!   command at its start: it sets `recall` and waits until the document is
 //!   gone. The holder looks every 400 ms while busy, every 2 s when idle
 //!   ((`recalled`)), flushes everything and deletes it ((`give_back`)).
+//! - **Taken again** ([`keep_taking`]) by a mount that gave it back (or
+//!   found another mount at its start) once it is alone again.
 //! - A holder that died is handled as its locks are: once its session has
 //!   lapsed (lease and grace), or at once if its process is gone from this
 //!   machine, the waiting mount deletes the document; what
 //!   the dead mount had not sent is in its op log, replayed by the next
 //!   delegated mount on its machine (`crate::store::delegated::replay`).
 
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -31,6 +34,10 @@ use crate::store::{Doc, Idx, MetaStore, Query, SearchRequest, StoreError, StoreR
 /// How long a starting mount waits for a live holder to give it back.
 const RECALL_WAIT: Duration = Duration::from_secs(60);
 
+/// How often a mount without the delegation looks whether it is alone
+/// again ([`keep_taking`]): beside another mount, one search each time.
+const RETAKE_EVERY: Duration = Duration::from_secs(5);
+
 /// Take the tree's delegation for `lm`'s session if no other mount is
 /// live; first replay what dead delegated mounts of this filesystem left in
 /// their op logs here. Returns whether it is held.
@@ -42,17 +49,72 @@ pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
             give_back(raw, &owner)?;
         }
     }
-    let owner = lm.owner();
+    grab(d, lm, log::Level::Info)
+}
+
+/// While the mount lives without the tree's delegation (another mount was
+/// live at its start, or recalled it since), look every [`RETAKE_EVERY`]
+/// whether it is alone again, and take it then: a second mount or an
+/// `esfs fsck` costs it the delegation only while they run.
+pub(crate) fn keep_taking(d: Arc<DelegatedStore>, lm: Weak<LockManager>) {
+    let spawned = std::thread::Builder::new()
+        .name("esfs-retake".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(RETAKE_EVERY);
+                let Some(lm) = lm.upgrade() else { return };
+                if d.closing() {
+                    return;
+                }
+                if !d.held()
+                    && let Err(e) = retake(&d, &lm)
+                {
+                    log::warn!("delegation: taking it again: {e}");
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("delegation: not taken again once alone (no thread: {e})");
+    }
+}
+
+/// Take the delegation again if no other mount is live. Writers wait
+/// meanwhile (three requests): none may slip between reading the lock
+/// documents and deciding from memory.
+fn retake(d: &DelegatedStore, lm: &LockManager) -> StoreResult<()> {
+    // A look first, without a refresh (the heartbeat's writes would ask
+    // for one each round): beside a live mount a round costs one search;
+    // `grab` looks again, soundly, after its create.
+    if other_live_session(d.raw(), lm, false)?.is_some() {
+        return Ok(());
+    }
+    let _quiet = d.quiesce();
+    if d.held() || d.closing() {
+        return Ok(());
+    }
+    if grab(d, lm, log::Level::Debug)? {
+        log::info!("delegation: this mount is alone again and holds the tree once more");
+    }
+    Ok(())
+}
+
+/// Create the delegation document and hold it, unless another mount
+/// holds it or is live (said at `level`).
+fn grab(d: &DelegatedStore, lm: &LockManager, level: log::Level) -> StoreResult<bool> {
+    let (raw, owner) = (d.raw(), lm.owner());
     let doc = json!({"type": "delegation", "owner": owner, "since": now_ms(), "recall": null});
     match raw.create(Idx::Locks, DOC, &doc) {
         Ok(_) => {}
         Err(StoreError::Conflict(_)) => {
-            log::info!("delegation: another mount holds the tree; this one sends every change");
+            log::log!(
+                level,
+                "delegation: another mount holds the tree; this one sends every change"
+            );
             return Ok(false);
         }
         Err(e) => return Err(e),
     }
-    match hold(d, lm) {
+    match hold(d, lm, level) {
         Ok(true) => Ok(true),
         // Someone else is live, or holding failed: the document goes back.
         r => {
@@ -64,10 +126,13 @@ pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
 
 /// After the create of the delegation document: hold it, unless another
 /// mount is live.
-fn hold(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
+fn hold(d: &DelegatedStore, lm: &LockManager, level: log::Level) -> StoreResult<bool> {
     let (raw, owner) = (d.raw(), lm.owner());
-    if let Some(other) = other_live_session(raw, lm)? {
-        log::info!("delegation: mount {other} is live; this one sends every change");
+    if let Some(other) = other_live_session(raw, lm, true)? {
+        log::log!(
+            level,
+            "delegation: mount {other} is live; this one sends every change"
+        );
         return Ok(false);
     }
     // From now on only this mount writes lock documents: the ones there are
@@ -86,15 +151,21 @@ fn hold(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
     Ok(true)
 }
 
-/// Another session than `lm`'s that is alive.
-fn other_live_session(store: &dyn MetaStore, lm: &LockManager) -> StoreResult<Option<String>> {
+/// Another session than `lm`'s that is alive; `current`: as of this
+/// mount's last write to the locks index (a refresh first if needed: what
+/// makes taking the delegation sound), else as the index last refreshed.
+fn other_live_session(
+    store: &dyn MetaStore,
+    lm: &LockManager,
+    current: bool,
+) -> StoreResult<Option<String>> {
     let hits = store.search(&SearchRequest {
         index: Idx::Locks,
         query: Query::term("type", "session"),
         sort: vec![],
         search_after: None,
         size: 1000,
-        past_own_writes: false,
+        past_own_writes: !current,
     })?;
     Ok(hits.into_iter().find_map(|h| {
         let owner = h.doc.source["owner"].as_str()?.to_string();

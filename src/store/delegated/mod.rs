@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use serde_json::Value;
 
 use self::oplog::OpLog;
@@ -156,6 +156,8 @@ pub(crate) struct Shared {
     /// switch to passing through.
     gate: RwLock<()>,
     held: AtomicBool,
+    /// The mount is ending: the delegation is not taken again.
+    closing: AtomicBool,
     overlay: Mutex<Overlay>,
     log: Mutex<Option<OpLog>>,
     /// One flush at a time (a document's writes stay in order).
@@ -189,6 +191,7 @@ impl DelegatedStore {
                 raw: super::for_caller(&inner, Caller::WriteBack),
                 gate: RwLock::new(()),
                 held: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
                 overlay: Mutex::new(Overlay::default()),
                 log: Mutex::new(None),
                 flushing: Mutex::new(()),
@@ -215,6 +218,13 @@ impl DelegatedStore {
     /// fresh op log, and the flusher.
     pub(crate) fn begin_holding(&self, owner: &str, locks: Vec<Doc>) -> StoreResult<()> {
         let shared = &self.shared;
+        // Taken again: what was kept since it was given back is checked
+        // against the cluster, where other mounts wrote meanwhile.
+        let kept = shared.overlay.lock().kept();
+        if !kept.is_empty() {
+            let now = shared.raw.mget_docs(&kept, false)?;
+            shared.overlay.lock().keep_unchanged(&kept, &now);
+        }
         shared.overlay.lock().know_locks(locks);
         let log = OpLog::create(&shared.state_dir, owner).map_err(|e| {
             StoreError::Other(format!("op log in {}: {e}", shared.state_dir.display()))
@@ -225,9 +235,24 @@ impl DelegatedStore {
         Ok(())
     }
 
-    /// Give the delegation back (at unmount, or recalled).
-    pub(crate) fn release(&self, owner: &str) -> StoreResult<()> {
+    /// Give the delegation back for good: the mount is ending.
+    pub(crate) fn close(&self, owner: &str) -> StoreResult<()> {
+        // Set before the release takes the gate: a take under way finishes
+        // first and is given back here; a later one sees it and stops.
+        self.shared.closing.store(true, Ordering::Release);
         self.shared.release(owner)
+    }
+
+    /// Whether the mount is ending ([`DelegatedStore::close`]).
+    pub(crate) fn closing(&self) -> bool {
+        self.shared.closing.load(Ordering::Acquire)
+    }
+
+    /// Hold writers off (until the guard drops): taking the delegation
+    /// while the mount serves must not let a write slip between reading
+    /// the lock documents and deciding from memory.
+    pub(crate) fn quiesce(&self) -> RwLockWriteGuard<'_, ()> {
+        self.shared.gate.write()
     }
 
     /// Run `f` once the delegation is given back.

@@ -1408,6 +1408,28 @@ impl Overlay {
         self.drop_slot(key);
     }
 
+    /// The documents kept since the delegation was given back (to map the
+    /// local versions callers still hold: [`Overlay::translate`]).
+    pub(crate) fn kept(&self) -> Vec<Key> {
+        self.slots.keys().cloned().collect()
+    }
+
+    /// The delegation is taken again and `now` is what the cluster holds
+    /// of `keys` ([`Overlay::kept`]): a kept slot still tells its document
+    /// only if nobody wrote it since it was sent; the others go (a caller's
+    /// local version of one then conflicts, as any stale version does).
+    pub(crate) fn keep_unchanged(&mut self, keys: &[Key], now: &[Option<Doc>]) {
+        for (key, doc) in keys.iter().zip(now) {
+            let unchanged = match (self.slots.get(key), doc) {
+                (Some(s), Some(d)) => !s.dirty && s.state.exists() && s.base == Base::At(d.version),
+                _ => false,
+            };
+            if !unchanged {
+                self.drop_slot(key);
+            }
+        }
+    }
+
     /// The delegation ended: nothing is known absent any more.
     pub(crate) fn released(&mut self) {
         self.complete.clear();
