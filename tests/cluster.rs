@@ -3,8 +3,9 @@
 //! one replica per index) copy a source tree, rename directories and files
 //! and append with fsync while nodes in turn, the elected master first,
 //! are killed with `kill -9` and brought back, then while the others
-//! restart one by one (each node is lost once a round). Nothing acknowledged may be lost (a close, an fsync, a
-//! completed rename), no operation may fail, and fsck is clean after.
+//! restart one by one (each node is lost once a round). Nothing
+//! acknowledged may be lost (a close, an fsync, a completed rename), no
+//! operation may fail, and fsck is clean after.
 //!
 //! It needs the cluster: `ESFS_TEST_CLUSTER=elasticsearch` (the engine name
 //! `scripts/engine` knows it by) with `ESFS_TEST_ES_URL` listing every node.
