@@ -264,8 +264,10 @@ fn a_subtree_renamed_in_memory_replays_to_its_new_paths_after_kill_9() {
     let src = source();
     // Both renames are decided in the overlay (every directory below was
     // made under the delegation), the outer one after part of the copy
-    // was flushed, the inner one just before the kill: the log holds
-    // their path rewrites and nothing else does.
+    // was flushed, the inner one just before the kill: the log holds the
+    // outer one's path rewrites, and of the inner one, whose rewrite is
+    // logged with its end after it answered, nearly always only its
+    // intent and tree locks, rolled forward at the next start.
     a.kill9_right_after(&format!(
         "cp -a {} tree\nmv tree moved\nmv moved/ops moved/ops2",
         src.display()

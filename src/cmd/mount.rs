@@ -493,8 +493,12 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
                 c.clear();
             }
         }));
-        delegation::take(d, fs.lock_manager())
+        let replayed = delegation::take(d, fs.lock_manager())
             .map_err(|e| format!("cannot take the tree's delegation: {e}"))?;
+        if replayed > 0 {
+            fs.recover_intents()
+                .map_err(|e| format!("cannot roll forward what a dead mount left: {e}"))?;
+        }
         delegation::keep_taking(d.clone(), Arc::downgrade(fs.lock_manager()));
     }
     // Content indexing for `esfs search` (a background thread).

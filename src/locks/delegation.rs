@@ -40,16 +40,23 @@ const RETAKE_EVERY: Duration = Duration::from_secs(5);
 
 /// Take the tree's delegation for `lm`'s session if no other mount is
 /// live; first replay what dead delegated mounts of this filesystem left in
-/// their op logs here. Returns whether it is held.
-pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<bool> {
+/// their op logs here. Returns how many op logs were replayed: their
+/// renames' intents are then for the caller to roll forward before it
+/// serves (a rename decided in memory logs its end only with its paths;
+/// a mount killed in between left its intent and tree locks, which a
+/// lookup of either name would otherwise break before any roll-forward).
+pub(crate) fn take(d: &DelegatedStore, lm: &LockManager) -> StoreResult<usize> {
     let raw = d.raw();
+    let mut replayed = 0;
     for owner in d.logs_left() {
         if owner != lm.owner() && !lm.alive(&owner)? {
             d.replay_left(&owner)?;
             give_back(raw, &owner)?;
+            replayed += 1;
         }
     }
-    grab(d, lm, log::Level::Info)
+    grab(d, lm, log::Level::Info)?;
+    Ok(replayed)
 }
 
 /// While the mount lives without the tree's delegation (another mount was

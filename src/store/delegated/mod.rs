@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use serde_json::Value;
 
-use self::oplog::OpLog;
+use self::oplog::{OpLog, Record};
 pub use self::overlay::DEFAULT_BUDGET;
 use self::overlay::{Backlog, Child, Need, Overlay};
 use super::{
@@ -220,10 +220,10 @@ impl DelegatedStore {
         let shared = &self.shared;
         // Taken again: what was kept since it was given back is checked
         // against the cluster, where other mounts wrote meanwhile.
-        let kept = shared.overlay.lock().kept();
+        let kept = shared.settled()?.kept();
         if !kept.is_empty() {
             let now = shared.raw.mget_docs(&kept, false)?;
-            shared.overlay.lock().keep_unchanged(&kept, &now);
+            shared.settled()?.keep_unchanged(&kept, &now);
         }
         shared.overlay.lock().know_locks(locks);
         let log = OpLog::create(&shared.state_dir, owner).map_err(|e| {
@@ -268,14 +268,19 @@ impl DelegatedStore {
     /// Replay and remove the op log of `owner`, a mount that died.
     pub(crate) fn replay_left(&self, owner: &str) -> StoreResult<()> {
         replay::replay_left(self.raw(), &self.shared.state_dir, owner)?;
-        // Its names were made under locks it can no longer publish.
-        self.raw().publish(Idx::Entries)
+        // Its names were made under locks it can no longer publish, and
+        // its intents are for a search to find and roll forward.
+        self.raw().publish(Idx::Entries)?;
+        self.raw().publish(Idx::Locks)
     }
 
     /// Bound the memory of what the cluster already holds to `bytes` (see
     /// `overlay::Budget`).
     pub fn set_budget(&self, bytes: usize) {
-        self.shared.overlay.lock().set_budget(bytes);
+        match self.shared.settled() {
+            Ok(mut overlay) => overlay.set_budget(bytes),
+            Err(e) => log::warn!("delegation: budget not set: {e}"),
+        }
     }
 
     /// Whether this mount holds the delegation now.
@@ -286,13 +291,13 @@ impl DelegatedStore {
     /// A read while the delegation holds (`brief`: without the text
     /// fields): from the overlay, else from the cluster, remembered.
     fn read_one(&self, index: Idx, id: &str, brief: bool) -> StoreResult<Option<Doc>> {
-        if let Some(answer) = self.shared.overlay.lock().get(index, id, brief) {
+        if let Some(answer) = self.shared.settled()?.get(index, id, brief) {
             return Ok(answer);
         }
         if index == Idx::Entries
             && let Some(parent) = overlay::parent_of(id)
             && self.read_whole(parent)?
-            && let Some(answer) = self.shared.overlay.lock().get(index, id, brief)
+            && let Some(answer) = self.shared.settled()?.get(index, id, brief)
         {
             return Ok(answer);
         }
@@ -301,7 +306,7 @@ impl DelegatedStore {
             true => self.inner.get_brief(index, id)?,
             false => self.inner.get(index, id)?,
         };
-        let answer = self.shared.overlay.lock().remember(key, vec![doc], brief);
+        let answer = self.shared.settled()?.remember(key, vec![doc], brief);
         let answer = answer.into_iter().next().flatten();
         if index == Idx::Entries
             && let Some(entry) = &answer
@@ -448,7 +453,7 @@ impl DelegatedStore {
         entries: Vec<Hit>,
     ) -> StoreResult<bool> {
         let inodes: Vec<(Idx, String)> = {
-            let overlay = self.shared.overlay.lock();
+            let overlay = self.shared.settled()?;
             entries
                 .iter()
                 .filter_map(|h| h.doc.source["ino"].as_u64())
@@ -464,7 +469,7 @@ impl DelegatedStore {
             .into_iter()
             .map(|h| ((Idx::Entries, h.doc.id.clone()), h.doc))
             .collect();
-        let mut overlay = self.shared.overlay.lock();
+        let mut overlay = self.shared.settled()?;
         // (Given back meanwhile: the overlay no longer tells anything.)
         if !self.held() {
             return Ok(false);
@@ -533,7 +538,7 @@ impl DelegatedStore {
     /// `keys` names that the overlay cannot answer.
     fn read_parents_whole(&self, keys: &[(Idx, String)], brief: bool) -> StoreResult<()> {
         let parents: Vec<u64> = {
-            let mut overlay = self.shared.overlay.lock();
+            let mut overlay = self.shared.settled()?;
             let mut p: Vec<u64> = keys
                 .iter()
                 .filter(|(i, _)| *i == Idx::Entries)
@@ -565,37 +570,45 @@ impl DelegatedStore {
         if !self.held() {
             return Ok(None);
         }
-        if let Some(hits) = children_page(&self.shared.overlay.lock(), req, brief) {
+        if let Some(hits) = children_page(&*self.shared.settled()?, req, brief) {
             return Ok(Some(hits));
         }
         match listed_dir(req) {
             Some(parent) if self.read_whole(parent)? => {
-                Ok(children_page(&self.shared.overlay.lock(), req, brief))
+                Ok(children_page(&*self.shared.settled()?, req, brief))
             }
             _ => Ok(None),
         }
     }
 
-    /// A bulk decided here, under the delegation.
+    /// A bulk decided here, under the delegation. One of lock documents
+    /// only (a rename's release of its locks and intent) does not wait
+    /// for the rewrite of a rename decided before it, and its records are
+    /// held back until that is logged ([`Overlay::hold_back`]).
     fn bulk_held(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
+        let locks_only = ops.iter().all(|op| op.index() == Idx::Locks);
+        let overlay = || match locks_only {
+            true => Ok(self.shared.overlay.lock()),
+            false => self.shared.settled(),
+        };
         // Documents the decision needs, read first, outside the lock;
         // without their text (a create needs to know what exists, and a
         // partial update of a brief slot leaves the text to the cluster).
-        let need = self.shared.overlay.lock().needs(&ops);
+        let need = overlay()?.needs(&ops);
         match need {
             Need::Nothing => {}
             Need::Fetch(keys) => {
                 let docs = self.inner.mget_docs(&keys, true)?;
-                self.shared.overlay.lock().learn(keys, docs, true);
+                self.shared.settled()?.learn(keys, docs, true);
             }
             Need::Wait => {
-                let mut overlay = self.shared.overlay.lock();
+                let mut overlay = overlay()?;
                 while let Need::Wait = overlay.needs(&ops) {
                     self.shared.passed.wait(&mut overlay);
                 }
             }
         }
-        let mut overlay = self.shared.overlay.lock();
+        let mut overlay = overlay()?;
         // A read made after `needs` may be missing if a write took a slot
         // meanwhile and the flush dropped it: decide again from scratch.
         if !matches!(overlay.needs(&ops), Need::Nothing) {
@@ -603,7 +616,11 @@ impl DelegatedStore {
             return self.bulk_held(ops);
         }
         let (results, records) = overlay.apply(ops);
-        self.log_decided(overlay, |_, log| log.append(&records))?;
+        if overlay.unsettled() {
+            overlay.hold_back(records);
+            return Ok(results);
+        }
+        self.log_decided(overlay, &records)?;
         Ok(results)
     }
 
@@ -628,7 +645,7 @@ impl DelegatedStore {
         let held: Vec<(usize, BulkOp)>;
         {
             let _one = self.shared.flushing.lock();
-            let mut overlay = self.shared.overlay.lock();
+            let mut overlay = self.shared.settled()?;
             let pass: Vec<(usize, BulkOp)>;
             (pass, held) = ops
                 .into_iter()
@@ -638,7 +655,7 @@ impl DelegatedStore {
             overlay.begin_pass(&mut sent);
         }
         let answers = self.inner.bulk(sent.clone());
-        let given = self.shared.overlay.lock().passed(&sent, answers);
+        let given = self.shared.settled()?.passed(&sent, answers);
         self.shared.passed.notify_all();
         let given = given?;
         let mut results: Vec<Option<BulkItemResult>> =
@@ -658,15 +675,17 @@ impl DelegatedStore {
             .collect())
     }
 
-    /// Log what `overlay` just decided (`write` appends it), then have
-    /// what waits sent now if it is much, and before going on if too much.
+    /// Log what `overlay` just decided (`records`), then have what waits
+    /// sent now if it is much, and before going on if too much.
     fn log_decided(
         &self,
         mut overlay: MutexGuard<'_, Overlay>,
-        write: impl FnOnce(&Overlay, &mut OpLog) -> std::io::Result<usize>,
+        records: &[Record],
     ) -> StoreResult<()> {
         if let Some(log) = self.shared.log.lock().as_mut() {
-            let n = write(&overlay, log).map_err(|e| StoreError::Other(format!("op log: {e}")))?;
+            let n = log
+                .append(records)
+                .map_err(|e| StoreError::Other(format!("op log: {e}")))?;
             overlay.logged(n);
         }
         let backlog = overlay.backlog();
@@ -684,7 +703,7 @@ impl DelegatedStore {
     /// A bulk straight to the cluster, local versions mapped to its own.
     fn bulk_through(&self, mut ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
         {
-            let mut overlay = self.shared.overlay.lock();
+            let mut overlay = self.shared.settled()?;
             for op in &mut ops {
                 overlay.translate_op(op);
                 overlay.forget(&(op.index(), op.id().to_string()));
@@ -695,6 +714,25 @@ impl DelegatedStore {
 }
 
 impl Shared {
+    /// The overlay, once the rewrite of a directory rename decided before
+    /// ([`Overlay::rebase`]) is carried out and logged, with the lock
+    /// records held back meanwhile after it: every read of an entry and
+    /// every write but a lock document's goes through here. An error is
+    /// the op log's: the rewrite is done in memory either way.
+    fn settled(&self) -> StoreResult<MutexGuard<'_, Overlay>> {
+        let mut overlay = self.overlay.lock();
+        if let Some((keys, held)) = overlay.settle()
+            && let Some(log) = self.log.lock().as_mut()
+        {
+            let logged = log
+                .append_encoded(&overlay.moved_paths(&keys))
+                .and_then(|n| Ok(n + log.append(&held)?))
+                .map_err(|e| StoreError::Other(format!("op log: {e}")))?;
+            overlay.logged(logged);
+        }
+        Ok(overlay)
+    }
+
     /// Send every dirty document in one bulk and apply the answers.
     pub(crate) fn flush(&self) -> StoreResult<()> {
         let one = self.flushing.lock();
@@ -704,7 +742,7 @@ impl Shared {
     /// [`Shared::flush`] by the holder of `flushing`.
     fn flush_holding(&self, _one: &MutexGuard<'_, ()>) -> StoreResult<()> {
         let (mut out, generation) = {
-            let mut overlay = self.overlay.lock();
+            let mut overlay = self.settled()?;
             if overlay.clean() {
                 return Ok(());
             }
@@ -722,7 +760,13 @@ impl Shared {
             match self.raw.bulk(std::mem::take(&mut out.ops)) {
                 Ok(results) => {
                     let lost = {
-                        let mut overlay = self.overlay.lock();
+                        // The bulk's answers are applied whatever the op
+                        // log says (a failed write of the rewrite's records
+                        // is reported; the rewrite is done either way).
+                        let mut overlay = self.settled().unwrap_or_else(|e| {
+                            log::error!("delegation: {e}");
+                            self.overlay.lock()
+                        });
                         let (acks, lost) = overlay.answered(&out, results);
                         // Before the older generations go: the records
                         // written while this flush was in flight name the
@@ -742,7 +786,11 @@ impl Shared {
                     }
                 }
                 Err(e) => {
-                    self.overlay.lock().unsent(out);
+                    let mut overlay = self.settled().unwrap_or_else(|e| {
+                        log::error!("delegation: {e}");
+                        self.overlay.lock()
+                    });
+                    overlay.unsent(out);
                     return Err(e);
                 }
             }
@@ -789,7 +837,13 @@ impl Shared {
                         std::thread::sleep(FLUSH_EVERY);
                     }
                     // What the grace kept past the budget, once idle.
-                    let (slots, bytes) = me.overlay.lock().trim();
+                    let (slots, bytes) = match me.settled() {
+                        Ok(mut overlay) => overlay.trim(),
+                        Err(e) => {
+                            log::warn!("delegation: {e}");
+                            continue;
+                        }
+                    };
                     if round.is_multiple_of(10) {
                         log::debug!("delegation: {slots} documents in memory, {bytes} bytes");
                     }
@@ -825,7 +879,7 @@ impl Shared {
         // a lock the delegation decided (see `MetaStore::publish`).
         self.raw.publish(Idx::Entries)?;
         self.held.store(false, Ordering::Release);
-        self.overlay.lock().released();
+        self.settled()?.released();
         if let Some(log) = self.log.lock().take() {
             log.remove();
         }
@@ -961,7 +1015,7 @@ impl MetaStore for DelegatedStore {
         }
         self.read_parents_whole(keys, brief)?;
         let known: Vec<Option<Option<Doc>>> = {
-            let mut overlay = self.shared.overlay.lock();
+            let mut overlay = self.shared.settled()?;
             keys.iter()
                 .map(|(i, id)| overlay.get(*i, id, brief))
                 .collect()
@@ -976,7 +1030,7 @@ impl MetaStore for DelegatedStore {
             Vec::new()
         } else {
             let docs = self.inner.mget_docs(&ask, brief)?;
-            self.shared.overlay.lock().remember(ask, docs, brief)
+            self.shared.settled()?.remember(ask, docs, brief)
         }
         .into_iter();
         Ok(known
@@ -1057,12 +1111,12 @@ impl MetaStore for DelegatedStore {
     /// are counted here when every name in it is known: no flush, no search.
     fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
         if self.held() && index == Idx::Entries {
-            if let Some(n) = children_count(&self.shared.overlay.lock(), query) {
+            if let Some(n) = children_count(&*self.shared.settled()?, query) {
                 return Ok(n);
             }
             if let Some(parent) = query.parent_term()
                 && self.read_whole(parent)?
-                && let Some(n) = children_count(&self.shared.overlay.lock(), query)
+                && let Some(n) = children_count(&*self.shared.settled()?, query)
             {
                 return Ok(n);
             }
@@ -1102,13 +1156,14 @@ impl MetaStore for DelegatedStore {
 
     /// A subtree made under the delegation is moved here, in memory (its
     /// documents are all in the overlay); any other goes the cluster's way.
+    /// In memory the rename is decided here and its documents rewritten
+    /// after it answers ([`Overlay::settle`]): by the flusher, woken now,
+    /// or by whatever reaches the overlay first.
     fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<Rebased>> {
         if index == Idx::Entries {
             let _gate = self.shared.gate.read();
-            let mut overlay = self.shared.overlay.lock();
-            if let Some(keys) = self.held().then(|| overlay.rebase(old, new)).flatten() {
-                self.log_decided(overlay, |o, log| log.append_encoded(&o.moved_paths(&keys)))?;
-                let ids: Vec<String> = keys.into_iter().map(|(_, id)| id).collect();
+            let mut overlay = self.shared.settled()?;
+            if let Some(ids) = self.held().then(|| overlay.rebase(old, new)).flatten() {
                 return Ok(Some(Rebased {
                     count: ids.len() as u64,
                     ids: Some(ids),

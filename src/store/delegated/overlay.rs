@@ -225,6 +225,15 @@ pub(crate) struct Overlay {
     /// ([`Overlay::begin_pass`]): no write decides on them, no read from
     /// the cluster is kept, until it is answered.
     passing: HashSet<Key>,
+    /// A directory rename decided here whose subtree is not rewritten yet,
+    /// as (old path, new path): [`Overlay::rebase`] decides, and
+    /// [`Overlay::settle`] rewrites, after the rename has answered.
+    moved: Option<(String, String)>,
+    /// The records of lock documents decided while `moved` waits (the
+    /// rename's own release of its locks and intent above all): logged
+    /// after the rewrite's, so the op log never holds a rename's end
+    /// without its paths ([`Overlay::hold_back`]).
+    held_back: Vec<Record>,
 }
 
 /// Past this many waiting documents, or bytes of them, the flusher is woken
@@ -491,6 +500,7 @@ impl Overlay {
     /// back of the queue instead; one queued within it ends the round (all
     /// behind it were queued later). Returns the slots and bytes left.
     pub(crate) fn trim(&mut self) -> (usize, usize) {
+        self.assert_settled();
         let now = self.budget.tick();
         let grace = self.budget.grace_ticks();
         self.trim_contents(now, grace);
@@ -689,16 +699,18 @@ impl Overlay {
     }
 
     /// A directory rename's path rewrite (see `MetaStore::rebase_paths`),
-    /// done in place when the moved directory (its entry already at `new`)
+    /// decided here when the moved directory (its entry already at `new`)
     /// and every directory below it were made under the delegation: then
-    /// every document below `old` has a slot. Each entry below gets its
-    /// `path` and `dir` rewritten, a new local version and a place in the
-    /// next flush, as a partial update would; returns their keys (to log
-    /// with [`Overlay::moved_paths`]). `None`, nothing changed, otherwise.
+    /// every document below `old` has a slot. Returns the ids of the
+    /// entries below `old`, whose `path` and `dir` [`Overlay::settle`]
+    /// rewrites once the rename has answered; `None`, nothing changed, the
+    /// cluster's way.
     ///
-    /// O(subtree): the entries below `old` are a range of the path index
-    /// (`old/` up to `old0`, '0' following '/').
-    pub(crate) fn rebase(&mut self, old: &str, new: &str) -> Option<Vec<Key>> {
+    /// O(subtree) in the check, a range of the path index (`old/` up to
+    /// `old0`, '0' following '/'), and the ids; the rewrite, two thirds of
+    /// a 300-file rename's CPU with its op-log records, comes after.
+    pub(crate) fn rebase(&mut self, old: &str, new: &str) -> Option<Vec<String>> {
+        debug_assert!(self.moved.is_none(), "settled first");
         // Packed entries are unpacked to be rewritten, and stay so until
         // flushed: only if that fits the budget (about four times their
         // packed weight), else the cluster's way (pages passing, a few
@@ -726,10 +738,54 @@ impl Overlay {
         if !self.rebase_check(old, new) {
             return None;
         }
+        let ids = self
+            .paths
+            .range(Self::below(old))
+            .map(|(_, id)| id.clone())
+            .collect();
+        self.moved = Some((old.to_string(), new.to_string()));
+        Some(ids)
+    }
+
+    /// Every read of an entry, every write but a lock document's, every
+    /// flush comes after the rewrite of a rename decided before it.
+    fn assert_settled(&self) {
+        debug_assert!(
+            self.moved.is_none(),
+            "an access before the rename's rewrite"
+        );
+    }
+
+    /// Whether a directory rename waits to be rewritten ([`Overlay::settle`]).
+    pub(crate) fn unsettled(&self) -> bool {
+        self.moved.is_some()
+    }
+
+    /// Keep the records of lock documents decided while a rename waits to
+    /// be rewritten, for [`Overlay::settle`] to hand to the log after the
+    /// rewrite's: logged now, a crash before the rewrite is logged would
+    /// replay the rename's release without its paths. Unlogged, it replays
+    /// as a rename whose owner died under its tree locks, whose intent the
+    /// next mount rolls forward.
+    pub(crate) fn hold_back(&mut self, records: Vec<Record>) {
+        self.held_back.extend(records);
+    }
+
+    /// Carry out the directory rename [`Overlay::rebase`] decided: the
+    /// entries below its old path get `path` and `dir` below the new one,
+    /// each a new local version and a place in the next flush, as a
+    /// partial update would. Returns their keys (to log with
+    /// [`Overlay::moved_paths`]) and the records held back meanwhile
+    /// ([`Overlay::hold_back`]), to log after them; `None` if nothing
+    /// waited. Every access but a lock document's decision and a few
+    /// questions that read no entry settles first (`DelegatedStore`), so
+    /// the rewrite finds the subtree as the decision checked it.
+    pub(crate) fn settle(&mut self) -> Option<(Vec<Key>, Vec<Record>)> {
+        let (old, new) = self.moved.take()?;
+        let (old, new) = (old.as_str(), new.as_str());
         // Taken out of the index whole (owned, no copy of either string),
         // rewritten in place, put back: per entry the work is its two
-        // strings and its slot, which a 300-file rename does 300 times on
-        // the syscall path.
+        // strings and its slot.
         let below: Vec<(String, String)> =
             self.paths.extract_if(Self::below(old), |_| true).collect();
         // Both strings of each entry grow by this many bytes (as do the
@@ -765,7 +821,7 @@ impl Overlay {
             self.paths.insert((path, key.1.clone()));
             keys.push(key);
         }
-        Some(keys)
+        Some((keys, std::mem::take(&mut self.held_back)))
     }
 
     /// The path index's range of everything strictly below `old` (`old/`
@@ -802,7 +858,9 @@ impl Overlay {
         // A document passing to the cluster (the indexer's text) is not
         // rewritten here: its slot's next flush would be conditional on
         // the version from before the passing write, and be refused.
-        let passing = |id: &str| self.passing.contains(&(Idx::Entries, id.to_string()));
+        let passing = |id: &str| {
+            !self.passing.is_empty() && self.passing.contains(&(Idx::Entries, id.to_string()))
+        };
         moved
             && self.paths.range(Self::below(old)).all(|(_, id)| {
                 !passing(id)
@@ -872,6 +930,7 @@ impl Overlay {
         entries: Vec<(Key, Doc)>,
         inodes: Vec<(Key, Option<Doc>)>,
     ) {
+        self.assert_settled();
         self.complete.extend(dirs);
         for d in dirs {
             self.left.forget(*d);
@@ -902,6 +961,7 @@ impl Overlay {
         terms: &[(&str, &Value)],
         brief: bool,
     ) -> Option<Vec<Child<'_>>> {
+        self.assert_settled();
         if !self.complete.contains(&parent) {
             return None;
         }
@@ -938,6 +998,9 @@ impl Overlay {
     /// cluster. A slot read is touched (it stays past the budget for
     /// [`Budget::grace`]).
     pub(crate) fn get(&mut self, index: Idx, id: &str, brief: bool) -> Option<Option<Doc>> {
+        if index != Idx::Locks {
+            self.assert_settled();
+        }
         let now = self.budget.tick();
         let Some(slot) = self.slots.get_mut(&(index, id.to_string())) else {
             // (An inode not written here exists or not: only names in
@@ -1003,6 +1066,7 @@ impl Overlay {
         docs: Vec<Option<Doc>>,
         brief: bool,
     ) -> Vec<Option<Doc>> {
+        self.assert_settled();
         let mut answers = Vec::with_capacity(docs.len());
         let (mut learned_keys, mut learned_docs) = (Vec::new(), Vec::new());
         for (key, doc) in keys.into_iter().zip(docs) {
@@ -1033,6 +1097,7 @@ impl Overlay {
         docs: Vec<Option<Doc>>,
         brief: bool,
     ) -> Vec<Option<Doc>> {
+        self.assert_settled();
         let mut answers = Vec::with_capacity(docs.len());
         for (key, doc) in keys.into_iter().zip(docs) {
             if self.passing.contains(&key) {
@@ -1076,6 +1141,9 @@ impl Overlay {
     /// Decide `ops` (after [`Overlay::needs`] was satisfied): the results,
     /// and the records to log for those that changed something.
     pub(crate) fn apply(&mut self, ops: Vec<BulkOp>) -> (Vec<BulkItemResult>, Vec<Record>) {
+        if ops.iter().any(|op| op.index() != Idx::Locks) {
+            self.assert_settled();
+        }
         let mut results = Vec::with_capacity(ops.len());
         let mut records = Vec::new();
         for op in ops {
@@ -1181,6 +1249,7 @@ impl Overlay {
     /// The dirty documents as one flush: each a write conditional on what
     /// the cluster holds. They are clean from now on unless written again.
     pub(crate) fn outgoing(&mut self) -> Outgoing {
+        self.assert_settled();
         let mut out = Outgoing {
             ops: Vec::new(),
             keys: Vec::new(),
@@ -1224,6 +1293,7 @@ impl Overlay {
         sent: &Outgoing,
         results: Vec<BulkItemResult>,
     ) -> (Vec<Record>, Vec<(Key, StoreError)>) {
+        self.assert_settled();
         let mut lost = Vec::new();
         let mut acks = Vec::new();
         for ((key, _), (delete, r)) in sent.keys.iter().zip(sent.deletes.iter().zip(results)) {
@@ -1333,6 +1403,7 @@ impl Overlay {
     /// conditions are mapped to the cluster's versions, and their
     /// documents are passing until [`Overlay::passed`].
     pub(crate) fn begin_pass(&mut self, ops: &mut [BulkOp]) {
+        self.assert_settled();
         for op in ops {
             self.translate_op(op);
             self.passing.insert((op.index(), op.id().to_string()));
@@ -1351,6 +1422,7 @@ impl Overlay {
         ops: &[BulkOp],
         answers: StoreResult<Vec<BulkItemResult>>,
     ) -> StoreResult<Vec<BulkItemResult>> {
+        self.assert_settled();
         let (mut answers, failed) = match answers {
             Ok(a) => (Some(a.into_iter()), None),
             Err(e) => (None, Some(e)),
@@ -1419,6 +1491,7 @@ impl Overlay {
     /// only if nobody wrote it since it was sent; the others go (a caller's
     /// local version of one then conflicts, as any stale version does).
     pub(crate) fn keep_unchanged(&mut self, keys: &[Key], now: &[Option<Doc>]) {
+        self.assert_settled();
         for (key, doc) in keys.iter().zip(now) {
             let unchanged = match (self.slots.get(key), doc) {
                 (Some(s), Some(d)) => !s.dirty && s.state.exists() && s.base == Base::At(d.version),
@@ -1432,6 +1505,7 @@ impl Overlay {
 
     /// The delegation ended: nothing is known absent any more.
     pub(crate) fn released(&mut self) {
+        self.assert_settled();
         self.complete.clear();
         self.left.clear();
         self.locks_whole = false;

@@ -96,6 +96,18 @@ fn made_and_removed_between_flushes_sends_nothing_and_answers_set_bases() {
     assert_eq!(ids, vec!["5/z", "5/w"]);
 }
 
+/// A directory rename decided ([`Overlay::rebase`]) and carried out
+/// ([`Overlay::settle`]): the keys rewritten.
+fn rebased(o: &mut Overlay, old: &str, new: &str) -> Option<Vec<Key>> {
+    let ids = o.rebase(old, new)?;
+    let keys = o.settle().map(|(keys, _)| keys).unwrap_or_default();
+    assert_eq!(
+        keys.iter().map(|(_, id)| id).collect::<Vec<_>>(),
+        ids.iter().collect::<Vec<_>>()
+    );
+    Some(keys)
+}
+
 #[test]
 fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
     let mut o = Overlay::default();
@@ -117,7 +129,7 @@ fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
     };
     let at = |o: &mut Overlay, id: &str| o.get(Idx::Entries, id, false).unwrap().unwrap();
     // Not moved yet: nothing is at the new path.
-    assert_eq!(o.rebase("/d", "/e"), None);
+    assert_eq!(rebased(&mut o, "/d", "/e"), None);
     // The rename's entry step, then its paths.
     let v = at(&mut o, "1/d").version;
     let moved = o.apply(vec![
@@ -132,7 +144,7 @@ fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
     let before = at(&mut o, "20/b").version;
     let flushed = o.outgoing();
     assert!(o.clean());
-    let keys = o.rebase("/d", "/e").unwrap();
+    let keys = rebased(&mut o, "/d", "/e").unwrap();
     assert_eq!(ids(Some(keys.clone())).unwrap(), vec!["20/a", "20/b"]);
     let b = at(&mut o, "20/b");
     assert_eq!(b.source, entry("/e/b", "/e", "file", 22).into());
@@ -148,7 +160,7 @@ fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
     assert_eq!(changes[1]["p"], true);
     drop(flushed);
     assert_eq!(o.outgoing().ops.len(), 2);
-    assert_eq!(ids(o.rebase("/d", "/e")), Some(vec![]), "none left");
+    assert_eq!(ids(rebased(&mut o, "/d", "/e")), Some(vec![]), "none left");
     // A removal leaves the index; a directory below not made here
     // (its names unknown) keeps the rebase out of memory.
     let v = at(&mut o, "20/b").version;
@@ -158,15 +170,49 @@ fn a_rebase_moves_exactly_the_subtree_and_follows_every_change() {
         if_version: Some(v),
     };
     assert!(o.apply(vec![gone]).0[0].is_ok());
-    assert_eq!(ids(o.rebase("/e", "/e")), Some(vec!["20/a".into()]));
+    assert_eq!(ids(rebased(&mut o, "/e", "/e")), Some(vec!["20/a".into()]));
     let sub = create(Idx::Entries, "20/s", entry("/e/s", "/e", "dir", 30));
     assert!(o.apply(vec![sub]).0[0].is_ok());
-    assert_eq!(o.rebase("/e", "/e"), None);
+    assert_eq!(rebased(&mut o, "/e", "/e"), None);
     // Given back: only what this mount wrote stays, indexed the same.
     o.released();
     o.complete.insert(20);
     o.complete.insert(30);
-    assert_eq!(ids(o.rebase("/e", "/e")).unwrap(), vec!["20/a", "20/s"]);
+    assert_eq!(
+        ids(rebased(&mut o, "/e", "/e")).unwrap(),
+        vec!["20/a", "20/s"]
+    );
+}
+
+/// A rename is decided on the syscall path and carried out after: until
+/// then nothing below moved, and the lock records decided meanwhile (the
+/// rename's releases) come back from the settle, to be logged after the
+/// rewrite's records.
+#[test]
+fn a_rebase_is_decided_at_once_and_rewritten_when_settled() {
+    let mut o = Overlay::default();
+    o.complete.extend([1, 20]);
+    o.locks_whole = true;
+    let entry = |path: &str, dir: &str, kind: &str, ino: u64| json!({"path": path, "dir": dir, "kind": kind, "ino": ino});
+    let made = o.apply(vec![
+        create(Idx::Entries, "1/e", entry("/e", "/", "dir", 20)),
+        create(Idx::Entries, "20/a", entry("/d/a", "/d", "file", 21)),
+    ]);
+    assert!(made.0.iter().all(|r| r.is_ok()));
+    flush_all(&mut o);
+    assert_eq!(o.rebase("/d", "/e"), Some(vec!["20/a".to_string()]));
+    assert!(o.unsettled());
+    let a = &o.slots[&(Idx::Entries, "20/a".to_string())];
+    assert!(!a.dirty, "not rewritten yet");
+    let (_, released) = o.apply(vec![create(Idx::Locks, "tree/e", json!({"n": 0}))]);
+    o.hold_back(released.clone());
+    let (keys, held) = o.settle().unwrap();
+    assert_eq!(keys, vec![(Idx::Entries, "20/a".to_string())]);
+    assert_eq!(held, released);
+    let a = o.get(Idx::Entries, "20/a", false).unwrap().unwrap();
+    assert_eq!(a.source, entry("/e/a", "/e", "file", 21).into());
+    assert!(!o.unsettled() && o.settle().is_none());
+    assert_eq!(o.outgoing().ops.len(), 2, "the entry and the lock");
 }
 
 #[test]
@@ -826,7 +872,7 @@ fn past_the_budget_slots_are_packed_and_still_answer() {
     };
     // A rename of the directory (its entries packed) is done in memory.
     move_dir(&mut o, "1/d", "1/e", "/e");
-    let keys = o.rebase("/d", "/e").unwrap();
+    let keys = rebased(&mut o, "/d", "/e").unwrap();
     assert_eq!(keys, vec![(Idx::Entries, "20/a".to_string())]);
     let a = o.get(Idx::Entries, "20/a", false).unwrap().unwrap();
     assert_eq!(a.source, entry("/e/a", "/e", "file", 21).into());
@@ -839,7 +885,7 @@ fn past_the_budget_slots_are_packed_and_still_answer() {
     move_dir(&mut o, "1/e", "1/f", "/f");
     assert!(o.pack(&(Idx::Entries, "20/a".into())));
     o.budget.bytes = o.budget.held + 1;
-    assert_eq!(o.rebase("/e", "/f"), None);
+    assert_eq!(rebased(&mut o, "/e", "/f"), None);
     o.budget.bytes = usize::MAX;
-    assert!(o.rebase("/e", "/f").is_some());
+    assert!(rebased(&mut o, "/e", "/f").is_some());
 }
