@@ -1157,8 +1157,9 @@ impl MetaStore for DelegatedStore {
     /// A subtree made under the delegation is moved here, in memory (its
     /// documents are all in the overlay); any other goes the cluster's way.
     /// In memory the rename is decided here and its documents rewritten
-    /// after it answers ([`Overlay::settle`]): by the flusher, woken now,
-    /// or by whatever reaches the overlay first.
+    /// after it answers ([`Overlay::settle`]): by the flusher's next round
+    /// or by whatever reaches the overlay first (the flusher woken at once
+    /// took the overlay from the rename's own release of its locks).
     fn rebase_paths(&self, index: Idx, old: &str, new: &str) -> StoreResult<Option<Rebased>> {
         if index == Idx::Entries {
             let _gate = self.shared.gate.read();
