@@ -225,7 +225,7 @@ impl DelegatedStore {
             let now = shared.raw.mget_docs(&kept, false)?;
             shared.settled()?.keep_unchanged(&kept, &now);
         }
-        shared.overlay.lock().know_locks(locks);
+        shared.unsettled().know_locks(locks);
         let log = OpLog::create(&shared.state_dir, owner).map_err(|e| {
             StoreError::Other(format!("op log in {}: {e}", shared.state_dir.display()))
         })?;
@@ -336,7 +336,7 @@ impl DelegatedStore {
         };
         let held = |id: &str| {
             let key = (Idx::Entries, id.to_string());
-            self.shared.overlay.lock().has(&key)
+            self.shared.unsettled().has(&key)
         };
         let Some(window) = self.shared.walks.lock().missed(parent, cookie, held) else {
             return Ok(());
@@ -379,7 +379,7 @@ impl DelegatedStore {
     /// until what was read is learned; a slot written meanwhile is newer
     /// than what the search saw and stays as it is.
     fn read_whole(&self, parent: u64) -> StoreResult<bool> {
-        if !self.held() || self.shared.overlay.lock().whole(parent) {
+        if !self.held() || self.shared.unsettled().whole(parent) {
             return Ok(self.held());
         }
         if self.caller != Caller::Fs || !self.shared.try_whole(parent) {
@@ -398,8 +398,7 @@ impl DelegatedStore {
         let (below, mut dirs) = self.read_below(parent, &entries)?;
         dirs.push(parent);
         let entries: Vec<Hit> = entries.into_iter().chain(below).collect();
-        Ok(self.learn_with_inodes(&one, &dirs, entries)?
-            && self.shared.overlay.lock().whole(parent))
+        Ok(self.learn_with_inodes(&one, &dirs, entries)? && self.shared.unsettled().whole(parent))
     }
 
     /// A search of directory `parent`'s entries (`query` names it; at most
@@ -421,7 +420,7 @@ impl DelegatedStore {
         query: Query,
         size: usize,
     ) -> StoreResult<Vec<Hit>> {
-        let refresh = self.shared.overlay.lock().search_needs_refresh(parent);
+        let refresh = self.shared.unsettled().search_needs_refresh(parent);
         if refresh {
             self.shared.flush_holding(one)?;
         }
@@ -437,7 +436,7 @@ impl DelegatedStore {
             // Everything answered so far was flushed before this search,
             // which refreshed first (`flushing` is held: nothing else
             // was answered meanwhile).
-            self.shared.overlay.lock().seen_by_search();
+            self.shared.unsettled().seen_by_search();
         }
         Ok(entries)
     }
@@ -503,7 +502,7 @@ impl DelegatedStore {
         // last refresh; nothing is answered meanwhile (`flushing` is held):
         // the search below sees every flushed write.
         let n = self.inner.count(Idx::Entries, &below)?;
-        self.shared.overlay.lock().seen_by_search();
+        self.shared.unsettled().seen_by_search();
         if n > SUBTREE_MAX {
             return Ok((Vec::new(), Vec::new()));
         }
@@ -588,7 +587,7 @@ impl DelegatedStore {
     fn bulk_held(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
         let locks_only = ops.iter().all(|op| op.index() == Idx::Locks);
         let overlay = || match locks_only {
-            true => Ok(self.shared.overlay.lock()),
+            true => Ok(self.shared.unsettled()),
             false => self.shared.settled(),
         };
         // Documents the decision needs, read first, outside the lock;
@@ -720,7 +719,7 @@ impl Shared {
     /// every write but a lock document's goes through here. An error is
     /// the op log's: the rewrite is done in memory either way.
     fn settled(&self) -> StoreResult<MutexGuard<'_, Overlay>> {
-        let mut overlay = self.overlay.lock();
+        let mut overlay = self.unsettled();
         if let Some((keys, held)) = overlay.settle()
             && let Some(log) = self.log.lock().as_mut()
         {
@@ -731,6 +730,15 @@ impl Shared {
             overlay.logged(logged);
         }
         Ok(overlay)
+    }
+
+    /// The overlay as it is, a directory rename decided before it maybe
+    /// not rewritten yet: for what reads no entry's path (whether a
+    /// document or a directory is held, the backlog) and for a decision
+    /// of lock documents only (`DelegatedStore::bulk_held`). Anything
+    /// else takes [`Shared::settled`].
+    fn unsettled(&self) -> MutexGuard<'_, Overlay> {
+        self.overlay.lock()
     }
 
     /// Send every dirty document in one bulk and apply the answers.
@@ -765,7 +773,7 @@ impl Shared {
                         // is reported; the rewrite is done either way).
                         let mut overlay = self.settled().unwrap_or_else(|e| {
                             log::error!("delegation: {e}");
-                            self.overlay.lock()
+                            self.unsettled()
                         });
                         let (acks, lost) = overlay.answered(&out, results);
                         // Before the older generations go: the records
@@ -788,7 +796,7 @@ impl Shared {
                 Err(e) => {
                     let mut overlay = self.settled().unwrap_or_else(|e| {
                         log::error!("delegation: {e}");
-                        self.overlay.lock()
+                        self.unsettled()
                     });
                     overlay.unsent(out);
                     return Err(e);
@@ -814,7 +822,7 @@ impl Shared {
     /// writer found much waiting (during the last flush, or since).
     fn next_round(&self) {
         let mut kick = self.kick.lock();
-        if !*kick && self.overlay.lock().backlog() == Backlog::None {
+        if !*kick && self.unsettled().backlog() == Backlog::None {
             self.kicked.wait_for(&mut kick, FLUSH_EVERY);
         }
         *kick = false;
@@ -831,7 +839,7 @@ impl Shared {
                 let mut looked = Instant::now();
                 while me.held.load(Ordering::Acquire) {
                     me.next_round();
-                    let busy = me.overlay.lock().busy();
+                    let busy = me.unsettled().busy();
                     if let Err(e) = me.flush() {
                         log::warn!("delegation: flush failed, retrying: {e}");
                         std::thread::sleep(FLUSH_EVERY);
@@ -1047,7 +1055,7 @@ impl MetaStore for DelegatedStore {
     }
 
     fn in_memory(&self, index: Idx, id: &str, brief: bool) -> bool {
-        self.held() && self.shared.overlay.lock().answers(index, id, brief)
+        self.held() && self.shared.unsettled().answers(index, id, brief)
     }
 
     fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
