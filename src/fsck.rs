@@ -75,6 +75,7 @@ pub(crate) fn fsck(
     let tree = c.check_entries(&inodes, &entries);
     let links = c.check_links(&inodes, &tree, live_sessions);
     let orphan_data = c.check_contents(&inodes)?;
+    let orphan_texts = c.check_texts(&inodes)?;
     let behind = c.check_unflushed(unflushed)?;
     // Object storage: orphan and missing blocks (repaired at once: the
     // store knows what it may delete).
@@ -85,6 +86,7 @@ pub(crate) fn fsck(
         c.repair_entries(&tree)?;
         c.repair_links(links)?;
         c.repair_contents(orphan_data)?;
+        c.repair_texts(orphan_texts)?;
         c.repair_unflushed(behind)?;
     }
     Ok(c.r)
@@ -367,6 +369,21 @@ impl Checker<'_> {
         Ok(orphan_data)
     }
 
+    /// Texts (for search) of inodes that are gone or no regular file: their
+    /// inode numbers. (A file removed while its text was being written.)
+    fn check_texts(&mut self, inodes: &HashMap<u64, Inode>) -> FsResult<Vec<u64>> {
+        let orphans: Vec<u64> = crate::search::text_inos(&**self.store, &Query::MatchAll)?
+            .into_iter()
+            .filter(|i| inodes.get(i).is_none_or(|i| i.kind != Kind::File))
+            .collect();
+        for ino in &orphans {
+            self.r
+                .problems
+                .push(format!("text of inode {ino} belongs to no file"));
+        }
+        Ok(orphans)
+    }
+
     /// Sizes a killed mount had not written back yet (the inodes its
     /// unflushed journal names): (inode, size, mtime) as the data has them.
     fn check_unflushed(
@@ -411,6 +428,7 @@ impl Checker<'_> {
             if let Some(k) = &i.content {
                 self.data.remove(k)?;
             }
+            self.store.delete(Idx::Texts, &text_id(i.ino), None)?;
             self.store.delete(Idx::Inodes, &inode_id(i.ino), None)?;
             self.r.repaired += 1;
         }
@@ -421,6 +439,22 @@ impl Checker<'_> {
         for k in orphan_data {
             self.data.remove(&k)?;
             self.r.repaired += 1;
+        }
+        Ok(())
+    }
+
+    /// Deletes the texts `check_texts` found, each unless its inode is a
+    /// file by now (made and indexed since the inodes were read).
+    fn repair_texts(&mut self, orphans: Vec<u64>) -> FsResult<()> {
+        for ino in orphans {
+            let file = self
+                .store
+                .get(Idx::Inodes, &inode_id(ino))?
+                .and_then(|d| d.parse::<Inode>().ok())
+                .is_some_and(|i| i.kind == Kind::File);
+            if !file && self.store.delete(Idx::Texts, &text_id(ino), None)? {
+                self.r.repaired += 1;
+            }
         }
         Ok(())
     }

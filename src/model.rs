@@ -258,17 +258,15 @@ pub struct Entry {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
-    /// The file's text, for content search (see `crate::search::indexer`):
-    /// valid for the `size`/`mtime` above, cleared when they change.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contents: Option<String>,
-    /// What the indexer made of the contents: [`INDEXED_TEXT`],
+    /// What the indexer made of the contents (see `crate::search::indexer`):
+    /// [`INDEXED_TEXT`] (the text is the inode's document in `texts`),
     /// [`INDEXED_BINARY`] or [`INDEXED_TOO_LARGE`]; absent = not indexed
     /// (yet), which search treats like binary: the file is always scanned.
+    /// Valid for the `size`/`mtime` above, cleared when they change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub indexed: Option<String>,
-    /// The inode's mtime (ns) when `contents`/`indexed` were taken: any
-    /// other mtime means they are stale (see [`Entry::refresh_attrs`]).
+    pub text_state: Option<String>,
+    /// The inode's mtime (ns) when `text_state` was decided: any other
+    /// mtime means it is stale (see [`Entry::refresh_attrs`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text_mtime_ns: Option<i64>,
     /// The inode's xattrs as keywords (see [`xattr_keywords`]).
@@ -276,8 +274,8 @@ pub struct Entry {
     pub xattrs: Vec<String>,
 }
 
-/// The fields every entry has (the rest are optional: `contents`,
-/// `indexed`, `text_mtime_ns`, `xattrs`).
+/// The fields every entry has (the rest are optional: `text_state`,
+/// `text_mtime_ns`, `xattrs`).
 pub const ENTRY_ALWAYS: [&str; 12] = [
     "parent", "name", "path", "dir", "ino", "kind", "cookie", "size", "mtime", "mode", "uid", "gid",
 ];
@@ -289,7 +287,7 @@ pub const ENTRY_ALWAYS: [&str; 12] = [
 /// `text_mtime_ns` became a column lacks it.
 pub fn entry_columns_whole(source: &serde_json::Value) -> bool {
     ENTRY_ALWAYS.iter().all(|k| source.get(k).is_some())
-        && (source.get("indexed").is_none() || source.get("text_mtime_ns").is_some())
+        && (source.get("text_state").is_none() || source.get("text_mtime_ns").is_some())
 }
 
 /// The id of the entry whose (rebuilt) source is `source`.
@@ -297,6 +295,23 @@ pub fn entry_id_of(source: &serde_json::Value) -> Option<String> {
     let parent = source.get("parent")?.as_u64()?;
     let name = source.get("name")?.as_str()?;
     Some(entry_id(parent, &decode_cow(name)))
+}
+
+/// A regular file's text, for content search: the document `texts/<ino>`,
+/// written by the content indexer only (see `crate::search::indexer`).
+/// Entries point to it with [`Entry::text_state`] = [`INDEXED_TEXT`] at
+/// the same `mtime_ns`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileText {
+    pub ino: u64,
+    pub contents: String,
+    /// The inode's mtime (ns) the text was read at.
+    pub mtime_ns: i64,
+}
+
+/// The id of an inode's document in `texts`.
+pub fn text_id(ino: u64) -> String {
+    ino.to_string()
 }
 
 pub const INDEXED_TEXT: &str = "text";
@@ -320,8 +335,7 @@ impl Entry {
             mode: 0,
             uid: 0,
             gid: 0,
-            contents: None,
-            indexed: None,
+            text_state: None,
             text_mtime_ns: None,
             xattrs: vec![],
         };
@@ -330,8 +344,9 @@ impl Entry {
     }
 
     /// Copy the inode's searchable attributes; true when anything changed.
-    /// A changed size or mtime means other contents: the indexed text is
-    /// dropped (search then scans the file) until the indexer redoes it.
+    /// A changed size or mtime means other contents: the text state is
+    /// dropped (search then scans the file, whatever `texts` holds) until
+    /// the indexer redoes it.
     pub fn refresh_attrs(&mut self, inode: &Inode) -> bool {
         let before = (self.size, self.mtime, self.mode, self.uid, self.gid);
         self.size = inode.size;
@@ -340,12 +355,11 @@ impl Entry {
         self.uid = inode.uid;
         self.gid = inode.gid;
         let mut changed = before != (self.size, self.mtime, self.mode, self.uid, self.gid);
-        if (self.contents.is_some() || self.indexed.is_some())
+        if self.text_state.is_some()
             && ((before.0, before.1) != (self.size, self.mtime)
                 || self.text_mtime_ns != Some(inode.mtime_ns))
         {
-            self.contents = None;
-            self.indexed = None;
+            self.text_state = None;
             self.text_mtime_ns = None;
             changed = true;
         }
@@ -367,8 +381,7 @@ impl Entry {
         self.mode = from.mode;
         self.uid = from.uid;
         self.gid = from.gid;
-        self.contents = from.contents.clone();
-        self.indexed = from.indexed.clone();
+        self.text_state = from.text_state.clone();
         self.text_mtime_ns = from.text_mtime_ns;
         self.xattrs = from.xattrs.clone();
     }
@@ -473,7 +486,7 @@ mod tests {
         serde_json::from_value::<Entry>(v.clone()).expect("an entry");
         assert_eq!(entry_id_of(&v), Some(entry_id(3, raw)));
         assert!(entry_columns_whole(&v));
-        v["indexed"] = INDEXED_TEXT.into();
+        v["text_state"] = INDEXED_TEXT.into();
         assert!(
             !entry_columns_whole(&v),
             "indexed, without the text's mtime"

@@ -115,13 +115,19 @@ impl Setup {
             .unwrap()
     }
 
-    /// The `contents` (the indexed text) of the entry at `path`, once one
-    /// exists; `None` if it has none.
+    /// The indexed text of the file at `path` (its entry says "text", and
+    /// its inode's document in `texts` holds it); `None` if it has none.
     fn text(&self, path: &str) -> Option<String> {
         let body = self.search_path(path);
         let hit = &body["hits"]["hits"][0]["_source"];
         assert!(hit.is_object(), "no entry at {path}: {body}");
-        hit["contents"].as_str().map(str::to_string)
+        if hit["text_state"] != "text" {
+            return None;
+        }
+        let ino = hit["ino"].as_u64().unwrap();
+        let url = format!("{}/{}-texts/_doc/{ino}", self.server.url(), self.index);
+        let doc: serde_json::Value = ureq::get(url).call().ok()?.body_mut().read_json().unwrap();
+        doc["_source"]["contents"].as_str().map(str::to_string)
     }
 
     /// The op log files left in the state directory.

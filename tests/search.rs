@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use esfs::store::{Idx, MetaStore, Query};
+use esfs::store::{Idx, MetaStore, Query, SearchRequest};
 use std::path::Path;
 use std::process::Command;
 
@@ -51,7 +51,7 @@ fn assert_narrowing(m: &Mount, store: &dyn MetaStore) {
         search(m.path(), &["-q", "anything"]);
         store.refresh(Idx::Entries).unwrap();
         store
-            .count(Idx::Entries, &Query::term("indexed", "text"))
+            .count(Idx::Entries, &Query::term("text_state", "text"))
             .unwrap()
     };
     let mut text = indexed();
@@ -61,15 +61,35 @@ fn assert_narrowing(m: &Mount, store: &dyn MetaStore) {
     }
     assert!(text > 200, "only {text} files indexed as text");
     let too_large = store
-        .count(Idx::Entries, &Query::term("indexed", "too_large"))
+        .count(Idx::Entries, &Query::term("text_state", "too_large"))
         .unwrap();
     assert!(too_large >= 2, "{too_large} too_large");
     let q = Query::Text {
         field: "contents".into(),
         text: "zzzz-moved".into(),
     };
-    // The moved file and its hard link.
-    assert_eq!(store.count(Idx::Entries, &q).unwrap(), 2);
+    // The moved file's text (its hard link shares the inode), and both
+    // its names pointing at it.
+    store.refresh(Idx::Texts).unwrap();
+    let inos: Vec<u64> = store
+        .search_brief(&SearchRequest {
+            index: Idx::Texts,
+            query: q,
+            sort: vec![],
+            search_after: None,
+            size: 10,
+            past_own_writes: false,
+        })
+        .unwrap()
+        .into_iter()
+        .filter_map(|h| h.doc.source["ino"].as_u64())
+        .collect();
+    assert_eq!(inos.len(), 1, "{inos:?}");
+    let names = Query::and(vec![
+        Query::term("ino", inos[0]),
+        Query::term("text_state", "text"),
+    ]);
+    assert_eq!(store.count(Idx::Entries, &names).unwrap(), 2);
 }
 
 fn sorted(s: &str) -> Vec<String> {

@@ -8,7 +8,7 @@
 use super::pending::Pending;
 use crate::data::DataStore;
 use crate::error::{FsError, FsResult};
-use crate::model::{Entry, Inode, Kind, decode_bytes, decode_cow, entry_id, inode_id};
+use crate::model::{Entry, Inode, Kind, decode_bytes, decode_cow, entry_id, inode_id, text_id};
 use crate::store::cache::{CachedStore, Gather};
 use crate::store::{
     BulkItemResult, BulkOp, Capabilities, Doc, Idx, MetaStore, StoreError, StoreResult, Version,
@@ -430,8 +430,9 @@ impl Docs {
     }
 
     /// An inode's document deleted (conditional on `ver`) with its
-    /// contents: in one bulk where they are documents of the store (the
-    /// chunks by id, then the inode), else the contents first. Either way
+    /// contents and its text: in one bulk where they are documents of the
+    /// store (the chunks by id, the text, then the inode), else the
+    /// contents first. Either way
     /// a crash never leaves contents without an inode that owns them.
     /// `open_size`: what an open state knows of its size, if it grew past
     /// the stored figure.
@@ -451,6 +452,15 @@ impl Docs {
                     .remove_sized(key, size)
                     .map_err(|e| StoreError::Other(e.to_string()))?,
             }
+        }
+        // Its text for search, if the indexer kept one (an absent one is
+        // as good as deleted).
+        if inode.kind == Kind::File {
+            ops.push(BulkOp::Delete {
+                index: Idx::Texts,
+                id: text_id(inode.ino),
+                if_version: None,
+            });
         }
         ops.push(BulkOp::Delete {
             index: Idx::Inodes,

@@ -1,5 +1,10 @@
 //! Content indexing: a background thread that puts the text of regular files
-//! into their entry documents (`contents`, `indexed`), off the write path.
+//! into the `texts` index (one document per inode) and says so in their
+//! entry documents (`text_state`), off the write path. The text is kept
+//! apart from the entries so that what rewrites entries (a directory
+//! rename's subtree, the attribute copies of every close) does not make the
+//! engine analyse the text again: on Elasticsearch a partial update
+//! re-indexes the whole document.
 //!
 //! The filesystem queues an inode when its contents may have changed: the
 //! last close or a flush after writes (`persist`), fsync, and a truncate or
@@ -8,9 +13,10 @@
 //! whose mtime differs from the inode's, so between a close and the
 //! indexer's pass an entry is "not indexed" (searched by scanning the file),
 //! never stale. The indexer reads the file from the data store, decides
-//! text / binary / too_large, and writes every name (link) of the inode with
-//! write-if-version, retrying when something else (an attribute refresh, a
-//! rename) wrote the document meanwhile.
+//! text / binary / too_large, writes the text, makes it searchable, then
+//! writes every name (link) of the inode with write-if-version, retrying
+//! (text included) when something else (an attribute refresh, a rename)
+//! wrote the document meanwhile.
 //!
 //! Indexing waits for a quiet second after the last change (see `QUIET`),
 //! so bulk writes (`tar x`, `cp -r`) run at full speed and files deleted
@@ -255,12 +261,14 @@ impl Inner {
         }
     }
 
-    /// Queue every file entry not indexed yet (no `indexed` field).
+    /// Queue every file entry not indexed yet (no `text_state` field: also
+    /// every entry of a filesystem whose text was in its entries, before
+    /// mapping format 3).
     fn backfill(&self) -> Result<(), StoreError> {
         let q = Query::Bool {
             must: vec![Query::term("kind", "file")],
             must_not: vec![Query::Exists {
-                field: "indexed".into(),
+                field: "text_state".into(),
             }],
             should: vec![],
         };
@@ -317,12 +325,10 @@ impl Inner {
         }
     }
 
-    /// Index a batch of inodes: one bulk for the entry documents, then
-    /// inodes whose documents changed meanwhile redone one at a time.
+    /// Index a batch of inodes: one bulk of their texts, made searchable,
+    /// then one of their entries pointing at them; inodes whose entries
+    /// changed meanwhile are redone one at a time.
     fn index_batch(&self, inos: &[u64]) -> FsResult<()> {
-        let mut retry: Vec<u64> = Vec::new();
-        let mut ops = Vec::new();
-        let mut op_inos = Vec::new();
         // The batch's inodes in one read, then all their names in another
         // (copies the cache still trusts are not read again): the indexer
         // runs a quiet second after the writes, when on Elasticsearch the
@@ -340,45 +346,29 @@ impl Inner {
             .iter()
             .flat_map(|i| i.links.iter().map(|l| (Idx::Entries, link_entry_id(l))))
             .collect();
-        // Brief: the text fields are exactly what this write replaces.
         let mut names = self.store.mget_docs(&keys, true)?.into_iter();
+        let mut batch = Vec::new();
         for inode in &files {
             let docs: Vec<Option<Doc>> = names.by_ref().take(inode.links.len()).collect();
             match self.ops_for(inode, docs) {
-                Ok(v) => {
-                    for op in v {
-                        ops.push(op);
-                        op_inos.push(inode.ino);
-                    }
-                }
+                Ok(Some(ops)) => batch.push(ops),
+                Ok(None) => {}
                 Err(e) => log::warn!("content index: inode {}: {e}", inode.ino),
             }
         }
-        if !ops.is_empty() {
-            let results = self.store.bulk(ops)?;
-            for (r, ino) in results.into_iter().zip(op_inos) {
-                match r {
-                    Ok(_) => {}
-                    Err(StoreError::Conflict(_)) => retry.push(ino),
-                    Err(e) => log::warn!("content index: inode {ino}: {e}"),
-                }
-            }
-        }
+        let mut retry = self.write(batch)?;
         retry.dedup();
         for ino in retry {
             for attempt in 0.. {
-                let ops = match self.entry_ops(ino) {
-                    Ok(ops) => ops,
+                let ops = match self.inode_ops(ino) {
+                    Ok(Some(ops)) => ops,
+                    Ok(None) => break,
                     Err(e) => {
                         log::warn!("content index: inode {ino}: {e}");
                         break;
                     }
                 };
-                let results = self.store.bulk(ops)?;
-                if results
-                    .iter()
-                    .all(|r| !matches!(r, Err(StoreError::Conflict(_))))
-                {
+                if self.write(vec![ops])?.is_empty() {
                     break;
                 }
                 if attempt >= MAX_RETRIES {
@@ -390,15 +380,50 @@ impl Inner {
         Ok(())
     }
 
-    /// The conditional writes that put the inode's text into each of its
-    /// entry documents (none when it is gone or not a regular file).
-    fn entry_ops(&self, ino: u64) -> FsResult<Vec<BulkOp>> {
-        let Some(doc) = self.store.get(Idx::Inodes, &inode_id(ino))? else {
+    /// Write `batch`: the texts, made searchable everywhere, then the
+    /// entries that send a search to them (an entry saying "text" is never
+    /// searchable before its text; `esfs search` reads both from its own
+    /// process). Returns the inodes whose entries changed meanwhile.
+    fn write(&self, batch: Vec<InodeOps>) -> FsResult<Vec<u64>> {
+        if batch.is_empty() {
             return Ok(vec![]);
+        }
+        let texts: Vec<BulkOp> = batch.iter().map(|b| b.text.clone()).collect();
+        let mut claims = Vec::new();
+        let mut claim_inos = Vec::new();
+        for (b, r) in batch.into_iter().zip(self.store.bulk(texts)?) {
+            match r {
+                Ok(_) | Err(StoreError::NotFound(_)) => {
+                    claim_inos.extend(std::iter::repeat_n(b.ino, b.claims.len()));
+                    claims.extend(b.claims);
+                }
+                Err(e) => log::warn!("content index: inode {}: {e}", b.ino),
+            }
+        }
+        if claims.is_empty() {
+            return Ok(vec![]);
+        }
+        self.store.expose(Idx::Texts)?;
+        let mut retry = Vec::new();
+        for (r, ino) in self.store.bulk(claims)?.into_iter().zip(claim_inos) {
+            match r {
+                Ok(_) => {}
+                Err(StoreError::Conflict(_)) => retry.push(ino),
+                Err(e) => log::warn!("content index: inode {ino}: {e}"),
+            }
+        }
+        Ok(retry)
+    }
+
+    /// [`Inner::ops_for`] of `ino`, read again (none when it is gone or not a
+    /// regular file).
+    fn inode_ops(&self, ino: u64) -> FsResult<Option<InodeOps>> {
+        let Some(doc) = self.store.get(Idx::Inodes, &inode_id(ino))? else {
+            return Ok(None);
         };
         let inode: Inode = doc.parse()?;
         if inode.kind != Kind::File || inode.links.is_empty() {
-            return Ok(vec![]);
+            return Ok(None);
         }
         let docs = inode
             .links
@@ -408,16 +433,31 @@ impl Inner {
         self.ops_for(&inode, docs)
     }
 
-    /// [`Indexer::entry_ops`] of `inode`, its names' documents (brief) read.
-    fn ops_for(&self, inode: &Inode, docs: Vec<Option<Doc>>) -> FsResult<Vec<BulkOp>> {
+    /// What indexing `inode` writes, its names' documents (brief) read: its
+    /// text (or the removal of a text it no longer has), and the conditional
+    /// writes of each entry's text state. None when no name is left.
+    fn ops_for(&self, inode: &Inode, docs: Vec<Option<Doc>>) -> FsResult<Option<InodeOps>> {
         let ino = inode.ino;
         let text = self.text_of(inode)?;
-        let (contents, indexed) = match text {
-            Text::Utf8(s) => (Some(s), INDEXED_TEXT),
-            Text::Binary => (None, INDEXED_BINARY),
-            Text::TooLarge => (None, INDEXED_TOO_LARGE),
+        let (text_op, state) = match text {
+            Text::Utf8(contents) => {
+                let doc = FileText {
+                    ino,
+                    contents,
+                    mtime_ns: inode.mtime_ns,
+                };
+                let op = BulkOp::Index {
+                    index: Idx::Texts,
+                    id: text_id(ino),
+                    source: serde_json::to_value(&doc)?,
+                    if_version: None,
+                };
+                (op, INDEXED_TEXT)
+            }
+            Text::Binary => (delete_text(ino), INDEXED_BINARY),
+            Text::TooLarge => (delete_text(ino), INDEXED_TOO_LARGE),
         };
-        let mut ops = Vec::new();
+        let mut claims = Vec::new();
         for (link, edoc) in inode.links.iter().zip(docs) {
             let id = link_entry_id(link);
             let Some(edoc) = edoc else {
@@ -428,17 +468,42 @@ impl Inner {
                 continue;
             }
             entry.refresh_attrs(inode);
-            entry.contents = contents.clone();
-            entry.indexed = Some(indexed.to_string());
+            entry.text_state = Some(state.to_string());
             entry.text_mtime_ns = Some(inode.mtime_ns);
-            ops.push(BulkOp::Index {
+            claims.push(BulkOp::Index {
                 index: Idx::Entries,
                 id,
                 source: serde_json::to_value(&entry)?,
                 if_version: Some(edoc.version),
             });
         }
-        Ok(ops)
+        if claims.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(InodeOps {
+            ino,
+            text: text_op,
+            claims,
+        }))
+    }
+}
+
+/// What indexing one inode writes: its document in `texts` (or its
+/// removal), then its entries' text state, each conditional on the entry
+/// as read.
+struct InodeOps {
+    ino: u64,
+    text: BulkOp,
+    claims: Vec<BulkOp>,
+}
+
+/// The removal of an inode's text (a file that became binary or too large;
+/// gone already is as good).
+fn delete_text(ino: u64) -> BulkOp {
+    BulkOp::Delete {
+        index: Idx::Texts,
+        id: text_id(ino),
+        if_version: None,
     }
 }
 

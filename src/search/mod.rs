@@ -1,7 +1,8 @@
 //! `esfs search`: grep through the index.
 //!
-//! - [`indexer`]: the mount side, putting file text into entry documents in
-//!   the background ([`SearchHook`] is the filesystem's `ContentHook`).
+//! - [`indexer`]: the mount side, putting file text into the `texts` index
+//!   in the background and its state into the entries ([`SearchHook`] is
+//!   the filesystem's `ContentHook`).
 //! - [`run`]: one search, from its [`run::Options`] to its output and exit
 //!   status; the command `crate::cmd::search` parses its arguments into them.
 //! - [`operand`]: where each PATH is searched (a mount's store, a store
@@ -14,7 +15,8 @@
 //! How a search stays identical to `grep -r`: the index only *narrows*. The
 //! candidates are every regular file under the PATHs whose indexed text
 //! contains the pattern's required literals (case-folded trigrams, so a
-//! superset), plus every file whose text is not indexed (binary, too large,
+//! superset: the inodes a query of `texts` finds, then their entries under
+//! the PATHs), plus every file whose text is not indexed (binary, too large,
 //! not indexed yet, or being written right now); the real `grep` binary,
 //! with the user's flags, then reads exactly those files through the mount.
 
@@ -29,10 +31,37 @@ pub(crate) mod run;
 
 use crate::hook::ContentHook;
 use crate::open::OpenError;
-use crate::store::StoreError;
+use crate::store::{Idx, MetaStore, Query, SearchRequest, Sort, StoreError, StoreResult};
 use indexer::Indexer;
 use serde_json::{Value, json};
 use std::sync::Arc;
+
+/// The inodes whose text in `texts` matches `query`, in order (a text
+/// search's first step; fsck's list of texts).
+pub(crate) fn text_inos(store: &dyn MetaStore, query: &Query) -> StoreResult<Vec<u64>> {
+    const PAGE: usize = 10_000;
+    let mut out = Vec::new();
+    let mut after: Option<Vec<Value>> = None;
+    loop {
+        let rows = store.search_fields(
+            &SearchRequest {
+                past_own_writes: false,
+                index: Idx::Texts,
+                query: query.clone(),
+                sort: vec![Sort::asc("ino")],
+                search_after: after.clone(),
+                size: PAGE,
+            },
+            &["ino"],
+        )?;
+        let n = rows.len();
+        out.extend(rows.iter().filter_map(|r| r.first()?.as_u64()));
+        match out.last() {
+            Some(&last) if n == PAGE => after = Some(vec![Value::from(last)]),
+            _ => return Ok(out),
+        }
+    }
+}
 
 /// A search's failure (worded as `esfs search: MESSAGE`).
 #[derive(Debug, thiserror::Error)]

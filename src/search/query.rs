@@ -131,7 +131,7 @@ pub(crate) fn name_matches(f: &Filters, name: &[u8]) -> bool {
     f.name.as_ref().is_none_or(|p| glob::matches(p, name))
 }
 
-/// The text part of a search as a store query (None: no constraint).
+/// The text part of a search as a query of `texts` (None: no constraint).
 pub(crate) fn text_query(r: &Req) -> Option<Query> {
     match r {
         Req::All => None,
@@ -151,26 +151,29 @@ pub(crate) fn text_query(r: &Req) -> Option<Query> {
     }
 }
 
-/// The candidates within `scope`: files whose indexed text satisfies
-/// `text`, every file whose text is not indexed (binary, too large, not
-/// indexed yet), and the files open with unpersisted writes (`open`).
-pub(crate) fn candidates(scope: Query, text: Option<Query>, open: &[u64]) -> Query {
-    let Some(text) = text else {
+/// Values per `terms` clause: Elasticsearch's default `index.max_terms_count`.
+const MAX_TERMS: usize = 65_536;
+
+/// The candidates within `scope` of a search whose text part `texts` found
+/// in the inodes `matched` (None: no text part): those files, every file
+/// whose text is not indexed (binary, too large, not indexed yet), and the
+/// files open with unpersisted writes (`open`).
+pub(crate) fn candidates(scope: Query, matched: Option<&[u64]>, open: &[u64]) -> Query {
+    let Some(matched) = matched else {
         return scope;
     };
-    let mut should = vec![
-        text,
-        Query::Bool {
-            must: vec![],
-            must_not: vec![Query::term("indexed", INDEXED_TEXT)],
-            should: vec![],
-        },
-    ];
+    let inos = |v: &[u64]| Query::Terms {
+        field: "ino".into(),
+        values: v.iter().map(|&i| Value::from(i)).collect(),
+    };
+    let mut should = vec![Query::Bool {
+        must: vec![],
+        must_not: vec![Query::term("text_state", INDEXED_TEXT)],
+        should: vec![],
+    }];
+    should.extend(matched.chunks(MAX_TERMS).map(inos));
     if !open.is_empty() {
-        should.push(Query::Terms {
-            field: "ino".into(),
-            values: open.iter().map(|&i| Value::from(i)).collect(),
-        });
+        should.push(inos(open));
     }
     Query::Bool {
         must: vec![scope],

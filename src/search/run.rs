@@ -15,7 +15,7 @@ use super::pattern::{self, Req, Syntax};
 use super::query::{self, Filters};
 use crate::model::{Entry, decode_bytes};
 use crate::open::Backend;
-use crate::store::{GroupRequest, Idx, Query};
+use crate::store::{Bucket, GroupRequest, Idx, Query};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -244,7 +244,8 @@ impl Search {
             return self.print_entries(items);
         }
         let text = query::text_query(&self.req);
-        let cands_q = query::candidates(scope.clone(), text.clone(), &t.open);
+        let matched = text.as_ref().map(|q| t.texts_matching(q)).transpose()?;
+        let cands_q = query::candidates(scope.clone(), matched.as_deref(), &t.open);
         let cands = self.items(t, root, &cands_q)?;
         let out = &self.o.output;
         if out.quiet {
@@ -397,8 +398,11 @@ impl Search {
         Ok((status, out))
     }
 
-    /// `--group-by`: the verified matches, grouped by the store (terms +
-    /// top_hits on Elasticsearch, window functions on SQLite).
+    /// `--group-by`: the verified matches in groups (by directory or owner),
+    /// each ordered by its best file's score, its files by theirs. The
+    /// scores are the text part's relevance in `texts`, one bucket per
+    /// inode (terms + top_hits on Elasticsearch, window functions on
+    /// SQLite); files without indexed text score 0.
     fn print_groups(
         &mut self,
         t: &Target,
@@ -420,38 +424,27 @@ impl Search {
         if matched.is_empty() {
             return Ok(());
         }
-        let by_path: HashMap<&str, &Item> = matched
-            .iter()
-            .map(|i| (i.entry.path.as_str(), *i))
-            .collect();
-        let buckets = t.store.group(&GroupRequest {
-            index: Idx::Entries,
-            query: Query::Terms {
-                field: "path".into(),
-                values: matched.iter().map(|i| json!(i.entry.path)).collect(),
-            },
-            score: text,
-            field: match by {
-                GroupBy::Owner => "uid",
-                GroupBy::Dir => "dir",
-            }
-            .into(),
-            buckets: self.o.output.limit.unwrap_or(10_000).max(1),
-            per_bucket: self.o.output.top.max(1),
-        })?;
-        for b in buckets {
+        let scores = match text {
+            Some(q) => text_scores(t, &matched, q)?,
+            None => HashMap::new(),
+        };
+        let groups = groups_of(&matched, &scores, by);
+        let limit = self.o.output.limit.unwrap_or(10_000).max(1);
+        for (key, files) in groups.into_iter().take(limit) {
             let label = match by {
-                GroupBy::Owner => output::owner_label(b.key.as_u64().unwrap_or(u64::MAX)),
-                GroupBy::Dir => lossy(&display_dir(root, b.key.as_str().unwrap_or_default())),
+                GroupBy::Owner => output::owner_label(key.as_u64().unwrap_or(u64::MAX)),
+                GroupBy::Dir => lossy(&display_dir(root, key.as_str().unwrap_or_default())),
             };
-            let hits: Vec<GroupHit> = b
-                .hits
+            let b = Bucket {
+                key,
+                doc_count: files.len() as u64,
+                top_score: files.first().map_or(0.0, |f| f.1),
+                hits: vec![],
+            };
+            let hits: Vec<GroupHit> = files
                 .iter()
-                .filter_map(|(doc, score)| {
-                    let p = doc.source["path"].as_str()?;
-                    let it = by_path.get(p)?;
-                    Some((it.display.clone(), *score, counts[&it.display]))
-                })
+                .take(self.o.output.top.max(1))
+                .map(|(it, score)| (it.display.clone(), *score, counts[&it.display]))
                 .collect();
             self.printed += 1;
             if self.o.output.json {
@@ -462,6 +455,66 @@ impl Search {
         }
         Ok(())
     }
+}
+
+/// The relevance of `text` for each of `items`' inodes that has indexed
+/// text, in one request.
+fn text_scores(t: &Target, items: &[&Item], text: Query) -> Result<HashMap<u64, f64>, SearchError> {
+    let inos: HashSet<u64> = items.iter().map(|i| i.entry.ino).collect();
+    let buckets = t.store.group(&GroupRequest {
+        index: Idx::Texts,
+        query: Query::Terms {
+            field: "ino".into(),
+            values: inos.iter().map(|&i| json!(i)).collect(),
+        },
+        score: Some(text),
+        field: "ino".into(),
+        buckets: inos.len(),
+        per_bucket: 1,
+    })?;
+    Ok(buckets
+        .into_iter()
+        .filter_map(|b| Some((b.key.as_u64()?, b.top_score)))
+        .collect())
+}
+
+/// A group's key (a directory or an owner) and its files with their scores.
+type Group<'a> = (serde_json::Value, Vec<(&'a Item, f64)>);
+
+/// `items` in groups by `by`, each group's files by score (then path), the
+/// groups by their best score (then key), as the guide's field collapsing
+/// orders them.
+fn groups_of<'a>(items: &[&'a Item], scores: &HashMap<u64, f64>, by: GroupBy) -> Vec<Group<'a>> {
+    let mut groups: HashMap<String, Group> = HashMap::new();
+    for it in items {
+        let key = match by {
+            GroupBy::Owner => json!(it.entry.uid),
+            GroupBy::Dir => json!(it.entry.dir),
+        };
+        let score = scores.get(&it.entry.ino).copied().unwrap_or(0.0);
+        groups
+            .entry(key.to_string())
+            .or_insert_with(|| (key, Vec::new()))
+            .1
+            .push((*it, score));
+    }
+    let by_score = |a: f64, b: f64| b.total_cmp(&a);
+    let mut out: Vec<_> = groups.into_values().collect();
+    for (_, files) in &mut out {
+        files.sort_by(|a, b| by_score(a.1, b.1).then_with(|| a.0.entry.path.cmp(&b.0.entry.path)));
+    }
+    out.sort_by(|a, b| {
+        by_score(a.1[0].1, b.1[0].1).then_with(|| key_order(&a.0).cmp(&key_order(&b.0)))
+    });
+    out
+}
+
+/// A group key's order: owners by number, directories by path.
+fn key_order(k: &serde_json::Value) -> (u64, String) {
+    (
+        k.as_u64().unwrap_or(0),
+        k.as_str().unwrap_or_default().to_string(),
+    )
 }
 
 /// The grep invocation of a search: the user's matching and output flags.

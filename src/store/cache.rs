@@ -950,6 +950,10 @@ impl MetaStore for CachedStore {
         self.inner.publish(index)
     }
 
+    fn expose(&self, index: Idx) -> StoreResult<()> {
+        self.inner.expose(index)
+    }
+
     fn sync(&self) -> StoreResult<()> {
         self.inner.sync()
     }

@@ -99,6 +99,9 @@ impl MetaStore for Gated {
     fn publish(&self, index: Idx) -> StoreResult<()> {
         self.inner.publish(index)
     }
+    fn expose(&self, index: Idx) -> StoreResult<()> {
+        self.inner.expose(index)
+    }
     fn sync(&self) -> StoreResult<()> {
         self.inner.sync()
     }

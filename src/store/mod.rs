@@ -431,6 +431,14 @@ pub trait MetaStore: Send + Sync {
         }
         self.refresh(index)
     }
+    /// [`MetaStore::publish`], and for every reader at once, other processes
+    /// included: what this store acknowledged in `index` is searchable when
+    /// it returns (the content indexer's texts, before the entries that
+    /// send readers to them). A layer passes it down; a mount holding the
+    /// delegation sends what it holds first.
+    fn expose(&self, index: Idx) -> StoreResult<()> {
+        self.publish(index)
+    }
     /// Make all acknowledged writes durable (fsync) where the backend buffers them.
     fn sync(&self) -> StoreResult<()>;
     /// A short human description ("sqlite:/path", "elasticsearch:http://...").

@@ -13,6 +13,10 @@
 //!   attributes of the inode.
 //! - `inodes`: one document per inode (`_id` = inode number): attributes,
 //!   xattrs, symlink target, content key and back-links to its names.
+//! - `texts`: the text of a regular file, for content search (`_id` = inode
+//!   number), written only by the content indexer: apart from the entries,
+//!   so that renaming a directory (which rewrites its subtree's entries) and
+//!   the attribute copies every close writes do not analyse the text again.
 //! - `locks`: lock documents (global, per-document, tree locks) and intents.
 //! - `meta`: the superblock and the id allocator.
 //! - `chunks`: file contents in fixed-size chunks (`_id` = `<key>:<n>`), when
@@ -26,15 +30,19 @@ pub enum Idx {
     Meta,
     /// File contents as chunk documents (Elasticsearch mode without --data).
     Chunks,
+    /// Files' text for content search (last: the embedded store's redo
+    /// log names indices by their discriminant).
+    Texts,
 }
 
 impl Idx {
-    pub const ALL: [Idx; 5] = [
+    pub const ALL: [Idx; 6] = [
         Idx::Entries,
         Idx::Inodes,
         Idx::Locks,
         Idx::Meta,
         Idx::Chunks,
+        Idx::Texts,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +52,7 @@ impl Idx {
             Idx::Locks => "locks",
             Idx::Meta => "meta",
             Idx::Chunks => "chunks",
+            Idx::Texts => "texts",
         }
     }
 
@@ -67,6 +76,7 @@ impl Idx {
             Idx::Locks => LOCK_FIELDS,
             Idx::Meta => &[],
             Idx::Chunks => CHUNK_FIELDS,
+            Idx::Texts => TEXT_FIELDS,
         }
     }
 
@@ -123,11 +133,12 @@ pub(crate) const ENTRY_FIELDS: &[Field] = &[
     f("uid", Long),
     f("gid", Long),
     f("mode", Long),
-    // Content search (`esfs search`): the text of a regular file, what the
-    // indexer made of it ("text", "binary", "too_large"; absent = not
-    // indexed yet), and its xattrs as "name=value" / "name" keywords.
-    f("contents", Text),
-    f("indexed", Keyword),
+    // Content search (`esfs search`): what the indexer made of the file
+    // ("text": its text is in `texts`, "binary", "too_large"; absent = not
+    // indexed yet), and its xattrs as "name=value" / "name" keywords. (The
+    // text itself lived here as `contents` until mapping format 3; an
+    // entry's `indexed` field from then is not read.)
+    f("text_state", Keyword),
     // The inode's mtime (ns) the text was taken at: a column so a brief
     // read of an entry from the index's columns has it (Elasticsearch
     // reads a brief listing from doc values, see `store::es::query`).
@@ -144,5 +155,10 @@ pub(crate) const LOCK_FIELDS: &[Field] = &[
     f("since", Date),
     f("expires", Date),
 ];
+
+/// A file's text (`_id` = inode number): `ino` to page through them, the
+/// inode's mtime (ns) the text was read at.
+pub(crate) const TEXT_FIELDS: &[Field] =
+    &[f("ino", Long), f("contents", Text), f("mtime_ns", Long)];
 
 pub(crate) const CHUNK_FIELDS: &[Field] = &[f("file", Keyword), f("n", Long)];

@@ -81,7 +81,8 @@ const PASS_MIN: usize = 256;
 
 /// Whether `ops` from `caller` go straight to the cluster: a rename's page
 /// of conditional partial updates of entries ([`PASS_MIN`]), and the
-/// indexer's texts, always (as partial updates: [`text_update`]). Text is
+/// indexer's writes, always (its texts, and its entries as partial
+/// updates: [`text_update`]). Text is
 /// derived data (a file not indexed is scanned; a mount's backfill redoes
 /// what a dead one did not send), and through the overlay it was most of
 /// what a copy waited for: every file's text in the op log and in the bulks
@@ -89,26 +90,35 @@ const PASS_MIN: usize = 256;
 /// clone` and `cp -a`, 10k files, on one Elasticsearch 9.5.3 node: 35 s
 /// each with text, 17 and 14 s with none).
 fn passes(caller: Caller, ops: &[BulkOp]) -> bool {
-    (ops.len() >= PASS_MIN || caller == Caller::Indexer)
-        && !ops.is_empty()
-        && ops.iter().all(|op| {
-            matches!(
-                op,
-                BulkOp::Update {
-                    index: Idx::Entries,
-                    if_version: Some(_),
-                    ..
-                }
-            )
-        })
+    let entry_update = |op: &BulkOp| {
+        matches!(
+            op,
+            BulkOp::Update {
+                index: Idx::Entries,
+                if_version: Some(_),
+                ..
+            }
+        )
+    };
+    match caller {
+        Caller::Indexer => {
+            !ops.is_empty()
+                && ops
+                    .iter()
+                    .all(|op| entry_update(op) || op.index() == Idx::Texts)
+        }
+        _ => ops.len() >= PASS_MIN && ops.iter().all(entry_update),
+    }
 }
 
 /// The indexer's write of a whole entry as a partial update of what it
-/// owns: the text and the inode's attribute copies, never the entry's place
-/// (`parent`, `name`, `path`, `dir`: a rename's, which a whole document
-/// read before it would undo), and a text or xattrs it no longer has as
-/// `null` or `[]` (a partial update keeps absent fields). Passing, a
-/// partial update also keeps the overlay's copy of the entry (merged).
+/// owns: the text's state and the inode's attribute copies, never the
+/// entry's place (`parent`, `name`, `path`, `dir`: a rename's, which a whole
+/// document read before it would undo), and a state or xattrs it no longer
+/// has as `null` or `[]` (a partial update keeps absent fields; so is the
+/// text an entry held itself before mapping format 3, `contents` and
+/// `indexed`). Passing, a partial update also keeps the overlay's copy of
+/// the entry (merged).
 fn text_update(op: BulkOp) -> BulkOp {
     let BulkOp::Index {
         index: Idx::Entries,
@@ -124,7 +134,7 @@ fn text_update(op: BulkOp) -> BulkOp {
         for place in ["parent", "name", "path", "dir", "ino", "kind", "cookie"] {
             m.remove(place);
         }
-        for text in ["contents", "indexed", "text_mtime_ns"] {
+        for text in ["text_state", "text_mtime_ns", "contents", "indexed"] {
             m.entry(text).or_insert(Value::Null);
         }
         m.entry("xattrs").or_insert(Value::Array(Vec::new()));
@@ -1150,6 +1160,13 @@ impl MetaStore for DelegatedStore {
             return Ok(());
         }
         self.inner.publish(index)
+    }
+
+    /// Held, what the overlay holds is sent first: `esfs search` reads the
+    /// cluster from its own process.
+    fn expose(&self, index: Idx) -> StoreResult<()> {
+        self.flush_first()?;
+        self.inner.expose(index)
     }
 
     /// `fsync(2)`: after it, the change is in the cluster.

@@ -24,11 +24,12 @@ use crate::store::{BulkItemResult, BulkOp, Doc, Idx, StoreError, StoreResult, Ve
 
 /// Whether the overlay may keep a document read from the cluster: not
 /// another mount's session, which it renews behind this mount's back, nor
-/// file contents (the cluster serves those reads; memory stays small).
+/// file contents or texts (the cluster serves those reads; memory stays
+/// small).
 fn kept(index: Idx, id: &str) -> bool {
     match index {
         Idx::Locks => !id.starts_with("session/"),
-        Idx::Chunks => false,
+        Idx::Chunks | Idx::Texts => false,
         _ => true,
     }
 }

@@ -272,74 +272,60 @@ fn entry_doc(name: &str) -> Value {
     json!({"path": format!("/d/{name}"), "dir": "/d", "kind": "file", "ino": 40})
 }
 
+/// The text document of inode `ino` (`texts`), without its text.
+fn text_doc(ino: u64) -> Value {
+    json!({"ino": ino, "mtime_ns": 1})
+}
+
 #[test]
-fn past_the_budget_a_files_text_leaves_before_its_entry_and_comes_back_from_a_full_read() {
+fn past_the_budget_a_files_text_leaves_before_the_rest_and_comes_back_from_a_full_read() {
     let text = "x".repeat(4000);
-    let with_text = |name: &str| {
-        let mut d = entry_doc(name);
+    let with_text = |ino: u64| {
+        let mut d = text_doc(ino);
         d["contents"] = json!(text);
         d
     };
+    let key = |ino: u64| (Idx::Texts, ino.to_string());
     let mut o = budgeted(usize::MAX);
-    assert!(
-        o.search_needs_refresh(5),
-        "before the first refresh: writes from before"
-    );
-    o.seen_by_search();
-    o.complete.insert(5);
-    let ops = (0..4)
-        .map(|i| {
-            create(
-                Idx::Entries,
-                &format!("5/f{i}"),
-                with_text(&format!("f{i}")),
-            )
-        })
+    // Read absent first (a text is made where none is known absent).
+    o.learn((40..44).map(key).collect(), vec![None; 4], false);
+    let ops = (40..44)
+        .map(|i| create(Idx::Texts, &i.to_string(), with_text(i)))
         .collect();
     assert!(o.apply(ops).0.iter().all(|r| r.is_ok()));
-    assert!(!o.search_needs_refresh(5));
     flush_all(&mut o);
-    // What the flush wrote in 5 is not in a search before a refresh.
-    assert!(o.search_needs_refresh(5) && !o.search_needs_refresh(6));
-    o.seen_by_search();
-    assert!(!o.search_needs_refresh(5));
     let full = o.budget.held;
     // Just under what the four hold: one round of the queue takes the
     // text of the oldest only, and every slot stays.
     o.set_budget(full - 1);
     assert_eq!(o.slots.len(), 4);
     assert!(o.budget.held <= full - text.len());
-    let brief: Vec<bool> = (0..4)
-        .map(|i| o.slots[&(Idx::Entries, format!("5/f{i}"))].brief)
-        .collect();
+    let brief: Vec<bool> = (40..44).map(|i| o.slots[&key(i)].brief).collect();
     assert_eq!(brief, [true, false, false, false]);
-    // A brief slot answers brief reads and listings; a full read, or a
-    // full listing of its directory, is the cluster's.
+    // A brief slot answers brief reads; a full read is the cluster's.
     assert!(
-        o.get(Idx::Entries, "5/f0", true)
+        o.get(Idx::Texts, "40", true)
             .unwrap()
             .unwrap()
             .source
             .get("contents")
             .is_none()
     );
-    assert_eq!(o.get(Idx::Entries, "5/f0", false), None);
-    assert_eq!(o.children(5, &[], true).unwrap().len(), 4);
-    assert!(o.children(5, &[], false).is_none());
-    // Renamed brief: sent as a partial update, which leaves the text
+    assert_eq!(o.get(Idx::Texts, "40", false), None);
+    // Changed brief: sent as a partial update, which leaves the text
     // as the cluster holds it.
     o.set_budget(usize::MAX);
-    let local = o.get(Idx::Entries, "5/f0", true).unwrap().unwrap().version;
+    let local = o.get(Idx::Texts, "40", true).unwrap().unwrap().version;
     let up = BulkOp::Update {
-        index: Idx::Entries,
-        id: "5/f0".into(),
-        doc: json!({"mode": 0o600}),
+        index: Idx::Texts,
+        id: "40".into(),
+        doc: json!({"mtime_ns": 2}),
         if_version: Some(local),
     };
     assert!(o.apply(vec![up]).0[0].is_ok());
     let out = o.outgoing();
     assert!(matches!(&out.ops[0], BulkOp::Update { doc, .. }
-        if doc.get("contents").is_none() && doc["path"] == "/d/f0" && doc["mode"] == 0o600));
+        if doc.get("contents").is_none() && doc["ino"] == 40 && doc["mtime_ns"] == 2));
     let ok = out
         .ops
         .iter()
@@ -351,36 +337,37 @@ fn past_the_budget_a_files_text_leaves_before_its_entry_and_comes_back_from_a_fu
         })
         .collect();
     assert!(o.answered(&out, ok).1.is_empty());
-    // The cluster's full document gives the slot its text back; the
-    // answer carries the slot's local version, which callers hold.
-    let local = o.get(Idx::Entries, "5/f0", true).unwrap().unwrap().version;
-    let mut cluster = with_text("f0");
-    cluster["mode"] = json!(0o600);
+    // The cluster's full document, read to decide a write, gives the slot
+    // its text back; the answer carries the slot's local version, which
+    // callers hold.
+    let local = o.get(Idx::Texts, "40", true).unwrap().unwrap().version;
+    let mut cluster = with_text(40);
+    cluster["mtime_ns"] = json!(2);
     let read = Doc {
-        id: "5/f0".into(),
+        id: "40".into(),
         version: Version {
             seq_no: 9,
             primary_term: 1,
         },
         source: cluster.clone().into(),
     };
-    let answer = o.remember(vec![(Idx::Entries, "5/f0".into())], vec![Some(read)], false);
+    let answer = o.learn(vec![key(40)], vec![Some(read)], false);
     let answer = answer[0].clone().unwrap();
     assert_eq!((answer.version, &*answer.source), (local, &cluster));
     assert_eq!(
-        o.get(Idx::Entries, "5/f0", false).unwrap().unwrap().source,
+        o.get(Idx::Texts, "40", false).unwrap().unwrap().source,
         cluster.into()
     );
     // A whole source replaces the text: no longer brief.
-    o.leave_text(&(Idx::Entries, "5/f0".to_string()));
+    o.leave_text(&key(40));
     let put = BulkOp::Index {
-        index: Idx::Entries,
-        id: "5/f0".into(),
-        source: entry_doc("f0"),
+        index: Idx::Texts,
+        id: "40".into(),
+        source: text_doc(40),
         if_version: Some(local),
     };
     assert!(o.apply(vec![put]).0[0].is_ok());
-    assert!(!o.slots[&(Idx::Entries, "5/f0".to_string())].brief);
+    assert!(!o.slots[&key(40)].brief);
     assert!(matches!(&o.outgoing().ops[0], BulkOp::Index { .. }));
 }
 
@@ -398,10 +385,15 @@ fn past_the_budget_every_files_text_leaves_before_any_name() {
             entry_doc(&format!("a{i}")),
         )
     });
+    o.learn(
+        (0..4).map(|i| (Idx::Texts, i.to_string())).collect(),
+        vec![None; 4],
+        false,
+    );
     let texts = (0..4).map(|i| {
-        let mut d = entry_doc(&format!("t{i}"));
+        let mut d = text_doc(i);
         d["contents"] = json!(text);
-        create(Idx::Entries, &format!("5/t{i}"), d)
+        create(Idx::Texts, &i.to_string(), d)
     });
     assert!(
         o.apply(plain.chain(texts).collect())
@@ -423,7 +415,7 @@ fn past_the_budget_every_files_text_leaves_before_any_name() {
         State::Packed { .. }
     ));
     assert!(o.whole(5));
-    assert_eq!(o.children(5, &[], true).unwrap().len(), 8);
+    assert_eq!(o.children(5, &[], true).unwrap().len(), 4);
     // Once all are packed, they leave, oldest first (a0 had its second
     // chance: packed, it went to the back of the queue).
     let keys: Vec<Key> = o.slots.keys().cloned().collect();
@@ -433,7 +425,7 @@ fn past_the_budget_every_files_text_leaves_before_any_name() {
     o.set_budget(o.budget.held - 1);
     assert!(!o.slots.contains_key(&(Idx::Entries, "5/a1".into())));
     assert!(o.slots.contains_key(&(Idx::Entries, "5/a0".into())));
-    assert!(o.slots.contains_key(&(Idx::Entries, "5/t3".into())));
+    assert!(o.slots.contains_key(&(Idx::Texts, "3".into())));
     assert!(!o.whole(5));
 }
 

@@ -252,35 +252,40 @@ mod tests {
     fn a_brief_state_is_replayed_as_a_partial_update_that_keeps_the_text() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
-        let text = json!({"path": "/a", "contents": "the text"});
-        let v = store.create(Idx::Entries, "1/a", &text).unwrap();
-        let landed = store.create(Idx::Entries, "1/b", &text).unwrap();
+        let text = json!({"ino": 1, "mtime_ns": 1, "contents": "the text"});
+        let v = store.create(Idx::Texts, "1", &text).unwrap();
+        let landed = store.create(Idx::Texts, "2", &text).unwrap();
         store
             .bulk(vec![BulkOp::Update {
-                index: Idx::Entries,
-                id: "1/b".into(),
-                doc: json!({"path": "/c"}),
+                index: Idx::Texts,
+                id: "2".into(),
+                doc: json!({"mtime_ns": 3}),
                 if_version: Some(landed),
             }])
             .unwrap();
+        let brief = |id: &str, state: Value, base: crate::store::Version| {
+            Record::change(Idx::Texts, id, Some(state), Base::At(base)).brief(true)
+        };
         let records = vec![
-            rec("1/a", Some(json!({"path": "/z"})), Base::At(v)).brief(true),
-            rec("1/b", Some(json!({"path": "/c"})), Base::At(landed)).brief(true),
+            brief("1", json!({"ino": 1, "mtime_ns": 2}), v),
+            brief("2", json!({"ino": 1, "mtime_ns": 3}), landed),
         ];
         let (sent, skipped) = replay(&store, &records).unwrap();
         assert_eq!(sent, 2);
-        assert!(
-            skipped.is_empty(),
-            "1/b landed before the crash: {skipped:?}"
-        );
-        let get = |id: &str| source(&store, id);
+        assert!(skipped.is_empty(), "2 landed before the crash: {skipped:?}");
+        let get = |id: &str| {
+            store
+                .get(Idx::Texts, id)
+                .unwrap()
+                .map(|d| Value::clone(&d.source))
+        };
         assert_eq!(
-            get("1/a"),
-            Some(json!({"path": "/z", "contents": "the text"}))
+            get("1"),
+            Some(json!({"ino": 1, "mtime_ns": 2, "contents": "the text"}))
         );
         assert_eq!(
-            get("1/b"),
-            Some(json!({"path": "/c", "contents": "the text"}))
+            get("2"),
+            Some(json!({"ino": 1, "mtime_ns": 3, "contents": "the text"}))
         );
     }
 
@@ -294,7 +299,7 @@ mod tests {
         };
         // Flushed before the rename: the cluster holds it, the log only
         // the patch.
-        let flushed = json!({"path": "/d/f", "dir": "/d", "size": 7, "contents": "text"});
+        let flushed = json!({"path": "/d/f", "dir": "/d", "size": 7, "mode": 420});
         let v = store.create(Idx::Entries, "2/f", &flushed).unwrap();
         // The patch landed before the crash (the ack was lost).
         store
@@ -335,7 +340,7 @@ mod tests {
         );
         assert_eq!(
             get("2/f"),
-            Some(json!({"path": "/e/f", "dir": "/e", "size": 7, "contents": "text"})),
+            Some(json!({"path": "/e/f", "dir": "/e", "size": 7, "mode": 420})),
             "a partial update: the rest as the cluster held it"
         );
         assert_eq!(get("2/l"), Some(json!({"path": "/e/l", "dir": "/e"})));

@@ -25,14 +25,13 @@ fn entry(r: &mut Rng, id: &str) -> Value {
     let dir = path(r);
     json!({
         "parent": r.below(5), "name": id, "path": format!("{dir}/{id}"), "dir": dir,
-        "cookie": r.below(1000), "kind": "file", "contents": format!("w{} w{}", r.below(9), r.below(9)),
-        "xattrs": [format!("k={}", r.below(3))],
+        "cookie": r.below(1000), "kind": "file", "xattrs": [format!("k={}", r.below(3))],
     })
 }
 
 fn random_op(r: &mut Rng) -> BulkOp {
     let id = format!("e{}", r.below(40));
-    match r.below(6) {
+    match r.below(8) {
         0 | 1 => BulkOp::Create {
             index: Idx::Entries,
             source: entry(r, &id),
@@ -53,6 +52,17 @@ fn random_op(r: &mut Rng) -> BulkOp {
         4 => BulkOp::Delete {
             index: Idx::Entries,
             id,
+            if_version: None,
+        },
+        5 => BulkOp::Index {
+            index: Idx::Texts,
+            id: format!("t{}", r.below(20)),
+            source: json!({"ino": r.below(20), "contents": format!("w{} w{}", r.below(9), r.below(9))}),
+            if_version: None,
+        },
+        6 => BulkOp::Delete {
+            index: Idx::Texts,
+            id: format!("t{}", r.below(20)),
             if_version: None,
         },
         _ => BulkOp::Create {
@@ -115,6 +125,7 @@ fn assert_same(a: &EmbeddedStore, b: &EmbeddedStore) {
             (0..40).map(|i| format!("e{i}")).collect::<Vec<_>>(),
         ),
         (Idx::Inodes, (0..20).map(|i| format!("i{i}")).collect()),
+        (Idx::Texts, (0..20).map(|i| format!("t{i}")).collect()),
     ] {
         let src = |s: &EmbeddedStore| -> Vec<Option<Value>> {
             s.mget(idx, &ids)
@@ -126,20 +137,23 @@ fn assert_same(a: &EmbeddedStore, b: &EmbeddedStore) {
         assert_eq!(src(a), src(b), "{idx:?} documents differ");
     }
     // The indexed columns and side tables follow the sources.
-    for q in [
-        Query::tree("path", "/a"),
-        Query::term("dir", json!("/d/e")),
-        Query::term("xattrs", json!("k=1")),
-        Query::Text {
-            field: "contents".into(),
-            text: "w3 w".into(),
-        },
+    for (index, q) in [
+        (Idx::Entries, Query::tree("path", "/a")),
+        (Idx::Entries, Query::term("dir", json!("/d/e"))),
+        (Idx::Entries, Query::term("xattrs", json!("k=1"))),
+        (
+            Idx::Texts,
+            Query::Text {
+                field: "contents".into(),
+                text: "w3 w".into(),
+            },
+        ),
     ] {
         let ids = |s: &EmbeddedStore| {
             let mut v: Vec<String> = s
                 .search(&SearchRequest {
                     past_own_writes: false,
-                    index: Idx::Entries,
+                    index,
                     query: q.clone(),
                     sort: vec![],
                     size: 1000,

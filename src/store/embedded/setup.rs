@@ -83,7 +83,30 @@ pub(super) fn init_schema(conn: &Connection) -> rusqlite::Result<()> {
             tx.execute_batch(&sql)?;
         }
     }
+    drop_retired(&tx)?;
     tx.commit()
+}
+
+/// `Text` fields no longer declared: the text entries held before it moved
+/// to `texts` (`Idx::Texts`).
+const RETIRED_TEXT: &[(Idx, &str)] = &[(Idx::Entries, "contents")];
+
+/// Drops the side tables of [`RETIRED_TEXT`] (whose trigger would go on
+/// queueing deleted entries for a purge that no longer runs); a no-op once
+/// they are gone.
+fn drop_retired(conn: &Connection) -> rusqlite::Result<()> {
+    for (idx, name) in RETIRED_TEXT {
+        let st = format!("{}__{name}", idx.name());
+        conn.execute_batch(&format!(
+            "DROP TRIGGER IF EXISTS \"{st}_ad\";
+             DROP TABLE IF EXISTS \"{st}\";
+             DROP TABLE IF EXISTS \"{}\";
+             DROP TABLE IF EXISTS \"{}\";",
+            text_table(&st),
+            dead_table(&st)
+        ))?;
+    }
+    Ok(())
 }
 
 /// The columns of a field's b-tree index, for the fields that have one.

@@ -1,11 +1,11 @@
 //! Tests of `Text` and `Keywords` fields: FTS5 side tables, grouping, the
-//! in-place move of a renamed file's text, the purge of deleted texts.
+//! purge of deleted texts. (`Text` fields are the `texts` index's, a file's
+//! text per inode; `Keywords` the entries' xattrs.)
 
 use super::query::field_of;
 use super::tables::{dead_table, side_table, text_table};
 use super::*;
 use crate::store::Sort;
-use rusqlite::OptionalExtension;
 use serde_json::json;
 
 fn open() -> (tempfile::TempDir, EmbeddedStore) {
@@ -21,13 +21,14 @@ fn text(t: &str) -> Query {
     }
 }
 
-fn ids(s: &EmbeddedStore, q: Query) -> Vec<String> {
+/// The ids of `index`'s documents matching `q`, sorted by `sort`.
+fn ids_in(s: &EmbeddedStore, index: Idx, sort: &str, q: Query) -> Vec<String> {
     let hits = s
         .search_brief(&SearchRequest {
             past_own_writes: false,
-            index: Idx::Entries,
+            index,
             query: q,
-            sort: vec![Sort::asc("path")],
+            sort: vec![Sort::asc(sort)],
             search_after: None,
             size: 100,
         })
@@ -35,13 +36,30 @@ fn ids(s: &EmbeddedStore, q: Query) -> Vec<String> {
     hits.into_iter().map(|h| h.doc.id).collect()
 }
 
-fn doc(path: &str, dir: &str, contents: Option<&str>, xattrs: &[&str]) -> Value {
-    let mut d = json!({"path": path, "dir": dir, "kind": "file", "uid": 1});
-    if let Some(c) = contents {
-        d["contents"] = json!(c);
-    }
+/// Entries matching `q`, by path.
+fn ids(s: &EmbeddedStore, q: Query) -> Vec<String> {
+    ids_in(s, Idx::Entries, "path", q)
+}
+
+/// Texts matching `q`, by inode.
+fn text_ids(s: &EmbeddedStore, q: Query) -> Vec<String> {
+    ids_in(s, Idx::Texts, "ino", q)
+}
+
+fn doc(path: &str, xattrs: &[&str]) -> Value {
+    let mut d = json!({"path": path, "dir": "/", "kind": "file", "uid": 1});
     if !xattrs.is_empty() {
         d["xattrs"] = json!(xattrs);
+    }
+    d
+}
+
+/// The text document of inode `ino` (`mtime_ns` = `group`, which the
+/// grouping test groups by).
+fn tdoc(ino: u64, group: i64, contents: Option<&str>) -> Value {
+    let mut d = json!({"ino": ino, "mtime_ns": group});
+    if let Some(c) = contents {
+        d["contents"] = json!(c);
     }
     d
 }
@@ -49,39 +67,30 @@ fn doc(path: &str, dir: &str, contents: Option<&str>, xattrs: &[&str]) -> Value 
 #[test]
 fn text_fields_are_substring_searchable_and_kept_apart() {
     let (_d, s) = open();
-    s.create(
-        Idx::Entries,
-        "a",
-        &doc("/a", "/", Some("Hello World\nfoo"), &[]),
-    )
-    .unwrap();
-    s.create(
-        Idx::Entries,
-        "b",
-        &doc("/d/b", "/d", Some("yellow \"quoted\""), &[]),
-    )
-    .unwrap();
-    s.create(Idx::Entries, "c", &doc("/d/c", "/d", None, &[]))
+    s.create(Idx::Texts, "1", &tdoc(1, 0, Some("Hello World\nfoo")))
         .unwrap();
-    assert_eq!(ids(&s, text("ello")), ["a", "b"]);
-    assert_eq!(ids(&s, text("WORLD")), ["a"]);
-    assert_eq!(ids(&s, text("o W")), ["a"]);
-    assert_eq!(ids(&s, text("\"quoted\"")), ["b"]);
-    assert!(ids(&s, text("nothing")).is_empty());
+    s.create(Idx::Texts, "2", &tdoc(2, 0, Some("yellow \"quoted\"")))
+        .unwrap();
+    s.create(Idx::Texts, "3", &tdoc(3, 0, None)).unwrap();
+    assert_eq!(text_ids(&s, text("ello")), ["1", "2"]);
+    assert_eq!(text_ids(&s, text("WORLD")), ["1"]);
+    assert_eq!(text_ids(&s, text("o W")), ["1"]);
+    assert_eq!(text_ids(&s, text("\"quoted\"")), ["2"]);
+    assert!(text_ids(&s, text("nothing")).is_empty());
     assert!(matches!(
-        s.count(Idx::Entries, &text("ab")),
+        s.count(Idx::Texts, &text("ab")),
         Err(StoreError::Invalid(_))
     ));
     // Full reads carry the text, brief ones do not.
-    let full = s.get(Idx::Entries, "a").unwrap().unwrap();
+    let full = s.get(Idx::Texts, "1").unwrap().unwrap();
     assert_eq!(full.source["contents"], "Hello World\nfoo");
-    let brief = s.get_brief(Idx::Entries, "a").unwrap().unwrap();
+    let brief = s.get_brief(Idx::Texts, "1").unwrap().unwrap();
     assert!(brief.source.get("contents").is_none());
     assert_eq!(brief.version, full.version);
     let hits = s
         .search(&SearchRequest {
             past_own_writes: false,
-            index: Idx::Entries,
+            index: Idx::Texts,
             query: text("yellow"),
             sort: vec![],
             search_after: None,
@@ -90,22 +99,21 @@ fn text_fields_are_substring_searchable_and_kept_apart() {
         .unwrap();
     assert_eq!(hits[0].doc.source["contents"], "yellow \"quoted\"");
     // Rewriting without the text drops it from the index; deleting too.
-    s.put(Idx::Entries, "a", &doc("/a", "/", None, &[]), None)
-        .unwrap();
-    assert!(ids(&s, text("ello")) == ["b"]);
+    s.put(Idx::Texts, "1", &tdoc(1, 0, None), None).unwrap();
+    assert!(text_ids(&s, text("ello")) == ["2"]);
     assert!(
-        s.get(Idx::Entries, "a")
+        s.get(Idx::Texts, "1")
             .unwrap()
             .unwrap()
             .source
             .get("contents")
             .is_none()
     );
-    s.delete(Idx::Entries, "b", None).unwrap();
-    assert!(ids(&s, text("ello")).is_empty());
+    s.delete(Idx::Texts, "2", None).unwrap();
+    assert!(text_ids(&s, text("ello")).is_empty());
     assert_eq!(
         s.count(
-            Idx::Entries,
+            Idx::Texts,
             &Query::Exists {
                 field: "contents".into()
             }
@@ -116,15 +124,17 @@ fn text_fields_are_substring_searchable_and_kept_apart() {
     // Bulk writes and text in must_not / should.
     let r = s
         .bulk(vec![BulkOp::Index {
-            index: Idx::Entries,
-            id: "e".into(),
-            source: doc("/e", "/", Some("needle in a haystack"), &[]),
+            index: Idx::Texts,
+            id: "5".into(),
+            source: tdoc(5, 0, Some("needle in a haystack")),
             if_version: None,
         }])
         .unwrap();
     assert!(r[0].is_ok());
     let q = Query::Bool {
-        must: vec![Query::term("kind", "file")],
+        must: vec![Query::Exists {
+            field: "ino".into(),
+        }],
         must_not: vec![],
         should: vec![
             text("needle"),
@@ -137,10 +147,10 @@ fn text_fields_are_substring_searchable_and_kept_apart() {
             },
         ],
     };
-    assert_eq!(ids(&s, q), ["a", "c", "e"]);
+    assert_eq!(text_ids(&s, q), ["1", "3", "5"]);
     // Not a string: invalid.
     assert!(matches!(
-        s.create(Idx::Entries, "x", &json!({"contents": 5})),
+        s.create(Idx::Texts, "x", &json!({"contents": 5})),
         Err(StoreError::Invalid(_))
     ));
 }
@@ -148,16 +158,11 @@ fn text_fields_are_substring_searchable_and_kept_apart() {
 #[test]
 fn keywords_fields_hold_several_values() {
     let (_d, s) = open();
-    s.create(
-        Idx::Entries,
-        "a",
-        &doc("/a", "/", None, &["user.tag=x", "user.tag"]),
-    )
-    .unwrap();
-    s.create(Idx::Entries, "b", &doc("/b", "/", None, &["user.tag=y"]))
+    s.create(Idx::Entries, "a", &doc("/a", &["user.tag=x", "user.tag"]))
         .unwrap();
-    s.create(Idx::Entries, "c", &doc("/c", "/", None, &[]))
+    s.create(Idx::Entries, "b", &doc("/b", &["user.tag=y"]))
         .unwrap();
+    s.create(Idx::Entries, "c", &doc("/c", &[])).unwrap();
     assert_eq!(ids(&s, Query::term("xattrs", "user.tag=x")), ["a"]);
     assert_eq!(ids(&s, Query::term("xattrs", "user.tag")), ["a"]);
     assert_eq!(
@@ -197,13 +202,8 @@ fn keywords_fields_hold_several_values() {
         should: vec![],
     };
     assert_eq!(ids(&s, none), ["c"]);
-    s.put(
-        Idx::Entries,
-        "a",
-        &doc("/a", "/", None, &["user.tag=z"]),
-        None,
-    )
-    .unwrap();
+    s.put(Idx::Entries, "a", &doc("/a", &["user.tag=z"]), None)
+        .unwrap();
     assert!(ids(&s, Query::term("xattrs", "user.tag=x")).is_empty());
     assert_eq!(ids(&s, Query::term("xattrs", "user.tag=z")), ["a"]);
     // A single string is one value.
@@ -233,39 +233,27 @@ fn keywords_fields_hold_several_values() {
 #[test]
 fn grouping_orders_buckets_by_best_hit() {
     let (_d, s) = open();
-    s.create(Idx::Entries, "1", &doc("/x/1", "/x", Some("foo bar"), &[]))
-        .unwrap();
-    s.create(
-        Idx::Entries,
-        "2",
-        &doc("/y/2", "/y", Some("foo foo foo foo"), &[]),
-    )
-    .unwrap();
-    s.create(
-        Idx::Entries,
-        "3",
-        &doc(
-            "/y/3",
-            "/y",
-            Some("foo, then a long tail of other words"),
-            &[],
-        ),
-    )
-    .unwrap();
-    s.create(Idx::Entries, "4", &doc("/z/4", "/z", Some("nothing"), &[]))
-        .unwrap();
+    for (id, group, t) in [
+        (1, 10, "foo bar"),
+        (2, 20, "foo foo foo foo"),
+        (3, 20, "foo, then a long tail of other words"),
+        (4, 30, "nothing"),
+    ] {
+        s.create(Idx::Texts, &id.to_string(), &tdoc(id, group, Some(t)))
+            .unwrap();
+    }
     let g = s
         .group(&GroupRequest {
-            index: Idx::Entries,
+            index: Idx::Texts,
             query: text("foo"),
             score: Some(text("foo")),
-            field: "dir".into(),
+            field: "mtime_ns".into(),
             buckets: 10,
             per_bucket: 1,
         })
         .unwrap();
     let keys: Vec<_> = g.iter().map(|b| b.key.clone()).collect();
-    assert_eq!(keys, [json!("/y"), json!("/x")]);
+    assert_eq!(keys, [json!(20), json!(10)]);
     assert_eq!(g[0].doc_count, 2);
     assert_eq!(g[0].hits.len(), 1);
     assert_eq!(g[0].hits[0].0.id, "2");
@@ -273,142 +261,25 @@ fn grouping_orders_buckets_by_best_hit() {
     // Without a score: key order, every score 0.
     let g = s
         .group(&GroupRequest {
-            index: Idx::Entries,
+            index: Idx::Texts,
             query: Query::MatchAll,
             score: None,
-            field: "dir".into(),
+            field: "mtime_ns".into(),
             buckets: 2,
             per_bucket: 5,
         })
         .unwrap();
     let keys: Vec<_> = g.iter().map(|b| b.key.clone()).collect();
-    assert_eq!(keys, [json!("/x"), json!("/y")]);
+    assert_eq!(keys, [json!(10), json!(20)]);
     assert_eq!(g[1].hits.len(), 2);
     assert_eq!(g[1].top_score, 0.0);
 }
 
 #[test]
-fn a_rename_bulk_moves_the_text_with_the_document() {
-    let (_d, s) = open();
-    let text_rows = |s: &EmbeddedStore| -> i64 {
-        let st = side_table(Idx::Entries, field_of(Idx::Entries, "contents").unwrap());
-        s.read(false, |c| {
-            c.query_row(&format!("SELECT count(*) FROM \"{st}_text\""), [], |r| {
-                r.get(0)
-            })
-            .map_err(sql_err)
-        })
-        .unwrap()
-    };
-    let rid_of = |s: &EmbeddedStore, id: &str| -> Option<i64> {
-        s.read(false, |c| {
-            c.query_row("SELECT rid FROM entries WHERE id = ?1", [id], |r| r.get(0))
-                .optional()
-                .map_err(sql_err)
-        })
-        .unwrap()
-    };
-    let vx = s
-        .create(
-            Idx::Entries,
-            "x",
-            &doc("/x", "/", Some("moving needle"), &[]),
-        )
-        .unwrap();
-    let rid_x = rid_of(&s, "x");
-    let vz = s
-        .create(
-            Idx::Entries,
-            "z",
-            &doc("/z", "/", Some("replaced hay"), &[]),
-        )
-        .unwrap();
-    // [create y, delete x] carrying x's text: x's row becomes y's.
-    let r = s
-        .bulk(vec![
-            BulkOp::Create {
-                index: Idx::Entries,
-                id: "y".into(),
-                source: doc("/y", "/", Some("moving needle"), &["user.k=v"]),
-            },
-            BulkOp::Delete {
-                index: Idx::Entries,
-                id: "x".into(),
-                if_version: Some(vx),
-            },
-        ])
-        .unwrap();
-    let (vy, vdel) = (*r[0].as_ref().unwrap(), *r[1].as_ref().unwrap());
-    assert!(vy.seq_no > vz.seq_no && vdel.seq_no == vy.seq_no + 1);
-    assert!(s.get(Idx::Entries, "x").unwrap().is_none());
-    assert_eq!(rid_of(&s, "y"), rid_x, "moved in place, text rows kept");
-    let y = s.get(Idx::Entries, "y").unwrap().unwrap();
-    assert_eq!(y.version, vy);
-    assert_eq!(y.source["path"], "/y");
-    assert_eq!(y.source["contents"], "moving needle");
-    assert_eq!(ids(&s, text("NEEDLE")), ["y"]);
-    assert_eq!(ids(&s, Query::term("xattrs", "user.k=v")), ["y"]);
-    assert_eq!(ids(&s, Query::term("path", "/y")), ["y"]);
-    // Over an existing document (rename over a file): its text goes.
-    let r = s
-        .bulk(vec![
-            BulkOp::Index {
-                index: Idx::Entries,
-                id: "z".into(),
-                source: doc("/z", "/", Some("moving needle"), &[]),
-                if_version: Some(vz),
-            },
-            BulkOp::Delete {
-                index: Idx::Entries,
-                id: "y".into(),
-                if_version: Some(vy),
-            },
-        ])
-        .unwrap();
-    assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
-    assert_eq!(ids(&s, text("needle")), ["z"]);
-    assert!(ids(&s, text("hay")).is_empty());
-    assert!(ids(&s, Query::term("xattrs", "user.k=v")).is_empty());
-    assert_eq!(text_rows(&s), 1);
-    // Stale versions fail item by item as usual, changing nothing.
-    let r = s
-        .bulk(vec![
-            BulkOp::Create {
-                index: Idx::Entries,
-                id: "w".into(),
-                source: doc("/w", "/", Some("moving needle"), &[]),
-            },
-            BulkOp::Delete {
-                index: Idx::Entries,
-                id: "z".into(),
-                if_version: Some(vz),
-            },
-        ])
-        .unwrap();
-    assert!(r[0].is_ok() && matches!(r[1], Err(StoreError::Conflict(_))));
-    assert_eq!(ids(&s, text("needle")), ["w", "z"]);
-    assert_eq!(text_rows(&s), 2);
-}
-
-#[test]
 fn an_atomic_bulk_applies_all_or_nothing() {
     let (_d, s) = open();
-    let rid_of = |id: &str| {
-        s.read(false, |c| {
-            c.query_row("SELECT rid FROM entries WHERE id = ?1", [id], |r| {
-                r.get::<_, i64>(0)
-            })
-            .optional()
-            .map_err(sql_err)
-        })
-        .unwrap()
-    };
     let va = s
-        .create(
-            Idx::Entries,
-            "a",
-            &doc("/a", "/", Some("alpha needle"), &[]),
-        )
+        .create(Idx::Texts, "1", &tdoc(1, 0, Some("alpha needle")))
         .unwrap();
     let stale = Version {
         seq_no: va.seq_no + 100,
@@ -419,33 +290,32 @@ fn an_atomic_bulk_applies_all_or_nothing() {
     let r = s
         .bulk_atomic(vec![
             BulkOp::Create {
-                index: Idx::Entries,
-                id: "b".into(),
-                source: doc("/b", "/", Some("beta"), &[]),
+                index: Idx::Texts,
+                id: "2".into(),
+                source: tdoc(2, 0, Some("beta")),
             },
             BulkOp::Delete {
-                index: Idx::Entries,
-                id: "a".into(),
+                index: Idx::Texts,
+                id: "1".into(),
                 if_version: Some(stale),
             },
         ])
         .unwrap()
         .unwrap();
     assert!(matches!(r[1], Err(StoreError::Conflict(_))) && all_failed(r));
-    assert!(s.get(Idx::Entries, "b").unwrap().is_none());
-    assert!(ids(&s, text("beta")).is_empty());
-    // A rename with its inode: the text row moves in place.
-    let rid_a = rid_of("a");
+    assert!(s.get(Idx::Texts, "2").unwrap().is_none());
+    assert!(text_ids(&s, text("beta")).is_empty());
+    // Applied whole: a text replaced by another, with an inode.
     let r = s
         .bulk_atomic(vec![
             BulkOp::Create {
-                index: Idx::Entries,
-                id: "y".into(),
-                source: doc("/y", "/", Some("alpha needle"), &[]),
+                index: Idx::Texts,
+                id: "3".into(),
+                source: tdoc(3, 0, Some("alpha needle")),
             },
             BulkOp::Delete {
-                index: Idx::Entries,
-                id: "a".into(),
+                index: Idx::Texts,
+                id: "1".into(),
                 if_version: Some(va),
             },
             BulkOp::Index {
@@ -458,22 +328,20 @@ fn an_atomic_bulk_applies_all_or_nothing() {
         .unwrap()
         .unwrap();
     assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
-    assert_eq!(rid_of("y"), rid_a);
-    let vy = *r[0].as_ref().unwrap();
+    let v3 = *r[0].as_ref().unwrap();
     let vi = *r[2].as_ref().unwrap();
-    // The in-place move done, then the inode's stale version fails:
-    // the move is undone too.
+    // Two items done, then the inode's stale version fails: both undone.
     let r = s
         .bulk_atomic(vec![
             BulkOp::Create {
-                index: Idx::Entries,
-                id: "z".into(),
-                source: doc("/z", "/", Some("alpha needle"), &[]),
+                index: Idx::Texts,
+                id: "4".into(),
+                source: tdoc(4, 0, Some("alpha needle")),
             },
             BulkOp::Delete {
-                index: Idx::Entries,
-                id: "y".into(),
-                if_version: Some(vy),
+                index: Idx::Texts,
+                id: "3".into(),
+                if_version: Some(v3),
             },
             BulkOp::Index {
                 index: Idx::Inodes,
@@ -485,22 +353,19 @@ fn an_atomic_bulk_applies_all_or_nothing() {
         .unwrap()
         .unwrap();
     assert!(matches!(r[2], Err(StoreError::Conflict(_))) && all_failed(r));
-    assert!(s.get(Idx::Entries, "z").unwrap().is_none());
-    let y = s.get(Idx::Entries, "y").unwrap().unwrap();
-    assert_eq!((y.version, rid_of("y")), (vy, rid_a));
+    assert!(s.get(Idx::Texts, "4").unwrap().is_none());
+    assert_eq!(s.get(Idx::Texts, "3").unwrap().unwrap().version, v3);
     assert_eq!(s.get(Idx::Inodes, "i1").unwrap().unwrap().version, vi);
-    assert_eq!(ids(&s, text("needle")), ["y"]);
+    assert_eq!(text_ids(&s, text("needle")), ["3"]);
     // Versions keep rising after a refusal.
-    let v = s
-        .create(Idx::Entries, "c", &doc("/c", "/", None, &[]))
-        .unwrap();
+    let v = s.create(Idx::Texts, "5", &tdoc(5, 0, None)).unwrap();
     assert!(v.seq_no > vi.seq_no);
 }
 
 #[test]
 fn deleted_texts_are_purged_at_commit_and_never_reach_a_reused_row() {
     let (_d, s) = open();
-    let st = side_table(Idx::Entries, field_of(Idx::Entries, "contents").unwrap());
+    let st = side_table(Idx::Texts, field_of(Idx::Texts, "contents").unwrap());
     let count = |s: &EmbeddedStore, sql: &str| -> i64 {
         s.read(false, |c| {
             c.query_row(sql, [], |r| r.get(0)).map_err(sql_err)
@@ -514,53 +379,44 @@ fn deleted_texts_are_purged_at_commit_and_never_reach_a_reused_row() {
         )
     };
     let queued = |s: &EmbeddedStore| count(s, &format!("SELECT count(*) FROM \"{st}_dead\""));
-    let rid_of = |s: &EmbeddedStore, id: &str| {
-        count(s, &format!("SELECT rid FROM entries WHERE id = '{id}'"))
-    };
+    let rid_of =
+        |s: &EmbeddedStore, id: &str| count(s, &format!("SELECT rid FROM texts WHERE id = '{id}'"));
     let b = s.batch_handle().unwrap();
-    for (id, t) in [
-        ("a", "alpha one"),
-        ("d", "dropped two"),
-        ("b", "bravo three"),
-    ] {
-        b.create(Idx::Entries, id, &doc(&format!("/{id}"), "/", Some(t), &[]))
+    for (id, t) in [(1, "alpha one"), (2, "dropped two"), (3, "bravo three")] {
+        b.create(Idx::Texts, &id.to_string(), &tdoc(id, 0, Some(t)))
             .unwrap();
     }
-    let rid_d = rid_of(&s, "d");
-    b.delete(Idx::Entries, "d", None).unwrap();
-    b.delete(Idx::Entries, "b", None).unwrap();
+    let rid_d = rid_of(&s, "2");
+    b.delete(Idx::Texts, "2", None).unwrap();
+    b.delete(Idx::Texts, "3", None).unwrap();
     // Queued, not yet purged: the index still has the rows, searches
     // do not return them.
     assert_eq!(queued(&s), 2);
     assert_eq!((indexed(&s, "dropped"), indexed(&s, "bravo")), (1, 1));
-    assert!(ids(&s, text("dropped")).is_empty());
-    assert!(ids(&s, text("bravo")).is_empty());
+    assert!(text_ids(&s, text("dropped")).is_empty());
+    assert!(text_ids(&s, text("bravo")).is_empty());
     // A new row takes the lowest free rid above the highest live one,
     // d's: d's old index row goes before the new text is indexed.
-    b.create(
-        Idx::Entries,
-        "c",
-        &doc("/c", "/", Some("charlie four"), &[]),
-    )
-    .unwrap();
-    assert_eq!(rid_of(&s, "c"), rid_d, "the test needs a reused rid");
+    b.create(Idx::Texts, "4", &tdoc(4, 0, Some("charlie four")))
+        .unwrap();
+    assert_eq!(rid_of(&s, "4"), rid_d, "the test needs a reused rid");
     assert_eq!((queued(&s), indexed(&s, "dropped")), (1, 0));
-    assert!(ids(&s, text("dropped")).is_empty());
-    assert_eq!(ids(&s, text("charlie")), ["c"]);
+    assert!(text_ids(&s, text("dropped")).is_empty());
+    assert_eq!(text_ids(&s, text("charlie")), ["4"]);
     b.end_batch().unwrap();
     // The commit purged the rest.
     assert_eq!((queued(&s), indexed(&s, "bravo")), (0, 0));
-    assert_eq!(ids(&s, text("alpha")), ["a"]);
-    assert_eq!(ids(&s, text("charlie")), ["c"]);
+    assert_eq!(text_ids(&s, text("alpha")), ["1"]);
+    assert_eq!(text_ids(&s, text("charlie")), ["4"]);
 }
 
 #[test]
 fn a_store_that_deleted_index_rows_at_once_queues_them_after_reopening() {
     let dir = tempfile::tempdir().unwrap();
-    let st = side_table(Idx::Entries, field_of(Idx::Entries, "contents").unwrap());
+    let st = side_table(Idx::Texts, field_of(Idx::Texts, "contents").unwrap());
     {
         let s = EmbeddedStore::open(dir.path()).unwrap();
-        s.create(Idx::Entries, "a", &doc("/a", "/", Some("old needle"), &[]))
+        s.create(Idx::Texts, "1", &tdoc(1, 0, Some("old needle")))
             .unwrap();
         s.sync().unwrap();
         // The trigger of the previous version.
@@ -568,7 +424,7 @@ fn a_store_that_deleted_index_rows_at_once_queues_them_after_reopening() {
         let tt = text_table(&st);
         c.execute_batch(&format!(
             "DROP TRIGGER \"{st}_ad\";
-             CREATE TRIGGER \"{st}_ad\" AFTER DELETE ON entries
+             CREATE TRIGGER \"{st}_ad\" AFTER DELETE ON texts
              WHEN EXISTS (SELECT 1 FROM \"{tt}\" WHERE rid = old.rid)
              BEGIN
                  DELETE FROM \"{st}\" WHERE rowid = old.rid;
@@ -589,19 +445,19 @@ fn a_store_that_deleted_index_rows_at_once_queues_them_after_reopening() {
         })
         .unwrap();
     assert!(trigger.contains(&dead_table(&st)), "{trigger}");
-    s.delete(Idx::Entries, "a", None).unwrap();
-    assert!(ids(&s, text("needle")).is_empty());
+    s.delete(Idx::Texts, "1", None).unwrap();
+    assert!(text_ids(&s, text("needle")).is_empty());
 }
 
 #[test]
 fn texts_of_a_store_from_before_contentless_indexing_are_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let st = side_table(Idx::Entries, field_of(Idx::Entries, "contents").unwrap());
+    let st = side_table(Idx::Texts, field_of(Idx::Texts, "contents").unwrap());
     {
         let s = EmbeddedStore::open(dir.path()).unwrap();
-        s.create(Idx::Entries, "a", &doc("/a", "/", Some("old needle"), &[]))
+        s.create(Idx::Texts, "1", &tdoc(1, 0, Some("old needle")))
             .unwrap();
-        s.create(Idx::Entries, "b", &doc("/b", "/", Some("other hay"), &[]))
+        s.create(Idx::Texts, "2", &tdoc(2, 0, Some("other hay")))
             .unwrap();
         s.sync().unwrap();
     }
@@ -614,25 +470,20 @@ fn texts_of_a_store_from_before_contentless_indexing_are_kept() {
              CREATE VIRTUAL TABLE \"{st}\" USING fts5(v, tokenize = 'trigram');
              INSERT INTO \"{st}\" (rowid, v) SELECT rid, v FROM \"{tt}\";
              DROP TABLE \"{tt}\";
-             CREATE TRIGGER \"{st}_ad\" AFTER DELETE ON entries
+             CREATE TRIGGER \"{st}_ad\" AFTER DELETE ON texts
              BEGIN DELETE FROM \"{st}\" WHERE rowid = old.rid; END;"
         ))
         .unwrap();
     }
     let s = EmbeddedStore::open(dir.path()).unwrap();
-    assert_eq!(ids(&s, text("NEEDLE")), ["a"]);
+    assert_eq!(text_ids(&s, text("NEEDLE")), ["1"]);
     assert_eq!(
-        s.get(Idx::Entries, "b").unwrap().unwrap().source["contents"],
+        s.get(Idx::Texts, "2").unwrap().unwrap().source["contents"],
         "other hay"
     );
-    s.delete(Idx::Entries, "a", None).unwrap();
-    s.put(
-        Idx::Entries,
-        "b",
-        &doc("/b", "/", Some("new needle"), &[]),
-        None,
-    )
-    .unwrap();
-    assert_eq!(ids(&s, text("needle")), ["b"]);
-    assert!(ids(&s, text("hay")).is_empty());
+    s.delete(Idx::Texts, "1", None).unwrap();
+    s.put(Idx::Texts, "2", &tdoc(2, 0, Some("new needle")), None)
+        .unwrap();
+    assert_eq!(text_ids(&s, text("needle")), ["2"]);
+    assert!(text_ids(&s, text("hay")).is_empty());
 }

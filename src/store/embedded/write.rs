@@ -1,6 +1,6 @@
 //! Writes in the open transaction: seq_no reservation and the redo log
 //! ([`SeqState`]), insert/update/delete of one document with its version
-//! checks, bulks (with the in-place move of a renamed file), the store-side
+//! checks, bulks, the store-side
 //! path rebase, and the replay of a redo log.
 
 use std::time::Instant;
@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::encode::{Col, Encoded, Side, encode, write_side};
 use super::read::parse_source;
 use super::redo::{self, RedoLog};
-use super::tables::{TableSql, has_text, side_fields, side_table, text_table};
+use super::tables::{TableSql, side_fields};
 use super::{SEQ_BLOCK, SEQ_KEY, check_id, expected_seq, invalid, sql_err, version};
 use crate::store::schema::FieldType;
 use crate::store::{BulkItemResult, BulkOp, Idx, StoreError, StoreResult, Version};
@@ -269,13 +269,10 @@ pub(super) fn bulk_tx(
 ) -> rusqlite::Result<Vec<BulkItemResult>> {
     savepoint(conn, |tx| {
         seq.reserve(tx, ops.len() as u64)?;
-        let results = match move_in_place(tx, seq, tables, ops)? {
-            Some(results) => results,
-            None => ops
-                .iter()
-                .map(|op| apply_op(tx, seq, tables, op))
-                .collect::<rusqlite::Result<_>>()?,
-        };
+        let results: Vec<BulkItemResult> = ops
+            .iter()
+            .map(|op| apply_op(tx, seq, tables, op))
+            .collect::<rusqlite::Result<_>>()?;
         if let Some(refused) = refused
             && results.iter().any(|r| r.is_err())
         {
@@ -328,101 +325,6 @@ pub(super) fn apply_op(
     let table = &tables[idx as usize];
     debug_assert_eq!(table.idx, idx);
     apply(tx, seq, table, id, write)
-}
-
-/// A file rename's bulk, `[create or index Y, delete X, ...]`, where Y
-/// carries X's full text: done op by op, Y's row would be a new row whose
-/// text is tokenized again (~1 ms for 7 KB of text) while X's index rows are
-/// deleted. Instead X's row becomes Y's in place, its text rows untouched;
-/// the results, seq_nos and redo log are those of the two ops. Any further
-/// ops (the renamed inode) then run as usual. `None`: not that case, or a
-/// precondition fails (the ops then run one by one and report it).
-pub(super) fn move_in_place(
-    conn: &Connection,
-    seq: &mut SeqState,
-    tables: &[TableSql],
-    ops: &[BulkOp],
-) -> rusqlite::Result<Option<Vec<BulkItemResult>>> {
-    let [
-        put,
-        BulkOp::Delete {
-            index,
-            id: x,
-            if_version: del_if,
-        },
-        rest @ ..,
-    ] = ops
-    else {
-        return Ok(None);
-    };
-    let (y, source, create, put_if) = match put {
-        BulkOp::Create {
-            index: i,
-            id,
-            source,
-        } if i == index => (id, source, true, None),
-        BulkOp::Index {
-            index: i,
-            id,
-            source,
-            if_version,
-        } if i == index => (id, source, false, *if_version),
-        _ => return Ok(None),
-    };
-    let t = &tables[*index as usize];
-    if !has_text(t.idx) || x == y || check_id(x).is_err() || check_id(y).is_err() {
-        return Ok(None);
-    }
-    let Ok(doc) = encode(t.idx, source) else {
-        return Ok(None);
-    };
-    if !doc.side.iter().any(|v| matches!(v, Side::Text(Some(_)))) {
-        return Ok(None); // no text: nothing to save
-    }
-    let Some((rid, x_seq, _, old)) = current(conn, t, x)? else {
-        return Ok(None);
-    };
-    if del_if.is_some_and(|v| expected_seq(v) != Some(x_seq)) {
-        return Ok(None);
-    }
-    for (f, v) in side_fields(t.idx).zip(&doc.side) {
-        if let Side::Text(new) = v {
-            let tt = text_table(&side_table(t.idx, f));
-            let text: Option<String> = conn
-                .prepare_cached(&format!("SELECT v FROM \"{tt}\" WHERE rid = ?1"))?
-                .query_row([rid], |r| r.get(0))
-                .optional()?;
-            if text.as_deref() != *new {
-                return Ok(None);
-            }
-        }
-    }
-    match (current(conn, t, y)?, create, put_if) {
-        (Some(_), true, _) | (None, false, Some(_)) => return Ok(None),
-        (Some((_, y_seq, _, _)), false, Some(v)) if expected_seq(v) != Some(y_seq) => {
-            return Ok(None);
-        }
-        // The replaced document goes, its own text with it.
-        (Some(_), false, _) => {
-            conn.prepare_cached(&t.delete)?.execute([y])?;
-        }
-        (None, _, _) => {}
-    }
-    conn.prepare_cached(&format!(
-        "UPDATE \"{}\" SET id = ?1 WHERE rid = ?2",
-        t.idx.name()
-    ))?
-    .execute(rusqlite::params![y, rid])?;
-    let put_seq = seq.next as i64;
-    let n = update_row(conn, t, rid, put_seq, &doc, &old, None)?;
-    seq.log_put(n, t, y, put_seq, &doc, None);
-    seq.log_delete(1, t.idx, x, put_seq + 1);
-    seq.next += 2;
-    let mut results = vec![Ok(version(put_seq)), Ok(version(put_seq + 1))];
-    for op in rest {
-        results.push(apply_op(conn, seq, tables, op)?);
-    }
-    Ok(Some(results))
 }
 
 /// Runs `f` in a savepoint (rolled back if it fails), through cached

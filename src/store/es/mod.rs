@@ -945,7 +945,7 @@ mod tests {
 
     #[test]
     fn contents_are_trigram_text() {
-        let b = index_body(Idx::Entries, 0);
+        let b = index_body(Idx::Texts, 0);
         assert_eq!(
             b["mappings"]["properties"]["contents"]["analyzer"],
             "esfs_trigram"
@@ -963,7 +963,9 @@ mod tests {
             b["settings"]["analysis"]["analyzer"]["esfs_trigram"]["filter"],
             json!(["lowercase"])
         );
-        assert_eq!(b["mappings"]["properties"]["xattrs"]["type"], "keyword");
+        let e = index_body(Idx::Entries, 0);
+        assert_eq!(e["mappings"]["properties"]["xattrs"]["type"], "keyword");
+        assert!(e["mappings"]["properties"].get("contents").is_none());
         let q = Query::Text {
             field: "contents".into(),
             text: "Hello".into(),
@@ -972,7 +974,8 @@ mod tests {
             query_json(&q),
             json!({"match": {"contents": {"query": "Hello", "operator": "and"}}})
         );
-        assert_eq!(text_fields(Idx::Entries), ["contents"]);
+        assert_eq!(text_fields(Idx::Texts), ["contents"]);
+        assert!(text_fields(Idx::Entries).is_empty());
         assert!(text_fields(Idx::Inodes).is_empty());
     }
 }

@@ -85,28 +85,55 @@ pub(super) fn text_fields(idx: Idx) -> Vec<&'static str> {
 }
 
 /// The columns (doc values) a read of `idx` takes instead of `_source`:
-/// for an index whose documents carry text (entries), a brief read, or
-/// one of a few fields that all are columns. Elasticsearch keeps `_id`
-/// and `_source` together in compressed blocks of stored fields, so any
-/// hit that names its `_id` or filters its `_source` inflates the block
-/// its document is in, text included: on Elasticsearch 9.5.3, 10 000
-/// entries of a source tree took 635 ms with the text excluded from
-/// `_source` and 36 ms from doc values, and `find` of a 45k-name tree
-/// spent its node's CPU there. Other indices' documents are small.
+/// for entries and texts, a brief read, or one of a few fields that all
+/// are columns. Elasticsearch keeps `_id` and `_source` together in
+/// compressed blocks of stored fields, so any hit that names its `_id` or
+/// filters its `_source` inflates the block its document is in: on
+/// Elasticsearch 9.5.3, 10 000 entries of a source tree took 635 ms with
+/// their text (then in the entries) excluded from `_source` and 36 ms from
+/// doc values, and `find` of a 45k-name tree spent its node's CPU there.
+/// Texts are all text; entries are read in listings of thousands. Other
+/// indices' documents are small and read by id.
 fn columns(idx: Idx, brief: bool, fields: Option<&[&str]>) -> Option<Vec<&'static Field>> {
-    if !idx.has_text() {
+    if !matches!(idx, Idx::Entries | Idx::Texts) {
         return None;
     }
     let columnar = |f: &&Field| f.ty != FieldType::Text;
     match fields {
         None if brief => Some(idx.fields().iter().filter(columnar).collect()),
         None => None,
-        // With the parent and name, which make the entry's id.
-        Some(names) => ["parent", "name"]
+        // With the fields that make the document's id.
+        Some(names) => id_fields(idx)
             .iter()
-            .chain(names.iter().filter(|n| !matches!(**n, "parent" | "name")))
+            .chain(names.iter().filter(|n| !id_fields(idx).contains(n)))
             .map(|n| idx.field(n).filter(columnar))
             .collect::<Option<Vec<_>>>(),
+    }
+}
+
+/// The fields a document read from columns is named by: an entry's parent
+/// and name, a text's inode.
+fn id_fields(idx: Idx) -> &'static [&'static str] {
+    match idx {
+        Idx::Texts => &["ino"],
+        _ => &["parent", "name"],
+    }
+}
+
+/// A field of `idx` unique per document, to sort ties by (`_id` is not
+/// sortable on recent Elasticsearch).
+fn unique_field(idx: Idx) -> &'static str {
+    match idx {
+        Idx::Texts => "ino",
+        _ => "path",
+    }
+}
+
+/// The id of the document of `idx` whose (rebuilt) source is `source`.
+fn id_of_columns(idx: Idx, source: &Value) -> Option<String> {
+    match idx {
+        Idx::Texts => source.get("ino")?.as_u64().map(crate::model::text_id),
+        _ => crate::model::entry_id_of(source),
     }
 }
 
@@ -179,18 +206,19 @@ impl EsStore {
             return Err(error_of(status, &resp, "_search"));
         }
         match cols {
-            Some(cols) => self.hits_of_columns(&resp, &cols, fields),
+            Some(cols) => self.hits_of_columns(req.index, &resp, &cols, fields),
             None => Self::hits_of(&mut resp, 0),
         }
     }
 
     /// The hits of a search that read `cols` (see [`columns`]), with their
-    /// ids derived (an entry's from its parent and name). A hit whose
-    /// columns do not hold all a brief source would (or the `fields`
-    /// asked for) is read again by id, as before: a path too long for
-    /// its column, an entry written before one of its fields was a column.
+    /// ids derived ([`id_of_columns`]). A hit whose columns do not hold all
+    /// a brief source would (or the `fields` asked for) is read again by
+    /// id, as before: a path too long for its column, an entry written
+    /// before one of its fields was a column.
     fn hits_of_columns(
         &self,
+        idx: Idx,
         resp: &Value,
         cols: &[&Field],
         fields: Option<&[&str]>,
@@ -199,12 +227,13 @@ impl EsStore {
         let mut again = Vec::new();
         for h in resp["hits"]["hits"].as_array().into_iter().flatten() {
             let source = source_of_columns(&h["fields"], cols);
-            let id = crate::model::entry_id_of(&source).ok_or_else(|| {
-                StoreError::Other(format!("an entry without parent or name: {h}"))
+            let id = id_of_columns(idx, &source).ok_or_else(|| {
+                StoreError::Other(format!("a document without {:?}: {h}", id_fields(idx)))
             })?;
-            let whole = match fields {
-                None => crate::model::entry_columns_whole(&source),
-                Some(names) => names
+            let whole = match (idx, fields) {
+                (Idx::Texts, _) => true,
+                (_, None) => crate::model::entry_columns_whole(&source),
+                (_, Some(names)) => names
                     .iter()
                     .all(|n| source.get(*n).is_some() || !crate::model::ENTRY_ALWAYS.contains(n)),
             };
@@ -227,7 +256,7 @@ impl EsStore {
         }
         let keys: Vec<(Idx, String)> = again
             .iter()
-            .map(|&i| (Idx::Entries, out[i].doc.id.clone()))
+            .map(|&i| (idx, out[i].doc.id.clone()))
             .collect();
         let docs = self.mget_docs(&keys, true)?;
         let mut gone = Vec::new();
@@ -270,7 +299,7 @@ impl EsStore {
                     "top": {"top_hits": {
                         "size": req.per_bucket,
                         "seq_no_primary_term": true,
-                        "sort": [{"_score": "desc"}, {"path": "asc"}],
+                        "sort": [{"_score": "desc"}, {unique_field(req.index): "asc"}],
                         "_source": {"excludes": text_fields(req.index)}
                     }}
                 }
