@@ -43,8 +43,13 @@ use std::time::{Duration, Instant};
 
 /// Files larger than this are `too_large` unless `ESFS_INDEX_MAX_BYTES` says otherwise.
 pub(crate) const DEFAULT_MAX_BYTES: u64 = 1 << 20;
-/// Inodes indexed per store bulk.
-const BATCH: usize = 64;
+/// Inodes taken from the queue at once, and the text per bulk of them:
+/// each bulk of texts is made searchable (a refresh) before the entries
+/// that point at it are written, a cost per bulk, so bulks are as large as
+/// their text allows (100k one-line files on three nodes: indexing in
+/// bulks of 64 fell minutes behind the writers).
+const BATCH: usize = 1024;
+const BULK_TEXT_BYTES: u64 = 8 << 20;
 /// Changes are indexed once the mount has had no new ones for this long
 /// (a `tar x` or `cp -r` is not slowed by indexing each file as it lands,
 /// and files deleted meanwhile are never indexed), or when the oldest has
@@ -262,8 +267,8 @@ impl Inner {
     }
 
     /// Queue every file entry not indexed yet (no `text_state` field: also
-    /// every entry of a filesystem whose text was in its entries, before
-    /// mapping format 3).
+    /// every entry of a filesystem made while the text was in the entries,
+    /// before the `texts` index).
     fn backfill(&self) -> Result<(), StoreError> {
         let q = Query::Bool {
             must: vec![Query::term("kind", "file")],
@@ -347,16 +352,23 @@ impl Inner {
             .flat_map(|i| i.links.iter().map(|l| (Idx::Entries, link_entry_id(l))))
             .collect();
         let mut names = self.store.mget_docs(&keys, true)?.into_iter();
-        let mut batch = Vec::new();
+        let mut retry = Vec::new();
+        let mut bulk = Vec::new();
+        let mut bytes = 0;
         for inode in &files {
             let docs: Vec<Option<Doc>> = names.by_ref().take(inode.links.len()).collect();
             match self.ops_for(inode, docs) {
-                Ok(Some(ops)) => batch.push(ops),
+                Ok(Some(ops)) => bulk.push(ops),
                 Ok(None) => {}
                 Err(e) => log::warn!("content index: inode {}: {e}", inode.ino),
             }
+            bytes += inode.size.min(self.max_bytes);
+            if bytes >= BULK_TEXT_BYTES {
+                retry.extend(self.write(std::mem::take(&mut bulk))?);
+                bytes = 0;
+            }
         }
-        let mut retry = self.write(batch)?;
+        retry.extend(self.write(bulk)?);
         retry.dedup();
         for ino in retry {
             for attempt in 0.. {

@@ -136,7 +136,7 @@ pub(crate) const ENTRY_FIELDS: &[Field] = &[
     // Content search (`esfs search`): what the indexer made of the file
     // ("text": its text is in `texts`, "binary", "too_large"; absent = not
     // indexed yet), and its xattrs as "name=value" / "name" keywords. (The
-    // text itself lived here as `contents` until mapping format 3; an
+    // text itself lived here as `contents` before the `texts` index; an
     // entry's `indexed` field from then is not read.)
     f("text_state", Keyword),
     // The inode's mtime (ns) the text was taken at: a column so a brief

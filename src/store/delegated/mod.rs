@@ -116,7 +116,7 @@ fn passes(caller: Caller, ops: &[BulkOp]) -> bool {
 /// entry's place (`parent`, `name`, `path`, `dir`: a rename's, which a whole
 /// document read before it would undo), and a state or xattrs it no longer
 /// has as `null` or `[]` (a partial update keeps absent fields; so is the
-/// text an entry held itself before mapping format 3, `contents` and
+/// text an entry held itself before the `texts` index, `contents` and
 /// `indexed`). Passing, a partial update also keeps the overlay's copy of
 /// the entry (merged).
 fn text_update(op: BulkOp) -> BulkOp {

@@ -15,6 +15,9 @@ use serde_json::{Value, json};
 /// Version of the index layout; a mount refuses indices with another one.
 /// 2: entries gained `contents` (trigram-analysed text), `indexed`, `xattrs`.
 pub const MAPPING_FORMAT: u64 = 2;
+/// Indices added to the layout since filesystems were first made: a
+/// filesystem from before gets them when it is next opened.
+const ADDED: [Idx; 1] = [Idx::Texts];
 /// keyword terms above this many characters are not indexed (Lucene's term
 /// limit is 32766 bytes; 4 bytes per character at most).
 pub(super) const IGNORE_ABOVE: u64 = 8191;
@@ -122,6 +125,7 @@ impl EsStore {
         std::thread::scope(|s| {
             let each: Vec<_> = Idx::ALL
                 .iter()
+                .filter(|idx| create || !ADDED.contains(idx))
                 .map(|&idx| s.spawn(move || self.ensure_index(idx, create, replicas)))
                 .collect();
             // the first error in index order, so the message does not depend on timing
@@ -129,6 +133,13 @@ impl EsStore {
                 .map(|h| h.join().expect("index check panicked"))
                 .collect::<StoreResult<Vec<()>>>()
         })?;
+        // The filesystem exists: what it lacks of a newer layout is made
+        // even by a command that creates nothing (`esfs fsck`, `esfs search`).
+        if !create {
+            for idx in ADDED {
+                self.ensure_index(idx, true, replicas)?;
+            }
+        }
         Ok(())
     }
 
