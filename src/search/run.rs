@@ -458,24 +458,35 @@ impl Search {
 }
 
 /// The relevance of `text` for each of `items`' inodes that has indexed
-/// text, in one request.
+/// text: a request per 10 000 inodes (a bucket each; Elasticsearch's
+/// `search.max_buckets` is 65 536).
 fn text_scores(t: &Target, items: &[&Item], text: Query) -> Result<HashMap<u64, f64>, SearchError> {
-    let inos: HashSet<u64> = items.iter().map(|i| i.entry.ino).collect();
-    let buckets = t.store.group(&GroupRequest {
-        index: Idx::Texts,
-        query: Query::Terms {
-            field: "ino".into(),
-            values: inos.iter().map(|&i| json!(i)).collect(),
-        },
-        score: Some(text),
-        field: "ino".into(),
-        buckets: inos.len(),
-        per_bucket: 1,
-    })?;
-    Ok(buckets
+    let inos: Vec<u64> = items
+        .iter()
+        .map(|i| i.entry.ino)
+        .collect::<HashSet<u64>>()
         .into_iter()
-        .filter_map(|b| Some((b.key.as_u64()?, b.top_score)))
-        .collect())
+        .collect();
+    let mut scores = HashMap::new();
+    for chunk in inos.chunks(10_000) {
+        let buckets = t.store.group(&GroupRequest {
+            index: Idx::Texts,
+            query: Query::Terms {
+                field: "ino".into(),
+                values: chunk.iter().map(|&i| json!(i)).collect(),
+            },
+            score: Some(text.clone()),
+            field: "ino".into(),
+            buckets: chunk.len(),
+            per_bucket: 1,
+        })?;
+        scores.extend(
+            buckets
+                .into_iter()
+                .filter_map(|b| Some((b.key.as_u64()?, b.top_score))),
+        );
+    }
+    Ok(scores)
 }
 
 /// A group's key (a directory or an owner) and its files with their scores.
