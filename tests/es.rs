@@ -211,15 +211,15 @@ fn rmdir_sees_names_another_mount_just_made_or_removed() {
     set_entries_refresh(&c.url, &index, "1s");
 }
 
-/// Inode documents kept as orphans (unlinked while in use), searched after
-/// a refresh.
-fn orphans(url: &str, index: &str) -> u64 {
+/// `POST {url}/{index}-{what}/{endpoint}` with `body` after a refresh of
+/// that index: the answer.
+fn refreshed(url: &str, index: &str, what: &str, endpoint: &str, body: &str) -> serde_json::Value {
     let out = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "curl -sS -f -X POST '{url}/{index}-inodes/_refresh' >/dev/null && \
-             curl -sS -f -H 'content-type: application/json' '{url}/{index}-inodes/_count' \
-             -d '{{\"query\": {{\"term\": {{\"orphan\": true}}}}}}'"
+            "curl -sS -f -X POST '{url}/{index}-{what}/_refresh' >/dev/null && \
+             curl -sS -f -H 'content-type: application/json' '{url}/{index}-{what}/{endpoint}' \
+             -d '{body}'"
         ))
         .output()
         .expect("curl");
@@ -228,8 +228,16 @@ fn orphans(url: &str, index: &str) -> u64 {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["count"].as_u64().unwrap()
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Inode documents kept as orphans (unlinked while in use), searched after
+/// a refresh.
+fn orphans(url: &str, index: &str) -> u64 {
+    let q = json!({"query": {"term": {"orphan": true}}}).to_string();
+    refreshed(url, index, "inodes", "_count", &q)["count"]
+        .as_u64()
+        .unwrap()
 }
 
 /// A removed directory's inode stays while the kernel uses it (a shell's
@@ -680,23 +688,10 @@ fn a_mount_maps_the_fields_declared_since_the_index_was_made() {
 /// The texts in the cluster (`texts` refreshed first): (inode, seq_no) by
 /// inode.
 fn texts(url: &str, index: &str) -> Vec<(u64, u64)> {
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "curl -sS -f -X POST '{url}/{index}-texts/_refresh' >/dev/null && \
-             curl -sS -f -H 'content-type: application/json' '{url}/{index}-texts/_search' \
-             -d '{{\"size\": 100, \"seq_no_primary_term\": true, \"sort\": [{{\"ino\": \"asc\"}}], \
-                   \"_source\": [\"ino\"]}}'"
-        ))
-        .output()
-        .expect("curl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["hits"]["hits"]
+    let q = json!({"size": 100, "seq_no_primary_term": true, "sort": [{"ino": "asc"}],
+                   "_source": ["ino"]})
+    .to_string();
+    refreshed(url, index, "texts", "_search", &q)["hits"]["hits"]
         .as_array()
         .unwrap()
         .iter()

@@ -91,8 +91,9 @@ struct State {
     /// The inodes in `queue` (each is queued once).
     queued: HashSet<u64>,
     stop: bool,
-    /// A batch is being indexed (its writes are under way).
-    busy: bool,
+    /// Inodes of the batch being indexed (its writes under way; 0: none):
+    /// still pending for a search, though no longer in `queue`.
+    batch: usize,
     /// When the last change was queued, and since when the queue has held
     /// changes not yet picked up.
     last_change: Option<Instant>,
@@ -164,9 +165,10 @@ impl Indexer {
         self.inner.activity_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// Inodes queued (changes and backfill).
+    /// Inodes queued (changes and backfill) or being indexed.
     pub(crate) fn queued(&self) -> usize {
-        self.inner.state.lock().queue.len()
+        let st = self.inner.state.lock();
+        st.queue.len() + st.batch
     }
 }
 
@@ -178,7 +180,7 @@ impl Indexer {
         let mut st = self.inner.state.lock();
         st.stop = true;
         self.inner.work.notify_all();
-        while st.busy {
+        while st.batch > 0 {
             self.inner.progress.wait(&mut st);
         }
     }
@@ -225,8 +227,8 @@ impl Inner {
                     }
                     self.work.wait_until(&mut st, at);
                 }
-                st.busy = true;
                 let n = st.queue.len().min(BATCH);
+                st.batch = n;
                 let inos: Vec<u64> = st.queue.drain(..n).collect();
                 for ino in &inos {
                     st.queued.remove(ino);
@@ -236,7 +238,7 @@ impl Inner {
             let started = Instant::now();
             let failed = self.index_batch(&batch).err();
             let mut st = self.state.lock();
-            st.busy = false;
+            st.batch = 0;
             st.paced_until = paced.then(|| Instant::now() + started.elapsed() * PACE);
             if st.stop {
                 drop(st);
@@ -400,16 +402,19 @@ impl Inner {
         if batch.is_empty() {
             return Ok(vec![]);
         }
-        let texts: Vec<BulkOp> = batch.iter().map(|b| b.text.clone()).collect();
+        let (texts, rest): (Vec<BulkOp>, Vec<(u64, Vec<BulkOp>)>) = batch
+            .into_iter()
+            .map(|b| (b.text, (b.ino, b.claims)))
+            .unzip();
         let mut claims = Vec::new();
         let mut claim_inos = Vec::new();
-        for (b, r) in batch.into_iter().zip(self.store.bulk(texts)?) {
+        for ((ino, ops), r) in rest.into_iter().zip(self.store.bulk(texts)?) {
             match r {
                 Ok(_) | Err(StoreError::NotFound(_)) => {
-                    claim_inos.extend(std::iter::repeat_n(b.ino, b.claims.len()));
-                    claims.extend(b.claims);
+                    claim_inos.extend(std::iter::repeat_n(ino, ops.len()));
+                    claims.extend(ops);
                 }
-                Err(e) => log::warn!("content index: inode {}: {e}", b.ino),
+                Err(e) => log::warn!("content index: inode {ino}: {e}"),
             }
         }
         if claims.is_empty() {
@@ -450,8 +455,22 @@ impl Inner {
     /// writes of each entry's text state. None when no name is left.
     fn ops_for(&self, inode: &Inode, docs: Vec<Option<Doc>>) -> FsResult<Option<InodeOps>> {
         let ino = inode.ino;
-        let text = self.text_of(inode)?;
-        let (text_op, state) = match text {
+        // Its names as read (their versions make the claims conditional);
+        // none left: nothing to read the file for.
+        let mut names = Vec::new();
+        for (link, edoc) in inode.links.iter().zip(docs) {
+            let Some(edoc) = edoc else {
+                continue;
+            };
+            let entry: Entry = edoc.parse()?;
+            if entry.ino == ino {
+                names.push((link_entry_id(link), entry, edoc.version));
+            }
+        }
+        if names.is_empty() {
+            return Ok(None);
+        }
+        let (text, state) = match self.text_of(inode)? {
             Text::Utf8(contents) => {
                 let doc = FileText {
                     ino,
@@ -470,15 +489,7 @@ impl Inner {
             Text::TooLarge => (delete_text(ino), INDEXED_TOO_LARGE),
         };
         let mut claims = Vec::new();
-        for (link, edoc) in inode.links.iter().zip(docs) {
-            let id = link_entry_id(link);
-            let Some(edoc) = edoc else {
-                continue;
-            };
-            let mut entry: Entry = edoc.parse()?;
-            if entry.ino != ino {
-                continue;
-            }
+        for (id, mut entry, version) in names {
             entry.refresh_attrs(inode);
             entry.text_state = Some(state.to_string());
             entry.text_mtime_ns = Some(inode.mtime_ns);
@@ -486,17 +497,10 @@ impl Inner {
                 index: Idx::Entries,
                 id,
                 source: serde_json::to_value(&entry)?,
-                if_version: Some(edoc.version),
+                if_version: Some(version),
             });
         }
-        if claims.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(InodeOps {
-            ino,
-            text: text_op,
-            claims,
-        }))
+        Ok(Some(InodeOps { ino, text, claims }))
     }
 }
 

@@ -209,12 +209,6 @@ impl Target {
         }
     }
 
-    /// The inodes whose indexed text satisfies `text` (a text search's
-    /// first step: the text is kept apart from the entries).
-    pub(crate) fn texts_matching(&self, text: &Query) -> Result<Vec<u64>, SearchError> {
-        Ok(super::text_inos(&*self.store, text)?)
-    }
-
     /// The exact mtime of an entry: from the file (mount) or its inode (store).
     pub(crate) fn mtime_ns(&self, entry: &Entry, display: &[u8]) -> i64 {
         if self.data.is_none() {

@@ -3,7 +3,6 @@
 
 use super::grep::{FileResult, Mode};
 use crate::model::Entry;
-use crate::store::Bucket;
 use serde_json::{Value, json};
 use std::io::Write;
 
@@ -57,13 +56,22 @@ pub(crate) fn write_count(
 /// One hit of a group: its output path, score and number of matching lines.
 pub(crate) type GroupHit = (Vec<u8>, f64, u64);
 
+/// A group of `--group-by`: its label, key, number of matching files and
+/// best score.
+pub(crate) struct GroupHead<'a> {
+    pub label: &'a str,
+    pub key: &'a Value,
+    pub files: u64,
+    pub score: f64,
+}
+
 /// `--group-by --json`: one group.
-pub(crate) fn group_json(label: &str, b: &Bucket, hits: &[GroupHit]) -> Value {
+pub(crate) fn group_json(g: &GroupHead, hits: &[GroupHit]) -> Value {
     json!({
-        "group": label,
-        "key": b.key,
-        "files": b.doc_count,
-        "score": b.top_score,
+        "group": g.label,
+        "key": g.key,
+        "files": g.files,
+        "score": g.score,
         "hits": hits.iter().map(|(p, s, c)| json!({"path": lossy(p), "score": s, "count": c})).collect::<Vec<_>>(),
     })
 }
@@ -72,15 +80,15 @@ pub(crate) fn group_json(label: &str, b: &Bucket, hits: &[GroupHit]) -> Value {
 /// hits indented, `PATH:COUNT`.
 pub(crate) fn write_group(
     out: &mut impl Write,
-    label: &str,
-    b: &Bucket,
+    g: &GroupHead,
     hits: &[GroupHit],
 ) -> std::io::Result<()> {
     writeln!(
         out,
-        "{label} ({} file{})",
-        b.doc_count,
-        if b.doc_count == 1 { "" } else { "s" }
+        "{} ({} file{})",
+        g.label,
+        g.files,
+        if g.files == 1 { "" } else { "s" }
     )?;
     for (p, _, c) in hits {
         out.write_all(b"  ")?;

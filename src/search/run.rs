@@ -15,7 +15,7 @@ use super::pattern::{self, Req, Syntax};
 use super::query::{self, Filters};
 use crate::model::{Entry, decode_bytes};
 use crate::open::Backend;
-use crate::store::{Bucket, GroupRequest, Idx, Query};
+use crate::store::{GroupRequest, Idx, Query};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -244,7 +244,10 @@ impl Search {
             return self.print_entries(items);
         }
         let text = query::text_query(&self.req);
-        let matched = text.as_ref().map(|q| t.texts_matching(q)).transpose()?;
+        let matched = match &text {
+            Some(q) => Some(super::text_inos(&*t.store, q)?),
+            None => None,
+        };
         let cands_q = query::candidates(scope.clone(), matched.as_deref(), &t.open);
         let cands = self.items(t, root, &cands_q)?;
         let out = &self.o.output;
@@ -435,11 +438,11 @@ impl Search {
                 GroupBy::Owner => output::owner_label(key.as_u64().unwrap_or(u64::MAX)),
                 GroupBy::Dir => lossy(&display_dir(root, key.as_str().unwrap_or_default())),
             };
-            let b = Bucket {
-                key,
-                doc_count: files.len() as u64,
-                top_score: files.first().map_or(0.0, |f| f.1),
-                hits: vec![],
+            let head = output::GroupHead {
+                label: &label,
+                key: &key,
+                files: files.len() as u64,
+                score: files.first().map_or(0.0, |f| f.1),
             };
             let hits: Vec<GroupHit> = files
                 .iter()
@@ -448,9 +451,9 @@ impl Search {
                 .collect();
             self.printed += 1;
             if self.o.output.json {
-                writeln!(self.out, "{}", output::group_json(&label, &b, &hits))?;
+                writeln!(self.out, "{}", output::group_json(&head, &hits))?;
             } else {
-                output::write_group(&mut self.out, &label, &b, &hits)?;
+                output::write_group(&mut self.out, &head, &hits)?;
             }
         }
         Ok(())
