@@ -40,7 +40,7 @@ cleanup() {
 # The cluster's indices of this run's filesystem (it refuses wildcard deletes).
 drop_index() {
     [ -n "$es" ] || return 0
-    for x in entries inodes locks meta chunks; do
+    for x in entries inodes texts locks meta chunks; do
         curl -s -XDELETE "$es/$index-$x" >/dev/null || true
     done
 }

@@ -10,6 +10,15 @@
 /// EPERM, and it is never listed.
 pub(crate) const DESCRIBE_XATTR: &str = "user.esfs.flush";
 
+/// The reserved xattr `esfs search` sets on a mount's root before grep
+/// reads a batch of candidate files through the mount: the value is a JSON
+/// array of `[entry id, inode, size]`, and the mount reads their entries,
+/// inodes and small files' bytes in one request (see `Fs::read_ahead`).
+/// A hint: setting it stores nothing, reading it is ENODATA, and where the
+/// caller may not set xattrs on the root (write permission) the search
+/// reads without it.
+pub(crate) const READ_AHEAD_XATTR: &str = "user.esfs.read-ahead";
+
 /// What the filesystem tells whoever indexes file contents.
 pub trait ContentHook: Send + Sync {
     /// The contents of `ino` may have changed (a close that wrote, an fsync,

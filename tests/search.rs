@@ -535,3 +535,72 @@ fn search_right_after_a_large_copy_on_elasticsearch_does_not_wait() {
     drop(m);
     drop(server);
 }
+
+/// On a cold Elasticsearch mount the search announces each grep batch to
+/// the mount (`user.esfs.read-ahead` on its root), which reads the batch's
+/// entries, inodes and small contents in one request: grep's lookups, opens
+/// and reads of 40 candidates in 4 directories cost a handful of the mount's
+/// requests, not two or more per file. Output as grep's (in path order).
+#[test]
+fn search_on_a_cold_elasticsearch_mount_reads_ahead() {
+    let server = es_test_server::EsTestServer::start("127.0.0.1:0").expect("start test server");
+    let index = format!("esfs-search-ra-{}", std::process::id());
+    let mut m = Mount::with_backend(&["--es", &server.url(), "--index", &index]);
+    sh_ok(
+        m.path(),
+        "for d in 0 1 2 3; do mkdir -p t/d$d; for f in $(seq 0 99); do \
+           if [ $((f % 10)) = 3 ]; then w=needle; else w=hay; fi; \
+           printf 'line one\\nthe %s %s %s\\n' $w $d $f > t/d$d/f$f; done; done",
+    );
+    // Until every file is indexed: then the candidates are the 40 files.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !sh_ok(m.path(), "getfattr --only-values -n user.esfs.flush .").contains("\"pending\":0")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the indexer never caught up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    m.remount();
+    server.set_journaling(true);
+    server.take_journal();
+    let (code, got, err) = search(m.path(), &["-rn", "needle", "t"]);
+    // Document reads: the mount's (the search's own are its store's
+    // description and its queries).
+    let reads = server
+        .take_journal()
+        .iter()
+        .filter(|r| r.path.contains("/_doc/") || r.path.ends_with("/_mget"))
+        .filter(|r| !r.path.contains("-meta/"))
+        .count();
+    assert_eq!(code, 0, "{err}");
+    let want = grep(m.path(), &["-rn", "needle", "t"]).1;
+    assert_eq!(got.lines().count(), 40, "{got}");
+    assert_eq!(sorted(&got), sorted(&want));
+    // Without the hint: an entry, an inode and a piece read per file (120
+    // and more). With it: one request for the batch, plus the lookups of
+    // the directories on the way (an entry and an inode each).
+    assert!(
+        reads <= 16,
+        "the mount read documents {reads} times for grep's reads of 40 files"
+    );
+    // The hint stores nothing and is the root's only.
+    assert_failure_with(
+        "getfattr",
+        &sh(m.path(), "getfattr -n user.esfs.read-ahead ."),
+        "No such attribute",
+    );
+    assert_failure_with(
+        "setfattr",
+        &sh(m.path(), "setfattr -n user.esfs.read-ahead -v '[]' t"),
+        "Operation not permitted",
+    );
+    assert_failure_with(
+        "setfattr",
+        &sh(m.path(), "setfattr -n user.esfs.read-ahead -v 'not json' ."),
+        "Invalid argument",
+    );
+    drop(m);
+    drop(server);
+}

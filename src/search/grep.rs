@@ -139,17 +139,32 @@ impl Grep {
         mode: Mode,
         stop_after: Option<usize>,
     ) -> std::io::Result<(Status, Vec<FileResult>)> {
+        self.run_announced(files, mode, stop_after, BATCH_FILES, &mut |_| {})
+    }
+
+    /// [`Grep::run`] in batches of at most `batch_files`, calling `announce`
+    /// with each batch's range of `files` before grep reads it.
+    pub(crate) fn run_announced(
+        &self,
+        files: &[Vec<u8>],
+        mode: Mode,
+        stop_after: Option<usize>,
+        batch_files: usize,
+        announce: &mut dyn FnMut(std::ops::Range<usize>),
+    ) -> std::io::Result<(Status, Vec<FileResult>)> {
         let mut status = Status::default();
         let mut out = Vec::new();
         let mut i = 0;
+        let batch_files = batch_files.clamp(1, BATCH_FILES);
         while i < files.len() {
             let mut bytes = 0;
             let start = i;
-            while i < files.len() && i - start < BATCH_FILES && (i == start || bytes < BATCH_BYTES)
+            while i < files.len() && i - start < batch_files && (i == start || bytes < BATCH_BYTES)
             {
                 bytes += files[i].len() + 1;
                 i += 1;
             }
+            announce(start..i);
             let batch = &files[start..i];
             let mut c = self.command(mode);
             c.args(batch.iter().map(|f| OsStr::from_bytes(f)));

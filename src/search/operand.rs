@@ -39,6 +39,10 @@ pub(crate) struct Target {
     pub data: Option<Arc<dyn DataStore>>,
     /// Files open with unpersisted writes (from the mount).
     pub open: Vec<u64>,
+    /// The mount's root, where grep's batches are announced (see
+    /// [`crate::hook::READ_AHEAD_XATTR`]): an Elasticsearch mount, whose
+    /// cold reads cost requests; None elsewhere.
+    pub read_ahead: Option<PathBuf>,
 }
 
 /// An Elasticsearch cluster's configuration from its URL and index name.
@@ -126,6 +130,7 @@ fn open_mount(mnt: &Path, es: &EsConfigOf) -> Result<Target, SearchError> {
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
     let backend = Backend::from_description(&v["mount"], es)?;
+    let read_ahead = matches!(backend, Backend::Elasticsearch(_)).then(|| mnt.to_path_buf());
     let (store, _) = open_meta(&backend, false)?;
     // The mount's writes become searchable at its next refresh: make
     // them visible now.
@@ -134,6 +139,7 @@ fn open_mount(mnt: &Path, es: &EsConfigOf) -> Result<Target, SearchError> {
         store,
         data: None,
         open,
+        read_ahead,
     })
 }
 
@@ -149,6 +155,7 @@ pub(crate) fn in_store(
         store: stores.meta,
         data: Some(stores.data),
         open: vec![],
+        read_ahead: None,
     };
     let operands: Vec<OsString> = if operands.is_empty() {
         vec!["/".into()]
@@ -336,6 +343,26 @@ fn unescape(b: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Set xattr `name` of `path` to `value`.
+pub(crate) fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let n = std::ffi::CString::new(name)?;
+    // SAFETY: valid C strings; the value is readable for its length.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn get_xattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {

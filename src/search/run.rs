@@ -13,7 +13,7 @@ use super::operand::{
 use super::output::{self, GroupHit, lossy};
 use super::pattern::{self, Req, Syntax};
 use super::query::{self, Filters};
-use crate::model::{Entry, decode_bytes};
+use crate::model::{Entry, decode_bytes, entry_id};
 use crate::open::Backend;
 use crate::store::{GroupRequest, Idx, Query};
 use serde_json::json;
@@ -378,9 +378,18 @@ impl Search {
         self.out.flush()?;
         let Some(data) = &t.data else {
             let files: Vec<Vec<u8>> = items.iter().map(|i| i.display.clone()).collect();
+            let Some(root) = &t.read_ahead else {
+                return self
+                    .grep
+                    .run(&files, mode, stop_after)
+                    .map_err(|e| format!("grep: {e}").into());
+            };
+            let mut hints = ReadAhead::new(root);
             return self
                 .grep
-                .run(&files, mode, stop_after)
+                .run_announced(&files, mode, stop_after, READ_AHEAD_FILES, &mut |r| {
+                    hints.announce(&items[r])
+                })
                 .map_err(|e| format!("grep: {e}").into());
         };
         let mut status = Status::default();
@@ -457,6 +466,56 @@ impl Search {
             }
         }
         Ok(())
+    }
+}
+
+/// Files per grep batch on a mount that takes read-ahead hints: as many
+/// as one hint may name (`Fs::read_ahead`).
+const READ_AHEAD_FILES: usize = 128;
+/// A hint's value at most: Linux caps an xattr value at 64 KiB.
+const READ_AHEAD_BYTES: usize = 60 << 10;
+
+/// Tells a mount which files grep reads next (see
+/// [`crate::hook::READ_AHEAD_XATTR`]), so it reads their metadata and
+/// small contents in one request instead of a few per file. Only a hint:
+/// once the mount refuses one (no write permission on its root, an older
+/// esfs), the rest of the search reads without.
+struct ReadAhead<'a> {
+    root: &'a Path,
+    on: bool,
+}
+
+impl<'a> ReadAhead<'a> {
+    fn new(root: &'a Path) -> Self {
+        ReadAhead { root, on: true }
+    }
+
+    fn announce(&mut self, items: &[Item]) {
+        let mut value = Vec::new();
+        for it in items {
+            let e = &it.entry;
+            let item = json!([entry_id(e.parent, &decode_bytes(&e.name)), e.ino, e.size]);
+            let item = item.to_string();
+            if !value.is_empty() && value.len() + item.len() + 2 > READ_AHEAD_BYTES {
+                self.send(&mut value);
+            }
+            value.push(if value.is_empty() { b'[' } else { b',' });
+            value.extend_from_slice(item.as_bytes());
+        }
+        self.send(&mut value);
+    }
+
+    fn send(&mut self, value: &mut Vec<u8>) {
+        if value.is_empty() || !self.on {
+            value.clear();
+            return;
+        }
+        value.push(b']');
+        if let Err(e) = operand::set_xattr(self.root, crate::hook::READ_AHEAD_XATTR, value) {
+            log::debug!("{}: no read-ahead ({e})", self.root.display());
+            self.on = false;
+        }
+        value.clear();
     }
 }
 

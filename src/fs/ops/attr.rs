@@ -5,10 +5,13 @@ use crate::data::Piece;
 use crate::error::{FsError, FsResult};
 use crate::fs::{BLOCK_SIZE, Ctx, Fs, SetAttr, StatFs, TimeSpec, in_group};
 use crate::model::{Entry, Inode, Kind, NAME_MAX, decode_bytes, entry_id, inode_id, now_ns};
-use crate::store::{Doc, Idx, MetaStore};
+use crate::store::{Caller, Doc, Idx, MetaStore};
 
 /// Files up to this size are read with their inode by a lookup.
 const PREFETCH_MAX: u64 = 16 << 10;
+/// Files per read-ahead hint at most: the data store keeps 256 offered
+/// pieces, and a hint's must last until grep opens its files.
+const READ_AHEAD_MAX: usize = 128;
 
 impl Fs {
     /// The inode as callers should see it: stored attributes plus the
@@ -51,6 +54,49 @@ impl Fs {
             self.offer_piece(entry.ino, piece, &docs);
         }
         self.getattr(entry.ino)
+    }
+
+    /// `esfs search` is about to run grep over these files through the
+    /// mount (`hint`: a JSON array of `[entry id, inode, size]`, as the
+    /// index has them; see [`crate::hook::READ_AHEAD_XATTR`]): their
+    /// entries, inodes and small files' first bytes in one request, so the
+    /// lookups, opens and reads that follow are answered from memory. Cold,
+    /// those cost a request or two each, and a miss reads the file's whole
+    /// directory (two more), for one candidate in a hundred names.
+    ///
+    /// A hint, never trusted: the entries and inodes are the cluster's
+    /// (realtime reads, cached as any read is), and the bytes serve only an
+    /// open of the inode version read with them, as a lookup's do. A stale
+    /// or made-up item costs a wasted read, not a wrong answer. Read as a
+    /// command's, not a filesystem call's: a held directory is not read
+    /// whole for one name.
+    pub fn read_ahead(&self, hint: &[u8]) -> FsResult<()> {
+        let items: Vec<(String, u64, u64)> =
+            serde_json::from_slice(hint).map_err(|_| FsError::Invalid)?;
+        if items.len() > READ_AHEAD_MAX {
+            return Err(FsError::Invalid);
+        }
+        let mut keys = Vec::with_capacity(items.len() * 3);
+        // (inode, its piece, where its inode's key is in `keys`)
+        let mut pieces = Vec::new();
+        for (id, ino, size) in items {
+            keys.push((Idx::Entries, id));
+            keys.push((Idx::Inodes, inode_id(ino)));
+            if (1..=PREFETCH_MAX).contains(&size)
+                && let Some(piece) = self.data.first_piece(&ino.to_string())
+            {
+                keys.push((piece.index, piece.id.clone()));
+                pieces.push((ino, piece, keys.len() - 2));
+            }
+        }
+        let docs = self
+            .store
+            .for_caller(Caller::Command)
+            .mget_docs(&keys, true)?;
+        for (ino, piece, at) in pieces {
+            self.offer_piece(ino, Some(piece), &docs[at..at + 2]);
+        }
+        Ok(())
     }
 
     /// What to read along with entry `e`: its inode unless cached, then a

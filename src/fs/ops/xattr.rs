@@ -21,8 +21,10 @@ fn xattr_key(name: &[u8]) -> FsResult<String> {
     if name.is_empty() || name.len() > NAME_MAX_X {
         return Err(FsError::Range);
     }
-    if name == crate::hook::DESCRIBE_XATTR.as_bytes() {
-        return Err(FsError::NotPermitted); // reserved: see getxattr
+    if name == crate::hook::DESCRIBE_XATTR.as_bytes()
+        || name == crate::hook::READ_AHEAD_XATTR.as_bytes()
+    {
+        return Err(FsError::NotPermitted); // reserved: see getxattr, setxattr
     }
     if name.starts_with(b"system.") || name == b"security.selinux" {
         return Err(FsError::NotSupported);
@@ -32,6 +34,9 @@ fn xattr_key(name: &[u8]) -> FsResult<String> {
 
 impl Fs {
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+        if ino == ROOT_INO && name == crate::hook::READ_AHEAD_XATTR.as_bytes() {
+            return self.read_ahead(value);
+        }
         let key = xattr_key(name)?;
         if value.len() > VALUE_MAX {
             return Err(FsError::TooBig);
@@ -78,7 +83,9 @@ impl Fs {
             }
             return Ok(reply);
         }
-        if name == crate::hook::DESCRIBE_XATTR.as_bytes() {
+        if name == crate::hook::DESCRIBE_XATTR.as_bytes()
+            || name == crate::hook::READ_AHEAD_XATTR.as_bytes()
+        {
             return Err(FsError::NoXattr);
         }
         let key = xattr_key(name)?;
