@@ -73,14 +73,14 @@ const REREAD_AFTER: Duration = Duration::from_secs(5);
 /// at most this many names ([`DelegatedStore::read_below`]).
 const SUBTREE_MAX: u64 = 4096;
 
-/// A bulk of at least this many conditional partial updates of entries
-/// passes straight to the cluster ([`DelegatedStore::bulk_passing`]): a
-/// directory rename's page of paths (thousands). A smaller one (a file's
+/// A bulk of at least this many conditional writes of entries passes
+/// straight to the cluster ([`DelegatedStore::bulk_passing`]): a directory
+/// rename's page of paths (thousands). A smaller one (a file's
 /// attributes) is decided from memory.
 const PASS_MIN: usize = 256;
 
 /// Whether `ops` from `caller` go straight to the cluster: a rename's page
-/// of conditional partial updates of entries ([`PASS_MIN`]), and the
+/// of conditional writes of entries ([`PASS_MIN`]), and the
 /// indexer's writes, always (its texts, and its entries as partial
 /// updates: [`text_update`]). Text is
 /// derived data (a file not indexed is scanned; a mount's backfill redoes
@@ -107,7 +107,20 @@ fn passes(caller: Caller, ops: &[BulkOp]) -> bool {
                     .iter()
                     .all(|op| entry_update(op) || op.index() == Idx::Texts)
         }
-        _ => ops.len() >= PASS_MIN && ops.iter().all(entry_update),
+        _ => {
+            let entry_write = |op: &BulkOp| {
+                entry_update(op)
+                    || matches!(
+                        op,
+                        BulkOp::Index {
+                            index: Idx::Entries,
+                            if_version: Some(_),
+                            ..
+                        }
+                    )
+            };
+            ops.len() >= PASS_MIN && ops.iter().all(entry_write)
+        }
     }
 }
 

@@ -1223,7 +1223,8 @@ impl Overlay {
 
     /// The cluster's answers to the bulk [`Overlay::begin_pass`] let
     /// through (an error: it failed as a whole, each write done or not).
-    /// A slot of a partial update the cluster applied takes it, at the
+    /// A slot of a write the cluster applied takes it (a partial update
+    /// merged, a whole document as it is), at the
     /// cluster's version and a new local one (what the caller is given,
     /// as the overlay's answers are); any other slot of it is dropped
     /// (the cluster's state stands, which the overlay does not know).
@@ -1254,10 +1255,11 @@ impl Overlay {
                 .get(&key)
                 .map(|s| matches!(s.state, State::Doc(_)));
             let merged = match (op, &answer, slot) {
-                (BulkOp::Update { doc, .. }, Some(Ok(v)), Some(true)) => Some((doc, *v)),
+                (BulkOp::Update { doc, .. }, Some(Ok(v)), Some(true)) => Some((doc, false, *v)),
+                (BulkOp::Index { source, .. }, Some(Ok(v)), Some(true)) => Some((source, true, *v)),
                 _ => None,
             };
-            let Some((fields, v)) = merged else {
+            let Some((fields, whole, v)) = merged else {
                 if slot.is_some() {
                     self.discard(&key);
                 }
@@ -1268,7 +1270,11 @@ impl Overlay {
             let State::Doc(mut cur) = old.state else {
                 unreachable!("matched above")
             };
-            merge_fields(&mut cur, fields);
+            if whole {
+                cur = std::sync::Arc::new(fields.clone());
+            } else {
+                merge_fields(&mut cur, fields);
+            }
             let base = Base::At(v);
             let local = self.fresh(base);
             self.put(
