@@ -519,8 +519,8 @@ impl Moves {
         // page read: an entry is a few hundred bytes (its text is in
         // `texts`), and a partial update costs Elasticsearch a realtime get
         // of the stored document on the primary before it indexes it again.
-        // Whole, 100 000 entries on three nodes moved in 3.3 s of requests
-        // against 5.1 (docs/cluster.md). Through `Entry`, so the document is
+        // Whole, 100 000 entries on three nodes moved in 3.6 s of requests
+        // against 5.1 (medians, docs/cluster.md). Through `Entry`, so the document is
         // one of today's: a field from an older layout (the text an entry
         // held before the `texts` index) is dropped, not carried.
         let moved_whole = |src: &Value| -> StoreResult<Value> {
