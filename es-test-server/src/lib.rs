@@ -79,6 +79,10 @@ pub(crate) struct Shared {
     /// closed instead), as when a node dies after applying a request.
     lose_answers: std::sync::atomic::AtomicUsize,
     replay_bulks: std::sync::atomic::AtomicUsize,
+    /// Conditional bulk items still to be overtaken, and the `X-Opaque-Id`
+    /// of the requests whose items are (see [`EsTestServer::overtake_next_items`]).
+    overtake_items: std::sync::atomic::AtomicUsize,
+    overtake_of: Mutex<(String, Option<String>)>,
     latency: Mutex<Duration>,
     requests: AtomicU64,
     /// Non-admin requests in arrival order, while `journaling` (see
@@ -127,6 +131,8 @@ impl EsTestServer {
             state: Mutex::new(store::Cluster::default()),
             lose_answers: std::sync::atomic::AtomicUsize::new(0),
             replay_bulks: std::sync::atomic::AtomicUsize::new(0),
+            overtake_items: std::sync::atomic::AtomicUsize::new(0),
+            overtake_of: Mutex::new((String::new(), None)),
             inject: Mutex::new(Injection {
                 remaining: 0,
                 status: 503,
@@ -199,6 +205,22 @@ impl EsTestServer {
     /// clean 200, for the document it just made).
     pub fn replay_next_bulks(&self, n: usize) {
         self.shared.replay_bulks.store(n, Ordering::Relaxed);
+    }
+
+    /// The next `n` conditional `_bulk` items (`if_seq_no`) on a document of `index` that
+    /// exists, in bulks of at least two conditional items (batches: a paged rewrite, a
+    /// background indexer's claims) whose `X-Opaque-Id` is `of` (any request: None), are
+    /// overtaken: the document is written again as it stands just before the item runs,
+    /// so the item meets a version conflict, as when another writer (another mount, a
+    /// background indexer) wrote it between the client's read and its write.
+    pub fn overtake_next_items(&self, n: usize, index: &str, of: Option<&str>) {
+        *self.shared.overtake_of.lock() = (index.to_string(), of.map(String::from));
+        self.shared.overtake_items.store(n, Ordering::Relaxed);
+    }
+
+    /// Overtakes asked for by [`Self::overtake_next_items`] and not yet made.
+    pub fn overtakes_pending(&self) -> usize {
+        self.shared.overtake_items.load(Ordering::Relaxed)
     }
 
     /// Replays asked for by [`Self::replay_next_bulks`] and not yet made.
@@ -435,6 +457,11 @@ async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>
     let head = method == "HEAD";
     let path = req.uri().path().to_string();
     let params = decode_query(req.uri().query().unwrap_or(""));
+    let opaque_id = req
+        .headers()
+        .get("x-opaque-id")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
 
     if let Some(rest) = path.strip_prefix("/_test/") {
         let r = admin(&sh, &method, rest, &params);
@@ -461,6 +488,7 @@ async fn handle(sh: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>
         segs,
         params: params.clone(),
         body,
+        opaque_id,
     };
     render(call_api(&sh, api_req).await, &params, head)
 }

@@ -588,15 +588,13 @@ impl Moves {
             }
             first.map_or(Ok(()), Err)
         })?;
-        for id in retry {
-            self.repath_entry(&id, |src| {
-                let path = src["path"].as_str().unwrap_or_default();
-                if !(path.starts_with(old) && path.as_bytes().get(old.len()) == Some(&b'/')) {
-                    return Ok(None); // moved meanwhile
-                }
-                moved(src).map(Some)
-            })?;
-        }
+        self.repath_entries(retry, |src| {
+            let path = src["path"].as_str().unwrap_or_default();
+            if !(path.starts_with(old) && path.as_bytes().get(old.len()) == Some(&b'/')) {
+                return Ok(None); // moved meanwhile
+            }
+            moved(src).map(Some)
+        })?;
         Ok(())
     }
 
@@ -634,55 +632,70 @@ impl Moves {
                     Ok(true)
                 },
             )?;
-            for id in stale {
-                let wrote = self.repath_entry(&id, |src| {
-                    let name = src["name"]
-                        .as_str()
-                        .ok_or_else(|| StoreError::Other(format!("entry without name: {src}")))?;
-                    let path = join_path(&dpath, name);
-                    Ok(
-                        (src["dir"] != dpath.as_str() || src["path"] != path.as_str())
-                            .then(|| json!({"path": path, "dir": dpath})),
-                    )
-                })?;
-                if wrote {
-                    fixed += 1;
-                }
-            }
+            fixed += self.repath_entries(stale, |src| {
+                let name = src["name"]
+                    .as_str()
+                    .ok_or_else(|| StoreError::Other(format!("entry without name: {src}")))?;
+                let path = join_path(&dpath, name);
+                Ok(
+                    (src["dir"] != dpath.as_str() || src["path"] != path.as_str())
+                        .then(|| json!({"path": path, "dir": dpath})),
+                )
+            })?;
         }
         Ok(fixed)
     }
 
-    /// The path step for one entry: its `path` and `dir` become what `want`
-    /// computes from its current source (brief: without its text), None if
-    /// nothing is to change. A partial update (the text is neither read
-    /// nor rewritten) conditional on the version read; a conflict (an
-    /// attribute or text refresh meanwhile) re-reads. Returns whether it
-    /// wrote; an entry gone meanwhile is left alone.
-    fn repath_entry(
+    /// The path step for entries a page could not write as read: each
+    /// one's `path` and `dir` become what `want` computes from its current
+    /// source (brief: without its text), None if nothing is to change.
+    /// Partial updates (the text is neither read nor rewritten), each
+    /// conditional on the version read; the conflicts of a round (an
+    /// attribute or text refresh meanwhile) are read again together in the
+    /// next. In rounds, not one by one: the content indexer rewrites the
+    /// entries of a batch of 1024 files at once, so a rename that crossed
+    /// it had up to that many conflicts, each a get and a bulk of its own.
+    /// Returns how many it wrote; an entry gone meanwhile is left alone.
+    fn repath_entries(
         &self,
-        id: &str,
+        mut ids: Vec<String>,
         want: impl Fn(&Value) -> StoreResult<Option<Value>>,
-    ) -> FsResult<bool> {
+    ) -> FsResult<u64> {
+        let mut wrote = 0;
         for _ in 0..=MAX_RETRIES {
-            let Some(doc) = self.store.get_brief(Idx::Entries, id)? else {
-                return Ok(false);
-            };
-            let Some(change) = want(&doc.source)? else {
-                return Ok(false);
-            };
-            let r = self.store.bulk(vec![BulkOp::Update {
-                index: Idx::Entries,
-                id: id.to_string(),
-                doc: change,
-                if_version: Some(doc.version),
-            }])?;
-            match r.into_iter().next().expect("one result") {
-                Ok(_) => return Ok(true),
-                Err(StoreError::NotFound(_)) => return Ok(false),
-                Err(StoreError::Conflict(_)) => continue,
-                Err(e) => return Err(e.into()),
+            if ids.is_empty() {
+                return Ok(wrote);
             }
+            let mut conflicts = Vec::new();
+            for chunk in ids.chunks(REBASE_PAGE) {
+                let keys: Vec<(Idx, String)> =
+                    chunk.iter().map(|id| (Idx::Entries, id.clone())).collect();
+                let mut ops = Vec::new();
+                for (id, doc) in chunk.iter().zip(self.store.mget_docs(&keys, true)?) {
+                    let Some(doc) = doc else { continue };
+                    if let Some(change) = want(&doc.source)? {
+                        ops.push(BulkOp::Update {
+                            index: Idx::Entries,
+                            id: id.clone(),
+                            doc: change,
+                            if_version: Some(doc.version),
+                        });
+                    }
+                }
+                if ops.is_empty() {
+                    continue;
+                }
+                let sent: Vec<String> = ops.iter().map(|op| op.id().to_string()).collect();
+                for (id, r) in sent.into_iter().zip(self.store.bulk(ops)?) {
+                    match r {
+                        Ok(_) => wrote += 1,
+                        Err(StoreError::NotFound(_)) => {}
+                        Err(StoreError::Conflict(_)) => conflicts.push(id),
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            ids = conflicts;
         }
         Err(FsError::Again)
     }

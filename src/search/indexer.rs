@@ -333,9 +333,32 @@ impl Inner {
     }
 
     /// Index a batch of inodes: one bulk of their texts, made searchable,
-    /// then one of their entries pointing at them; inodes whose entries
-    /// changed meanwhile are redone one at a time.
+    /// then one of their entries pointing at them. Inodes whose entries
+    /// changed meanwhile (a close's attribute copy, a directory rename's
+    /// path step) are read and written again together, in rounds: one by
+    /// one, a rename of the tree a batch was in cost a read, two bulks and
+    /// a refresh per file.
     fn index_batch(&self, inos: &[u64]) -> FsResult<()> {
+        let mut todo = inos.to_vec();
+        for round in 0.. {
+            todo = self.index_round(&todo)?;
+            if todo.is_empty() {
+                break;
+            }
+            if round >= MAX_RETRIES {
+                log::warn!(
+                    "content index: {} inodes given up after {round} conflicts",
+                    todo.len()
+                );
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One round of [`Inner::index_batch`]; returns the inodes whose
+    /// entries changed between their read and their write.
+    fn index_round(&self, inos: &[u64]) -> FsResult<Vec<u64>> {
         // The batch's inodes in one read, then all their names in another
         // (copies the cache still trusts are not read again): the indexer
         // runs a quiet second after the writes, when on Elasticsearch the
@@ -371,27 +394,9 @@ impl Inner {
             }
         }
         retry.extend(self.write(bulk)?);
+        retry.sort_unstable();
         retry.dedup();
-        for ino in retry {
-            for attempt in 0.. {
-                let ops = match self.inode_ops(ino) {
-                    Ok(Some(ops)) => ops,
-                    Ok(None) => break,
-                    Err(e) => {
-                        log::warn!("content index: inode {ino}: {e}");
-                        break;
-                    }
-                };
-                if self.write(vec![ops])?.is_empty() {
-                    break;
-                }
-                if attempt >= MAX_RETRIES {
-                    log::warn!("content index: inode {ino}: gave up after {attempt} conflicts");
-                    break;
-                }
-            }
-        }
-        Ok(())
+        Ok(retry)
     }
 
     /// Write `batch`: the texts, made searchable everywhere, then the
@@ -430,24 +435,6 @@ impl Inner {
             }
         }
         Ok(retry)
-    }
-
-    /// [`Inner::ops_for`] of `ino`, read again (none when it is gone or not a
-    /// regular file).
-    fn inode_ops(&self, ino: u64) -> FsResult<Option<InodeOps>> {
-        let Some(doc) = self.store.get(Idx::Inodes, &inode_id(ino))? else {
-            return Ok(None);
-        };
-        let inode: Inode = doc.parse()?;
-        if inode.kind != Kind::File || inode.links.is_empty() {
-            return Ok(None);
-        }
-        let docs = inode
-            .links
-            .iter()
-            .map(|l| self.store.get_brief(Idx::Entries, &link_entry_id(l)))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.ops_for(&inode, docs)
     }
 
     /// What indexing `inode` writes, its names' documents (brief) read: its

@@ -99,11 +99,16 @@ pub(super) fn bulk(sh: &Shared, req: &Req, default: Option<&str>) -> EsResult<Ou
         .replay_bulks
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
         .is_ok();
+    // Overtaken writes are a batch's (see `EsTestServer::overtake_next_items`).
+    let batch = items.iter().filter(|it| it.cas.is_some()).count() >= 2;
     let out: Vec<Value> = items
         .iter()
         .map(|it| {
             if replay {
                 let _ = run_item(&mut st, it);
+            }
+            if batch && it.cas.is_some() {
+                overtake(sh, req, &mut st, it);
             }
             let (id, r) = run_item(&mut st, it);
             if let Ok(w) = &r
@@ -357,6 +362,36 @@ fn parse_item(
 
 /// Runs one item. The id is returned with the outcome: an item without `_id` gets its
 /// generated id once its index is resolved, so later failures name it, as in Elasticsearch.
+/// Another writer's write of `it`'s document, just before `it` runs, if one is still
+/// asked for (see `EsTestServer::overtake_next_items`): the document as it stands,
+/// written again (a new sequence number, the same source).
+fn overtake(sh: &Shared, req: &Req, st: &mut Cluster, it: &BulkItem) {
+    let Some(id) = it.id.as_deref() else { return };
+    let (index, of) = &*sh.overtake_of.lock();
+    if *index != it.index
+        || of
+            .as_ref()
+            .is_some_and(|of| req.opaque_id.as_ref() != Some(of))
+    {
+        return;
+    }
+    let Ok(ix) = st.index_mut(&it.index) else {
+        return;
+    };
+    let Some(doc) = ix.live.get(id).cloned() else {
+        return;
+    };
+    if sh
+        .overtake_items
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_err()
+    {
+        return;
+    }
+    let src: Value = serde_json::from_str(&doc.source).expect("stored sources are JSON");
+    let _ = ix.put(id, doc.source.clone(), &src, false, None);
+}
+
 fn run_item(st: &mut Cluster, it: &BulkItem) -> (Option<String>, EsResult<WriteOk>) {
     match &it.op {
         BulkOp::Delete => delete_item(st, it),

@@ -34,6 +34,8 @@ pub(crate) struct Req {
     pub segs: Vec<String>,
     pub params: HashMap<String, String>,
     pub body: bytes::Bytes,
+    /// The `X-Opaque-Id` header: who sent it (fault injection may pick requests by it).
+    pub opaque_id: Option<String>,
 }
 
 pub(crate) enum Body {
