@@ -27,6 +27,11 @@ pub trait ContentHook: Send + Sync {
     /// The mount is busy (its namespace changed, or a directory was
     /// listed): background work should keep out of its way.
     fn activity(&self);
+    /// A subtree's documents are being rewritten (a directory rename's
+    /// path step) when `on`, and no longer when not: background writes to
+    /// those documents would compete with it for the engine and conflict
+    /// with its pages, so they hold off until it is done. Calls nest.
+    fn rewriting(&self, on: bool);
     /// The answer to a read of [`DESCRIBE_XATTR`]; `open` lists files with
     /// writes not yet persisted (a reader must scan them).
     fn describe(&self, open: Vec<u64>) -> Vec<u8>;
@@ -60,6 +65,27 @@ impl HookSlot {
     /// [`ContentHook::activity`], if a hook is set.
     pub(crate) fn activity(&self) {
         if let Some(h) = self.get() {
+            h.activity();
+        }
+    }
+
+    /// [`ContentHook::rewriting`] for as long as the guard lives; its end
+    /// counts as activity (background work waits for quiet after it).
+    pub(crate) fn rewriting(&self) -> Rewriting<'_> {
+        if let Some(h) = self.get() {
+            h.rewriting(true);
+        }
+        Rewriting(self)
+    }
+}
+
+/// See [`HookSlot::rewriting`].
+pub(crate) struct Rewriting<'a>(&'a HookSlot);
+
+impl Drop for Rewriting<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.get() {
+            h.rewriting(false);
             h.activity();
         }
     }

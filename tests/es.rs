@@ -622,6 +622,57 @@ fn conditional_writes_overtaken_are_redone_in_rounds() {
 }
 
 #[test]
+fn a_directory_rename_holds_the_content_indexer_off() {
+    // The indexer's batches and a rename's pages write the same entries and
+    // share the engine: while a subtree is rewritten, no batch starts.
+    if std::env::var("ESFS_TEST_ES_URL").is_ok() {
+        eprintln!("needs the test double's latency; skipped against a real cluster");
+        return;
+    }
+    let server = EsTestServer::start("127.0.0.1:0").unwrap();
+    let (url, index) = (server.url(), "held-off");
+    let m = Mount::with_backend(&["--es", &url, "--index", index, "--no-delegate"]);
+    let n = 200;
+    sh_ok(
+        m.path(),
+        &format!("mkdir d && for i in $(seq {n}); do echo needle $i > d/f$i; done"),
+    );
+    // Within the indexer's quiet second after the writes, a rename slowed
+    // past it (every request 300 ms): the quiet second ends inside the
+    // rename, and a batch would start there.
+    server.set_latency(Duration::from_millis(300));
+    server.set_journaling(true);
+    let t = Instant::now();
+    sh_ok(m.path(), "mv d e");
+    let took = t.elapsed();
+    let log = server.take_journal();
+    server.set_journaling(false);
+    server.set_latency(Duration::ZERO);
+    assert!(
+        took > Duration::from_secs(2),
+        "the rename took only {took:?}"
+    );
+    let indexer = log
+        .iter()
+        .filter(|r| r.opaque_id.as_deref() == Some("esfs/indexer"))
+        .count();
+    let seq: Vec<String> = log
+        .iter()
+        .map(|r| format!("{} {:?} {}", r.method, r.opaque_id, r.path))
+        .collect();
+    assert_eq!(
+        indexer, 0,
+        "indexer requests during the rename ({took:?}): {seq:#?}"
+    );
+    // And it indexes the files afterwards, at their new paths.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while indexed_below(&url, index, "/e") < n as u64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(indexed_below(&url, index, "/e"), n as u64);
+}
+
+#[test]
 fn overload_answers_are_retried() {
     if std::env::var("ESFS_TEST_ES_URL").is_ok() {
         return;

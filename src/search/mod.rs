@@ -107,6 +107,10 @@ impl ContentHook for SearchHook {
         self.indexer.activity();
     }
 
+    fn rewriting(&self, on: bool) {
+        self.indexer.rewriting(on);
+    }
+
     /// `{"mount": info, "pending": N, "open": [ino...]}`; `pending` counts
     /// files queued for indexing (their entries say "not indexed", so search
     /// scans them), `open` lists files with unpersisted writes (scanned too).

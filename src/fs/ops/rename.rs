@@ -70,6 +70,9 @@ impl Fs {
                     || (exchange && d.as_ref().is_some_and(|(d, _)| d.kind == Kind::Dir))
             };
             let whole_tree = moves_dir(&peek, &peek_dst);
+            // A directory's move rewrites its subtree's entries: the content
+            // indexer holds off until it is done (see ContentHook::rewriting).
+            let _rewriting = whole_tree.then(|| self.hook.rewriting());
             let _g = if whole_tree {
                 self.tree.lock_all()
             } else {
