@@ -622,6 +622,47 @@ fn conditional_writes_overtaken_are_redone_in_rounds() {
 }
 
 #[test]
+fn a_backlog_of_contents_is_read_with_its_names_not_file_by_file() {
+    // Files the mount did not just write out (here a mount killed before
+    // its indexer ran; at scale, a backlog past what the data store keeps
+    // of the closes): their bytes come with the batch's names, one request,
+    // not a GET of each file's chunk.
+    if std::env::var("ESFS_TEST_ES_URL").is_ok() {
+        eprintln!("counts requests on the test double; skipped against a real cluster");
+        return;
+    }
+    let server = EsTestServer::start("127.0.0.1:0").unwrap();
+    let (url, index) = (server.url(), "backlog");
+    let mut m = Mount::with_backend(&["--es", &url, "--index", index, "--no-delegate"]);
+    let n = 300;
+    m.kill9_right_after(&format!(
+        "mkdir d && for i in $(seq {n}); do echo needle $i > d/f$i; done && sync"
+    ));
+    assert_eq!(
+        indexed_below(&url, index, "/d"),
+        0,
+        "indexed before the kill"
+    );
+    server.set_journaling(true);
+    m.start_again();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while indexed_below(&url, index, "/d") < n as u64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(indexed_below(&url, index, "/d"), n as u64);
+    let chunk = format!("/{index}-chunks/_doc/");
+    let gets = server
+        .take_journal()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.starts_with(&chunk))
+        .count();
+    assert!(gets <= 10, "{gets} chunk reads indexing {n} files");
+    let esfs = env!("CARGO_BIN_EXE_esfs");
+    let hits = sh_ok(m.path(), &format!("{esfs} search -l needle d | wc -l"));
+    assert_eq!(hits.trim(), n.to_string());
+}
+
+#[test]
 fn a_directory_rename_holds_the_content_indexer_off() {
     // The indexer's batches and a rename's pages write the same entries and
     // share the engine: while a subtree is rewritten, no batch starts.

@@ -461,7 +461,7 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     if let Some(d) = &delegated {
         d.set_budget(args.delegate_memory << 20);
     }
-    let cached = cache_for_mount(stores.meta.clone(), args.attr_ttl);
+    let cached = cache_for_mount(stores.meta.clone(), args.attr_ttl, delegated.is_some());
 
     // SAFETY: plain getters.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };

@@ -38,8 +38,13 @@ const CACHE_CHUNKS: usize = 64;
 const STRIPES: usize = 32;
 /// `remove_sized` addresses at most this many chunks (1 GiB) by id.
 const ADDRESSED_MAX: u64 = 1024;
-/// Bytes of landed chunks kept for the content indexer (see `read_written`).
+/// Bytes of landed chunks kept for the content indexer (see `read_written`),
+/// each counted with `KEPT_OVERHEAD`.
 const WRITTEN_BYTES: usize = 8 << 20;
+/// What keeping a chunk costs beside its bytes (its key, map node and
+/// `Arc`, about 350 bytes in heap): counted, so that a tree of one-line
+/// files stays within the bound (100 000 of them: 23 MiB of heap for 4 MB of bytes).
+const KEPT_OVERHEAD: usize = 256;
 /// Offered chunks kept for opens (see `DataStore::offer`); a lookup offers
 /// only small files' (see `Fs::lookup`), so this bounds a few MiB.
 const OFFERED_MAX: usize = 256;
@@ -137,9 +142,9 @@ impl State {
         if chunks.is_empty() {
             self.written_order.push_back(key.to_string());
         }
-        self.written_bytes += data.len();
+        self.written_bytes += kept_weight(&data);
         if let Some(old) = chunks.insert(n, data) {
-            self.written_bytes -= old.len();
+            self.written_bytes -= kept_weight(&old);
         }
         while self.written_bytes > WRITTEN_BYTES {
             let Some(k) = self.written_order.pop_front() else {
@@ -155,7 +160,7 @@ impl State {
 
     fn forget_written(&mut self, key: &str) {
         if let Some(chunks) = self.written.remove(key) {
-            self.written_bytes -= chunks.values().map(|c| c.len()).sum::<usize>();
+            self.written_bytes -= chunks.values().map(kept_weight).sum::<usize>();
         }
     }
 
@@ -166,7 +171,7 @@ impl State {
         if chunks.is_empty() {
             self.written.remove(key);
         }
-        self.written_bytes -= data.len();
+        self.written_bytes -= kept_weight(&data);
         Some(data)
     }
 
@@ -190,6 +195,28 @@ pub(crate) struct ChunkStore {
     /// One write-out (or truncate) per file at a time: two closes' bulks
     /// could otherwise land in the wrong order, older contents last.
     writing: [Mutex<()>; STRIPES],
+}
+
+/// The bytes of a file of `size` bytes held whole in chunk 0's document
+/// `doc` (absent: none), as read for `piece`; None when they are not
+/// exactly those (a larger file, a sparse tail, another mount's write-out
+/// straddled): the read then fetches.
+fn whole_piece(key: &str, piece: &Piece, doc: Option<&Doc>, size: u64) -> Option<Vec<u8>> {
+    if size > CHUNK || piece.id != chunk_id(key, 0) {
+        return None;
+    }
+    let data = match doc {
+        Some(d) => B64
+            .decode(d.source["data"].as_str().unwrap_or_default())
+            .ok()?,
+        None => Vec::new(),
+    };
+    (data.len() as u64 == size).then_some(data)
+}
+
+/// A kept chunk's weight against `WRITTEN_BYTES`.
+fn kept_weight(data: &Arc<Vec<u8>>) -> usize {
+    data.len() + KEPT_OVERHEAD
 }
 
 fn chunk_id(key: &str, n: u64) -> String {
@@ -765,21 +792,9 @@ impl DataStore for ChunkStore {
     }
 
     fn offer(&self, key: &str, piece: Piece, doc: Option<&Doc>, size: u64, version: Version) {
-        if size > CHUNK || piece.id != chunk_id(key, 0) {
+        let Some(data) = whole_piece(key, &piece, doc, size) else {
             return;
-        }
-        let data = match doc {
-            Some(d) => match B64.decode(d.source["data"].as_str().unwrap_or_default()) {
-                Ok(b) => b,
-                Err(_) => return,
-            },
-            None => Vec::new(),
         };
-        // Not the bytes that inode describes (or a sparse tail): let the
-        // read fetch.
-        if data.len() as u64 != size {
-            return;
-        }
         let mut st = self.state.lock();
         if st.generation[stripe(key)] != piece.mark {
             return;
@@ -796,6 +811,30 @@ impl DataStore for ChunkStore {
             if let Some(k) = st.offered_order.pop_front() {
                 st.offered.remove(&k);
             }
+        }
+    }
+
+    fn written_piece(&self, key: &str, size: u64) -> Option<Piece> {
+        let st = self.state.lock();
+        let held = st.written.get(key).is_some_and(|c| c.contains_key(&0));
+        if !(1..=CHUNK).contains(&size) || held || st.current(key, 0).is_some() {
+            return None;
+        }
+        Some(Piece {
+            index: Idx::Chunks,
+            id: chunk_id(key, 0),
+            mark: st.generation[stripe(key)],
+        })
+    }
+
+    fn offer_written(&self, key: &str, piece: Piece, doc: Option<&Doc>, size: u64) {
+        let Some(data) = whole_piece(key, &piece, doc, size) else {
+            return;
+        };
+        let mut st = self.state.lock();
+        // A write-out or truncate since it was named: let the read fetch.
+        if st.generation[stripe(key)] == piece.mark {
+            st.keep_written(key, 0, Arc::new(data));
         }
     }
 
@@ -1169,7 +1208,7 @@ mod tests {
             .written
             .values()
             .flat_map(|c| c.values())
-            .map(|c| c.len())
+            .map(kept_weight)
             .sum();
         assert_eq!(st.written_bytes, held);
         assert!(held <= WRITTEN_BYTES && held > WRITTEN_BYTES / 2, "{held}");
@@ -1196,5 +1235,42 @@ mod tests {
         let mut b = vec![0u8; 3];
         assert_eq!(cs.read_written("2", 0, &mut b).unwrap(), 1);
         assert_eq!(&b, b"a\0\0");
+    }
+
+    /// A file another mount wrote: the indexer is told which document to
+    /// read with its batch, and what it offers serves `read_written` with
+    /// no fetch, unless this mount wrote the file out since.
+    #[test]
+    fn what_the_indexer_read_along_serves_its_read() {
+        let (_d, g, cs) = gated();
+        let other = ChunkStore::new(g.clone());
+        other.write("1", 0, b"from afar").unwrap();
+        other.flush("1").unwrap();
+        assert!(cs.written_piece("1", 100_000_000).is_none(), "a large file");
+        let piece = cs.written_piece("1", 9).expect("a piece to read along");
+        let doc = g.get(piece.index, &piece.id).unwrap();
+        // Read along: gone from the store, still served.
+        g.delete(Idx::Chunks, &chunk_id("1", 0), None).unwrap();
+        cs.offer_written("1", piece.clone(), doc.as_ref(), 9);
+        assert!(cs.written_piece("1", 9).is_none(), "held now");
+        let mut b = vec![0u8; 9];
+        assert_eq!(cs.read_written("1", 0, &mut b).unwrap(), 9);
+        assert_eq!(&b, b"from afar");
+        // Not the size the inode says: not kept.
+        cs.offer_written("1", piece, doc.as_ref(), 5);
+        assert_eq!(cs.read_written("1", 0, &mut [0u8; 9]).unwrap(), 0);
+        // Named before this mount wrote the file out: the offer is stale.
+        other.write("2", 0, b"old").unwrap();
+        other.flush("2").unwrap();
+        let piece = cs.written_piece("2", 3).unwrap();
+        let doc = g.get(piece.index, &piece.id).unwrap();
+        cs.write("2", 0, b"new").unwrap();
+        cs.flush("2").unwrap();
+        cs.release("2");
+        let _ = cs.read_written("2", 0, &mut [0u8; 3]); // the write-out's own copy
+        cs.offer_written("2", piece, doc.as_ref(), 3);
+        let mut b = vec![0u8; 3];
+        cs.read_written("2", 0, &mut b).unwrap();
+        assert_eq!(&b, b"new");
     }
 }

@@ -230,6 +230,18 @@ pub trait DataStore: Send + Sync {
     fn read_written(&self, key: &str, off: u64, buf: &mut [u8]) -> io::Result<usize> {
         self.read(key, off, buf)
     }
+    /// The metadata-store document holding all of `key`'s `size` bytes,
+    /// when `read_written` would fetch it alone: the indexer reads it with
+    /// its batch's entries (one request for the batch) and hands it to
+    /// `offer_written`. None: nothing to read along (the contents live
+    /// elsewhere, span pieces, or are held here).
+    fn written_piece(&self, _key: &str, _size: u64) -> Option<Piece> {
+        None
+    }
+    /// What the read of `written_piece`'s document answered: kept for the
+    /// next `read_written` of `key` unless it does not hold exactly `size`
+    /// bytes or this mount changed the contents since it was named.
+    fn offer_written(&self, _key: &str, _piece: Piece, _doc: Option<&Doc>, _size: u64) {}
     fn capacity(&self) -> io::Result<Capacity>;
     /// Every key held (for fsck's orphan check).
     fn keys(&self) -> io::Result<Vec<String>>;

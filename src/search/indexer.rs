@@ -394,11 +394,29 @@ impl Inner {
                 _ => {}
             }
         }
-        let keys: Vec<(Idx, String)> = files
+        let mut keys: Vec<(Idx, String)> = files
             .iter()
             .flat_map(|i| i.links.iter().map(|l| (Idx::Entries, link_entry_id(l))))
             .collect();
-        let mut names = self.store.mget_docs(&keys, true)?.into_iter();
+        // Small files' contents the data store would fetch one by one (a
+        // backlog past what it keeps of the closes' write-outs) in the same
+        // request as the names.
+        let names_end = keys.len();
+        let pieces: Vec<(&str, u64, crate::data::Piece)> = files
+            .iter()
+            .filter_map(|i| {
+                let key = i.content.as_deref().filter(|_| i.size <= self.max_bytes)?;
+                let piece = self.data.written_piece(key, i.size)?;
+                keys.push((piece.index, piece.id.clone()));
+                Some((key, i.size, piece))
+            })
+            .collect();
+        let mut docs = self.store.mget_docs(&keys, true)?;
+        for ((key, size, piece), doc) in pieces.into_iter().zip(&docs[names_end..]) {
+            self.data.offer_written(key, piece, doc.as_ref(), size);
+        }
+        docs.truncate(names_end);
+        let mut names = docs.into_iter();
         let mut retry = Vec::new();
         let mut bulk = Vec::new();
         let mut bytes = 0;
