@@ -27,8 +27,8 @@ pub trait ContentHook: Send + Sync {
     /// The mount is busy (its namespace changed, or a directory was
     /// listed): background work should keep out of its way.
     fn activity(&self);
-    /// A subtree's documents are being rewritten (a directory rename's
-    /// path step) when `on`, and no longer when not: background writes to
+    /// A subtree's documents are being rewritten (a directory rename, from
+    /// its first read to its end) when `on`, and no longer when not: background writes to
     /// those documents would compete with it for the engine and conflict
     /// with its pages, so they hold off until it is done. Calls nest.
     fn rewriting(&self, on: bool);

@@ -26,7 +26,7 @@ const DOC_CACHE_BYTES: u64 = 64 << 20;
 /// The same in front of a delegated store, whose overlay already holds
 /// what the mount wrote and read, within `--delegate-memory`: a cache as
 /// large would hold a second copy of the same documents (at 100k files,
-/// 170 MiB of a 730 MiB heap peak, heaptrack, docs/cluster.md).
+/// 186 MiB of a 729 MiB heap peak, heaptrack, docs/cluster.md).
 const DELEGATED_DOC_CACHE_BYTES: u64 = 8 << 20;
 /// Memory bound of its directory listings (about 400k names).
 const LISTING_BYTES: usize = 64 << 20;
