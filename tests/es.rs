@@ -474,7 +474,7 @@ fn a_bulk_elasticsearch_replayed_after_a_primary_died_is_not_refused() {
     }
     let server = EsTestServer::start("127.0.0.1:0").unwrap();
     // Each write's own bulk (the delegation would batch them).
-    let m = Mount::with_backend(&[
+    let mut m = Mount::with_backend(&[
         "--es",
         &server.url(),
         "--index",
@@ -499,6 +499,16 @@ fn a_bulk_elasticsearch_replayed_after_a_primary_died_is_not_refused() {
     server.replay_next_bulks(1);
     fs::create_dir(m.p("d/sub")).unwrap();
     assert_eq!(server.replays_pending(), 0);
+    // The parent's link count went up once: its conditional write came
+    // back 409 from the replay and was taken for another writer's, then
+    // done again on a fresh read (tests/cluster.rs's fsck: "nlink 6,
+    // should be 5").
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        fs::metadata(m.p("d")).unwrap().nlink(),
+        3,
+        "d holds one directory"
+    );
     // (Renames and removals under a replay are not covered: their lock and
     // conditional writes carry no fresh id to tell their own copy by, which
     // needs a write id per logical write; creates do: the new inode number.)
@@ -516,6 +526,24 @@ fn a_bulk_elasticsearch_replayed_after_a_primary_died_is_not_refused() {
     assert_eq!(fs::read_to_string(m.p("d/g0")).unwrap(), "body 0");
     assert!(!m.p("d/f1").exists());
     assert!(m.p("e/sub").is_dir());
+    assert_eq!(
+        fs::metadata(m.p("e")).unwrap().nlink(),
+        3,
+        "e holds one directory"
+    );
+    m.unmount();
+    let out = std::process::Command::new("timeout")
+        .arg("120")
+        .arg(env!("CARGO_BIN_EXE_esfs"))
+        .args(["fsck", "--es", &server.url(), "--index", "replayed-bulks"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains(" 0 problem(s)"),
+        "fsck after the replays:\n{text}"
+    );
 }
 
 /// Entries of `index` below `dir` (`path.tree`) whose text is indexed.

@@ -154,6 +154,23 @@ pub(crate) fn text_query(r: &Req) -> Option<Query> {
 /// Values per `terms` clause: Elasticsearch's default `index.max_terms_count`.
 const MAX_TERMS: usize = 65_536;
 
+/// The entries within `scope` of the inodes `inos`.
+pub(crate) fn of_inos(scope: Query, inos: &[u64]) -> Query {
+    Query::Bool {
+        must: vec![scope],
+        must_not: vec![],
+        should: inos.chunks(MAX_TERMS).map(terms_of).collect(),
+    }
+}
+
+/// `ino` is one of `inos`.
+fn terms_of(inos: &[u64]) -> Query {
+    Query::Terms {
+        field: "ino".into(),
+        values: inos.iter().map(|&i| Value::from(i)).collect(),
+    }
+}
+
 /// The candidates within `scope` of a search whose text part `texts` found
 /// in the inodes `matched` (None: no text part): those files, every file
 /// whose text is not indexed (binary, too large, not indexed yet), and the
@@ -162,18 +179,14 @@ pub(crate) fn candidates(scope: Query, matched: Option<&[u64]>, open: &[u64]) ->
     let Some(matched) = matched else {
         return scope;
     };
-    let inos = |v: &[u64]| Query::Terms {
-        field: "ino".into(),
-        values: v.iter().map(|&i| Value::from(i)).collect(),
-    };
     let mut should = vec![Query::Bool {
         must: vec![],
         must_not: vec![Query::term("text_state", INDEXED_TEXT)],
         should: vec![],
     }];
-    should.extend(matched.chunks(MAX_TERMS).map(inos));
+    should.extend(matched.chunks(MAX_TERMS).map(terms_of));
     if !open.is_empty() {
-        should.push(inos(open));
+        should.push(terms_of(open));
     }
     Query::Bool {
         must: vec![scope],

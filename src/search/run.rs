@@ -244,12 +244,10 @@ impl Search {
             return self.print_entries(items);
         }
         let text = query::text_query(&self.req);
-        let matched = match &text {
-            Some(q) => Some(super::text_inos(&*t.store, q)?),
-            None => None,
+        let cands = match &text {
+            Some(q) => self.text_candidates(t, root, &scope, q)?,
+            None => self.items(t, root, &scope)?,
         };
-        let cands_q = query::candidates(scope.clone(), matched.as_deref(), &t.open);
-        let cands = self.items(t, root, &cands_q)?;
         let out = &self.o.output;
         if out.quiet {
             let (st, _) = self.verify(t, &cands, Mode::Files, Some(1))?;
@@ -269,6 +267,50 @@ impl Search {
         } else {
             self.print_grep(t, &cands)
         }
+    }
+
+    /// The candidates of a search whose text part is `text`: the files in
+    /// `scope` whose indexed text it matches, the files not indexed, and the
+    /// open ones. The texts are read before the entries, so a file the
+    /// indexer finishes in between (its entry then says "indexed", its text
+    /// was not there yet) is in neither read: the texts are read again once
+    /// the entries are listed, and the files that read newly matches are
+    /// listed too. (The indexer makes a text searchable before the entries
+    /// that point at it, so an entry listed as indexed has its text in the
+    /// second read.) At a million files the listing takes seconds while the
+    /// indexer runs, and this race lost 1-8 of 1000 files.
+    fn text_candidates(
+        &self,
+        t: &Target,
+        root: &Root,
+        scope: &Query,
+        text: &Query,
+    ) -> Result<Vec<Item>, SearchError> {
+        let matched = super::text_inos(&*t.store, text)?;
+        let q = query::candidates(scope.clone(), Some(&matched), &t.open);
+        let mut cands = self.items(t, root, &q)?;
+        let before: HashSet<u64> = matched.into_iter().collect();
+        let late: Vec<u64> = super::text_inos(&*t.store, text)?
+            .into_iter()
+            .filter(|i| !before.contains(i))
+            .collect();
+        if late.is_empty() {
+            return Ok(cands);
+        }
+        let listed: HashSet<(u64, String)> = cands
+            .iter()
+            .map(|c| (c.entry.parent, c.entry.name.clone()))
+            .collect();
+        for it in self.items(t, root, &query::of_inos(scope.clone(), &late))? {
+            if !listed.contains(&(it.entry.parent, it.entry.name.clone())) {
+                cands.push(it);
+            }
+        }
+        // In the listing's order (path, then cookie), as grep -r reads them.
+        cands.sort_by(|a, b| {
+            (a.entry.path.as_str(), a.entry.cookie).cmp(&(b.entry.path.as_str(), b.entry.cookie))
+        });
+        Ok(cands)
     }
 
     /// `--find`: the entries themselves.
@@ -635,4 +677,163 @@ fn in_order(items: &[Item], res: Vec<FileResult>) -> Vec<FileResult> {
     let mut res = res;
     res.sort_by_key(|r| pos.get(r.path.as_slice()).copied().unwrap_or(usize::MAX));
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{FileText, INDEXED_TEXT, Kind, text_id};
+    use crate::store::embedded::EmbeddedStore;
+    use crate::store::{BulkItemResult, BulkOp, Capabilities, Doc, Hit, MetaStore, SearchRequest};
+    use crate::store::{StoreResult, Version};
+    use parking_lot::Mutex;
+    use std::sync::Arc;
+
+    /// An embedded store whose first listing of entries is preceded by
+    /// `before_listing`: the indexer finishing a file between a search's
+    /// read of the texts and its listing of the entries.
+    struct IndexedMeanwhile {
+        inner: EmbeddedStore,
+        before_listing: Mutex<Option<Vec<BulkOp>>>,
+    }
+
+    impl MetaStore for IndexedMeanwhile {
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        fn get(&self, index: Idx, id: &str) -> StoreResult<Option<Doc>> {
+            self.inner.get(index, id)
+        }
+        fn mget(&self, index: Idx, ids: &[String]) -> StoreResult<Vec<Option<Doc>>> {
+            self.inner.mget(index, ids)
+        }
+        fn bulk(&self, ops: Vec<BulkOp>) -> StoreResult<Vec<BulkItemResult>> {
+            self.inner.bulk(ops)
+        }
+        fn search(&self, req: &SearchRequest) -> StoreResult<Vec<Hit>> {
+            if req.index == Idx::Entries
+                && let Some(ops) = self.before_listing.lock().take()
+            {
+                for r in self.inner.bulk(ops)? {
+                    r?;
+                }
+            }
+            self.inner.search(req)
+        }
+        fn count(&self, index: Idx, query: &Query) -> StoreResult<u64> {
+            self.inner.count(index, query)
+        }
+        fn refresh(&self, index: Idx) -> StoreResult<()> {
+            self.inner.refresh(index)
+        }
+        fn sync(&self) -> StoreResult<()> {
+            self.inner.sync()
+        }
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+    }
+
+    fn entry(ino: u64, name: &str, text_state: Option<&str>) -> Entry {
+        Entry {
+            parent: 1,
+            name: name.into(),
+            path: format!("/{name}"),
+            dir: "/".into(),
+            ino,
+            kind: Kind::File,
+            cookie: ino,
+            size: 5,
+            mtime: 0,
+            mode: 0o100644,
+            uid: 0,
+            gid: 0,
+            text_state: text_state.map(str::to_string),
+            text_mtime_ns: text_state.map(|_| 0),
+            xattrs: vec![],
+        }
+    }
+
+    fn put(index: Idx, id: String, source: impl serde::Serialize, v: Option<Version>) -> BulkOp {
+        BulkOp::Index {
+            index,
+            id,
+            source: serde_json::to_value(source).unwrap(),
+            if_version: v,
+        }
+    }
+
+    fn text(ino: u64, contents: &str) -> BulkOp {
+        let t = FileText {
+            ino,
+            contents: contents.into(),
+            mtime_ns: 0,
+        };
+        put(Idx::Texts, text_id(ino), t, None)
+    }
+
+    fn options() -> Options {
+        Options {
+            operands: vec![],
+            find: false,
+            patterns: vec!["needle".into()],
+            syntax: Syntax::Fixed,
+            matching: Matching::default(),
+            filters: Filters::default(),
+            output: Output::default(),
+            place: Place::Mounts {
+                es: Box::new(|_, _| unreachable!("no cluster here")),
+            },
+        }
+    }
+
+    #[test]
+    fn a_file_indexed_between_the_texts_and_the_entries_is_a_candidate() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = EmbeddedStore::open(dir.path()).unwrap();
+        let id = |e: &Entry| entry_id(e.parent, e.name.as_bytes());
+        let (late, other) = (
+            entry(10, "late", None),
+            entry(11, "other", Some(INDEXED_TEXT)),
+        );
+        let mut ops = vec![text(11, "no match in here")];
+        ops.push(put(Idx::Entries, id(&late), &late, None));
+        ops.push(put(Idx::Entries, id(&other), &other, None));
+        for r in inner.bulk(ops).unwrap() {
+            r.unwrap();
+        }
+        let version = inner
+            .get(Idx::Entries, &id(&late))
+            .unwrap()
+            .unwrap()
+            .version;
+        // What the indexer does for `late`: its text, then its entry's claim.
+        let mut claimed = late.clone();
+        claimed.text_state = Some(INDEXED_TEXT.into());
+        claimed.text_mtime_ns = Some(0);
+        let meanwhile = vec![
+            text(10, "the needle is here"),
+            put(Idx::Entries, id(&late), &claimed, Some(version)),
+        ];
+        let store = IndexedMeanwhile {
+            inner,
+            before_listing: Mutex::new(Some(meanwhile)),
+        };
+        let t = Target {
+            store: Arc::new(store),
+            data: None,
+            open: vec![],
+            read_ahead: None,
+        };
+        let root = Root {
+            display: b"/mnt".to_vec(),
+            tree: "/".into(),
+        };
+        let s = Search::new(options());
+        let scope = query::scope("/", &s.o.filters);
+        let q = query::text_query(&s.req).unwrap();
+        let cands = s.text_candidates(&t, &root, &scope, &q).unwrap();
+        let paths: Vec<&str> = cands.iter().map(|c| c.entry.path.as_str()).collect();
+        assert_eq!(paths, ["/late"], "the file indexed meanwhile is scanned");
+    }
 }
