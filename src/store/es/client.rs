@@ -143,21 +143,39 @@ impl EsStore {
 
     /// A request with bounded retries on overload and transport failures:
     /// (status, body) of the final answer, `Unavailable`, or at once
-    /// `Refused`. A retried write may have been applied by an attempt whose
-    /// answer was lost: its 409 is checked by the caller
-    /// ([`EsStore::own_conflicts`]).
+    /// `Refused`.
     pub(super) fn call<F, Fut>(&self, f: F) -> StoreResult<(u16, Value)>
+    where
+        F: Fn(Elasticsearch) -> Fut,
+        Fut: Future<Output = Result<Response, elasticsearch::Error>>,
+    {
+        self.call_tracked(f).map(|(status, body, _)| (status, body))
+    }
+
+    /// [`EsStore::call`], also telling whether an earlier attempt may have
+    /// been applied though its answer was lost (the connection failed, or a
+    /// proxy gave up waiting): a write's 409 may then be its own earlier
+    /// attempt, which the caller checks ([`EsStore::landed`]).
+    pub(super) fn call_tracked<F, Fut>(&self, f: F) -> StoreResult<(u16, Value, bool)>
     where
         F: Fn(Elasticsearch) -> Fut,
         Fut: Future<Output = Result<Response, elasticsearch::Error>>,
     {
         let start = Instant::now();
         let mut delay = Duration::from_millis(50);
+        let mut ambiguous = false;
         loop {
             let last = match self.once(&f) {
-                Ok((status, body)) if !retryable(status) => return Ok((status, body)),
-                Ok((status, body)) => format!("HTTP {status}: {}", reason(&body)),
-                Err(Failure::Unreachable(e)) => e,
+                Ok((status, body)) if !retryable(status) => return Ok((status, body, ambiguous)),
+                Ok((status, body)) => {
+                    // 429 and 503 are refusals before anything was applied
+                    ambiguous |= matches!(status, 502 | 504);
+                    format!("HTTP {status}: {}", reason(&body))
+                }
+                Err(Failure::Unreachable(e)) => {
+                    ambiguous = true;
+                    e
+                }
                 Err(Failure::Refused(m)) => return Err(StoreError::Refused(m)),
             };
             if start.elapsed() + delay > self.retry_budget {

@@ -318,7 +318,7 @@ impl EsStore {
                     i += 1;
                 }
                 let lines = &lines;
-                let (status, mut resp) = self.call(|c| async move {
+                let (status, mut resp, ambiguous) = self.call_tracked(|c| async move {
                     c.bulk(BulkParts::None).body(lines.clone()).send().await
                 })?;
                 if status != 200 {
@@ -361,7 +361,7 @@ impl EsStore {
                             retry.push(k);
                             continue;
                         }
-                        409 => {
+                        409 if ambiguous || own_write_checkable(&ops[k]) => {
                             conflicted.push(k);
                             Err(error_of(409, &r, id))
                         }
@@ -396,16 +396,18 @@ impl EsStore {
     /// were this very write: their documents, read in real time in one
     /// `_mget`, hold what they sent, and their results become the versions
     /// found. Two retries make such conflicts: this client's, of a request
-    /// whose answer was lost on the way ([`EsStore::call`]), and the
-    /// cluster's own: Elasticsearch resends a shard's bulk to the replica
-    /// it promotes when a primary dies after replicating it, and the new
-    /// primary refuses the conditional writes it has just applied (since
-    /// 6.x it no longer special-cases that conflict: elastic/elasticsearch
-    /// #38901). Taken for another writer's, a directory's link count went
-    /// up twice (the touch redone on a fresh read), seen as fsck's "nlink 6,
-    /// should be 5" after a node was killed under two mounts. A delete is
-    /// not checked: its conflict stays one. Costs a request per bulk that
-    /// met a conflict, none otherwise.
+    /// whose answer was lost on the way ([`EsStore::call_tracked`]: every
+    /// item but a delete is checked), and the cluster's own: Elasticsearch
+    /// resends a shard's bulk to the replica it promotes when a primary
+    /// dies after replicating it, and the new primary refuses the
+    /// conditional writes it has just applied (since 6.x it no longer
+    /// special-cases that conflict: elastic/elasticsearch #38901), which
+    /// the client cannot tell from another writer's: the items of
+    /// [`own_write_checkable`] are checked on every conflict. Taken for
+    /// another writer's, a directory's link count went up twice (the touch
+    /// redone on a fresh read), seen as fsck's "nlink 6, should be 5" after
+    /// a node was killed under two mounts. A request per bulk that met such
+    /// a conflict, none otherwise.
     fn own_conflicts(
         &self,
         ops: &[BulkOp],
@@ -688,7 +690,7 @@ impl MetaStore for EsStore {
     fn create(&self, index: Idx, id: &str, source: &Value) -> StoreResult<Version> {
         let name = &self.index_name(index);
         let name = name.as_str();
-        let (status, body) = self.call(|c| async move {
+        let (status, body, ambiguous) = self.call_tracked(|c| async move {
             c.create(CreateParts::IndexId(name, id))
                 .body(source.clone())
                 .send()
@@ -697,8 +699,7 @@ impl MetaStore for EsStore {
         self.wrote(index, id);
         match status {
             200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
-            // Maybe this very write, applied and retried (`own_conflicts`).
-            409 => self
+            409 if ambiguous => self
                 .landed(index, id, source, false)
                 .ok_or_else(|| error_of(status, &body, id)),
             _ => Err(error_of(status, &body, id)),
@@ -714,7 +715,7 @@ impl MetaStore for EsStore {
     ) -> StoreResult<Version> {
         let name = &self.index_name(index);
         let name = name.as_str();
-        let (status, body) = self.call(|c| async move {
+        let (status, body, ambiguous) = self.call_tracked(|c| async move {
             let mut req = c.index(IndexParts::IndexId(name, id)).body(source.clone());
             if let Some(v) = if_version {
                 req = req
@@ -726,8 +727,8 @@ impl MetaStore for EsStore {
         self.wrote(index, id);
         match status {
             200 | 201 => version_of(&body).ok_or_else(|| StoreError::Other(body.to_string())),
-            // Maybe this very write, applied and retried (`own_conflicts`).
-            409 => self
+            // Maybe this very write, retried (`own_write_checkable`).
+            409 if ambiguous || if_version.is_some() => self
                 .landed(index, id, source, false)
                 .ok_or_else(|| error_of(status, &body, id)),
             // A conditional write on a missing document is a conflict too.
@@ -939,6 +940,25 @@ fn retry_pending(results: &[Option<BulkItemResult>]) -> Vec<usize> {
         .filter(|(_, r)| r.is_none())
         .map(|(k, _)| k)
         .collect()
+}
+
+/// Whether a 409 for `op` is checked for being the write itself even when
+/// this client saw no lost answer (the cluster's own retry after a failover,
+/// [`EsStore::own_conflicts`]): a whole document written on a version read,
+/// whose every field (its times in nanoseconds included) nobody else would
+/// write alike. Not a create: a document someone else created the same is
+/// a true conflict (two creates of one lock, one entry), and the
+/// filesystem's creates tell their own copies by their fresh inode number;
+/// nor a partial update, whose few fields another writer may well set the
+/// same.
+fn own_write_checkable(op: &BulkOp) -> bool {
+    matches!(
+        op,
+        BulkOp::Index {
+            if_version: Some(_),
+            ..
+        }
+    )
 }
 
 /// `doc`'s version if it holds what a write `sent` (`fields`: only those
