@@ -278,7 +278,7 @@ impl Search {
     /// listed too. (The indexer makes a text searchable before the entries
     /// that point at it, so an entry listed as indexed has its text in the
     /// second read.) At a million files the listing takes seconds while the
-    /// indexer runs, and this race lost 1-8 of 1000 files.
+    /// indexer runs: the likely loss of 1-8 of 1000 files seen there.
     fn text_candidates(
         &self,
         t: &Target,
