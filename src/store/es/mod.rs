@@ -422,20 +422,18 @@ impl EsStore {
             BulkOp::Update { index, id, doc, .. } => Some((*index, id, doc, true)),
             BulkOp::Delete { .. } => None,
         };
-        let checked: Vec<usize> = conflicted
+        let checked: Vec<(usize, _)> = conflicted
             .iter()
-            .copied()
-            .filter(|&k| sent(k).is_some())
+            .filter_map(|&k| Some((k, sent(k)?)))
             .collect();
         let keys: Vec<(Idx, String)> = checked
             .iter()
-            .filter_map(|&k| sent(k).map(|(index, id, ..)| (index, id.to_string())))
+            .map(|(_, (index, id, ..))| (*index, id.to_string()))
             .collect();
         let Ok(docs) = self.mget_docs(&keys, false) else {
             return; // the conflicts stand: the callers read again anyway
         };
-        for (k, doc) in checked.into_iter().zip(docs) {
-            let (_, id, source, fields) = sent(k).expect("checked");
+        for ((k, (_, id, source, fields)), doc) in checked.into_iter().zip(docs) {
             if let Some(v) = doc.and_then(|d| holds(&d, source, fields)) {
                 log::warn!("{id}: a write answered as a conflict had landed (a retry of it)");
                 results[k] = Some(Ok(v));
