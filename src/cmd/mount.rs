@@ -434,6 +434,36 @@ fn bound_malloc_arenas() {
     }
 }
 
+/// How often freed memory goes back to the system ([`trim_malloc`]).
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Give what the allocator holds free back to the system every
+/// [`TRIM_EVERY`]: glibc returns only the top of an arena by itself, and a
+/// mount frees documents all over its arenas (the overlay's budget moving
+/// on, caches turning over). Right after building a million files on three
+/// nodes the mount used 690 MiB of heap and held 952 MiB from the system
+/// (`malloc_stats`). A trim costs a walk of the free lists, milliseconds.
+fn trim_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let spawned = std::thread::Builder::new()
+            .name("esfs-trim".into())
+            .spawn(|| {
+                loop {
+                    std::thread::sleep(TRIM_EVERY);
+                    // SAFETY: malloc_trim only returns free memory to the
+                    // system; it is safe from any thread at any time.
+                    unsafe {
+                        libc::malloc_trim(0);
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("freed memory kept by the allocator (no thread: {e})");
+        }
+    }
+}
+
 fn serve(args: &MountArgs) -> Result<(), CmdError> {
     // Signals are handled by one thread (blocked everywhere else, so first,
     // before any thread is spawned) that unmounts cleanly: `kill` never
@@ -506,6 +536,7 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     let fs = Arc::new(fs);
     fs.spawn_janitor();
     fs.spawn_write_back();
+    trim_malloc();
 
     let session = fuser::Session::new(
         FuseFs::new(fs.clone(), args.attr_ttl, writeback),
