@@ -416,60 +416,11 @@ fn writeback_cache(args: &MountArgs) -> bool {
         .any(|o| o == "writeback_cache")
 }
 
-/// At most two malloc arenas. glibc gives each thread that meets a busy
-/// arena its own, up to 8 per core, and an arena keeps what was freed in it
-/// for its thread: a mount's FUSE, flusher, indexer and runtime threads
-/// allocate documents that other threads free, so freed memory piled up in
-/// every arena. Measured on the test double, 20 000 files made by 8
-/// processes with the delegation (its memory budget at 128 MiB), then
-/// `find` and `ls -l` of 10 000 names: 596 MiB of RSS with glibc's default,
-/// 439 with two arenas, 369 with one (no difference in speed beyond the
-/// noise of this 2-core machine).
-fn bound_malloc_arenas() {
-    // SAFETY: mallopt only sets a parameter of the allocator; called
-    // before the serving threads start.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
-}
-
-/// How often freed memory goes back to the system ([`trim_malloc`]).
-const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Give what the allocator holds free back to the system every
-/// [`TRIM_EVERY`]: glibc returns only the top of an arena by itself, and a
-/// mount frees documents all over its arenas (the overlay's budget moving
-/// on, caches turning over). Right after building a million files on three
-/// nodes the mount used 690 MiB of heap and held 952 MiB from the system
-/// (`malloc_stats`). A trim costs a walk of the free lists, milliseconds.
-fn trim_malloc() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let spawned = std::thread::Builder::new()
-            .name("esfs-trim".into())
-            .spawn(|| {
-                loop {
-                    std::thread::sleep(TRIM_EVERY);
-                    // SAFETY: malloc_trim only returns free memory to the
-                    // system; it is safe from any thread at any time.
-                    unsafe {
-                        libc::malloc_trim(0);
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            log::warn!("freed memory kept by the allocator (no thread: {e})");
-        }
-    }
-}
-
 fn serve(args: &MountArgs) -> Result<(), CmdError> {
     // Signals are handled by one thread (blocked everywhere else, so first,
     // before any thread is spawned) that unmounts cleanly: `kill` never
     // leaves a dead mount behind.
     let signals = block_signals();
-    bound_malloc_arenas();
     let cfg = fuse_config(args)?;
     let writeback = writeback_cache(args);
     for w in loose_permissions(args) {
@@ -536,7 +487,6 @@ fn serve(args: &MountArgs) -> Result<(), CmdError> {
     let fs = Arc::new(fs);
     fs.spawn_janitor();
     fs.spawn_write_back();
-    trim_malloc();
 
     let session = fuser::Session::new(
         FuseFs::new(fs.clone(), args.attr_ttl, writeback),
